@@ -1,0 +1,5 @@
+import type { Migration } from '../../src/db/migrate.js'
+import * as initialSchema from './0001_initial_schema.js'
+
+/** In order; a released migration is never edited, a change is a new entry. */
+export const paymentsMigrations: readonly Migration[] = [initialSchema]

@@ -1,0 +1,126 @@
+/**
+ * Environment configuration. Each daemon (and each operator command touching the database)
+ * has one zod schema composed from the shared parts below; `loadConfig` parses it once at
+ * start-up and reports every offending variable in one message.
+ */
+import path from 'node:path'
+import { z } from 'zod'
+import { ConfigError } from '../errors.js'
+import { parseDatabaseUrl } from '../db/url.js'
+import { parseDuration } from './duration.js'
+
+export type Env = Record<string, string | undefined>
+
+const port = (fallback: number) =>
+  z.coerce
+    .number({ invalid_type_error: 'must be a port number' })
+    .int('must be a whole number')
+    .min(1, 'must be between 1 and 65535')
+    .max(65_535, 'must be between 1 and 65535')
+    .default(fallback)
+
+const databaseUrl = z
+  .string()
+  .optional()
+  .superRefine((value, ctx) => {
+    if (value === undefined) return
+    try {
+      parseDatabaseUrl(value)
+    } catch {
+      ctx.addIssue({ code: z.ZodIssueCode.custom, message: 'must be sqlite:///path/file.db or postgres://user@host/db' })
+    }
+  })
+
+export const duration = (fallback: string) =>
+  z
+    .string()
+    .default(fallback)
+    .transform((text, ctx) => {
+      const ms = parseDuration(text)
+      if (ms === null) {
+        ctx.addIssue({ code: z.ZodIssueCode.custom, message: `"${text}" is not a duration such as 30s, 5m, 24h` })
+        return z.NEVER
+      }
+      return ms
+    })
+
+/** Parts every process shares: where data lives, which databases, the bus, logging. */
+export const sharedEnv = {
+  NODEPLANE_DATA_DIR: z.string().min(1).default('./.nodeplane'),
+  DATABASE_URL: databaseUrl,
+  PAYMENTS_DATABASE_URL: databaseUrl,
+  NATS_URL: z
+    .string()
+    .optional()
+    .refine((v) => v === undefined || /^(nats|tls|wss?):\/\/[^\s]+$/.test(v), 'must look like nats://host:4222'),
+  LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+}
+
+export const portsEnv = {
+  API_SERVER_PORT: port(8080),
+  AUTH_SERVER_PORT: port(8081),
+  AGENT_GATEWAY_PORT: port(9090),
+  PAYMENT_GRPC_PORT: port(50051),
+  PAYMENT_HTTP_PORT: port(8085),
+  PAYMENT_METRICS_PORT: port(9086),
+}
+
+export const eventsEnv = {
+  OUTBOX_POLL_INTERVAL: duration('500ms'),
+  IDEMPOTENCY_KEY_TTL: duration('7d'),
+}
+
+export const httpEnv = {
+  HTTP_HOST: z.string().min(1).default('127.0.0.1'),
+  HTTP_BODY_LIMIT_BYTES: z.coerce.number().int().min(1024).max(64 * 1024 * 1024).default(1024 * 1024),
+  SHUTDOWN_TIMEOUT: duration('15s'),
+}
+
+export const databaseCommandEnv = z.object(sharedEnv)
+export const apiServerEnv = z.object({ ...sharedEnv, ...eventsEnv, ...httpEnv, API_SERVER_PORT: portsEnv.API_SERVER_PORT })
+export const upEnv = z.object({ ...sharedEnv, ...eventsEnv, ...httpEnv, ...portsEnv })
+
+export type DatabaseCommandConfig = ResolvedPaths<z.infer<typeof databaseCommandEnv>>
+export type ApiServerConfig = ResolvedPaths<z.infer<typeof apiServerEnv>>
+export type UpConfig = ResolvedPaths<z.infer<typeof upEnv>>
+
+type Shared = z.infer<z.ZodObject<typeof sharedEnv>>
+export type ResolvedPaths<T> = Omit<T, 'DATABASE_URL' | 'PAYMENTS_DATABASE_URL'> & {
+  NODEPLANE_DATA_DIR: string
+  DATABASE_URL: string
+  PAYMENTS_DATABASE_URL: string
+}
+
+/**
+ * Parses `env` with `schema`; throws ConfigError naming every offending variable. The data dir
+ * is made absolute, and the database URLs default to SQLite files inside it, so `nodeplane up`
+ * and any other command run from the same directory agree on where the data is.
+ */
+export function loadConfig<S extends z.AnyZodObject>(
+  schema: S,
+  env: Env = process.env,
+): ResolvedPaths<z.infer<S>> {
+  const result = schema.safeParse(env)
+  if (!result.success) {
+    const problems = result.error.issues.map((issue) => {
+      const variable = issue.path.join('.')
+      const got = env[variable]
+      return got === undefined ? `${variable}: ${issue.message}` : `${variable}=${JSON.stringify(shorten(variable, got))}: ${issue.message}`
+    })
+    throw new ConfigError(problems)
+  }
+  const parsed = result.data as z.infer<S> & Shared
+  const dataDir = path.resolve(parsed.NODEPLANE_DATA_DIR)
+  return {
+    ...parsed,
+    NODEPLANE_DATA_DIR: dataDir,
+    DATABASE_URL: parsed.DATABASE_URL ?? `sqlite://${path.join(dataDir, 'control-plane.db')}`,
+    PAYMENTS_DATABASE_URL: parsed.PAYMENTS_DATABASE_URL ?? `sqlite://${path.join(dataDir, 'payments.db')}`,
+  } as ResolvedPaths<z.infer<S>>
+}
+
+/** Values echoed in error messages are cut short, and URLs lose their credentials. */
+function shorten(variable: string, value: string): string {
+  if (variable.endsWith('_URL')) return value.replace(/\/\/[^@/]*@/, '//***@').slice(0, 120)
+  return value.length > 80 ? `${value.slice(0, 77)}...` : value
+}

@@ -1,0 +1,66 @@
+import fs from 'node:fs'
+import path from 'node:path'
+import knexFactory, { type Knex } from 'knex'
+import type BetterSqlite3 from 'better-sqlite3'
+import { parseDatabaseUrl, type DatabaseTarget } from './url.js'
+
+export type Db = Knex
+export type Tx = Knex.Transaction
+/** A connection or a transaction: every storage function takes one of these first. */
+export type Queryable = Knex | Knex.Transaction
+
+export interface DatabaseOptions {
+  /** Postgres pool size; SQLite always uses one connection (single writer). */
+  poolMax?: number
+  /** SQLite busy timeout in ms, for other processes holding the write lock. */
+  busyTimeoutMs?: number
+  applicationName?: string
+}
+
+export function createDatabase(url: string, options: DatabaseOptions = {}): Db {
+  return createDatabaseFor(parseDatabaseUrl(url), options)
+}
+
+export function createDatabaseFor(target: DatabaseTarget, options: DatabaseOptions = {}): Db {
+  if (target.client === 'sqlite') {
+    fs.mkdirSync(path.dirname(target.filename), { recursive: true })
+    const busyTimeout = options.busyTimeoutMs ?? 10_000
+    return knexFactory({
+      client: 'better-sqlite3',
+      connection: { filename: target.filename },
+      useNullAsDefault: true,
+      // better-sqlite3 is synchronous: one connection serialises this process's writers, so
+      // SQLITE_BUSY can only come from another process, which busy_timeout absorbs.
+      pool: {
+        min: 1,
+        max: 1,
+        afterCreate(conn: BetterSqlite3.Database, done: (err: Error | null, conn: unknown) => void) {
+          try {
+            conn.pragma(`busy_timeout = ${busyTimeout}`)
+            conn.pragma('journal_mode = WAL')
+            conn.pragma('synchronous = NORMAL')
+            conn.pragma('foreign_keys = ON')
+            done(null, conn)
+          } catch (err) {
+            done(err as Error, conn)
+          }
+        },
+      },
+      acquireConnectionTimeout: 60_000,
+    })
+  }
+  return knexFactory({
+    client: 'pg',
+    connection: {
+      connectionString: target.connectionString,
+      application_name: options.applicationName ?? 'nodeplane',
+    },
+    pool: { min: 0, max: options.poolMax ?? 10 },
+    acquireConnectionTimeout: 30_000,
+  })
+}
+
+export function dialectOf(db: Queryable): 'sqlite' | 'postgres' {
+  const name = (db.client as { config: { client: unknown } }).config.client
+  return name === 'pg' ? 'postgres' : 'sqlite'
+}

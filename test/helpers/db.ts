@@ -1,0 +1,88 @@
+/**
+ * A fresh database per test, on either dialect: SQLite is a new file in a temp dir; Postgres
+ * a new database cloned from the migrated template (or empty, for migration tests).
+ */
+import crypto from 'node:crypto'
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import { inject } from 'vitest'
+import { createDatabase, type Db } from '../../src/db/knex.js'
+import { migrateLatest, type DatabaseName } from '../../src/db/migrate.js'
+import { adminQuery, databaseUrl } from './postgres.js'
+import { templateName } from './templates.js'
+
+export type Dialect = 'sqlite' | 'postgres'
+export const DIALECTS: readonly Dialect[] = ['sqlite', 'postgres']
+
+export interface TestDatabase {
+  dialect: Dialect
+  url: string
+  db: Db
+  /** Opens another, independent connection pool on the same database. */
+  connect(): Db
+  destroy(): Promise<void>
+}
+
+export interface TestDatabaseOptions {
+  database?: DatabaseName
+  migrated?: boolean
+}
+
+export async function createTestDatabase(dialect: Dialect, options: TestDatabaseOptions = {}): Promise<TestDatabase> {
+  const database = options.database ?? 'control-plane'
+  const migrated = options.migrated ?? true
+  const pools: Db[] = []
+  const connect = (url: string) => () => {
+    const db = createDatabase(url)
+    pools.push(db)
+    return db
+  }
+
+  if (dialect === 'sqlite') {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'nodeplane-sqlite-'))
+    const url = `sqlite://${path.join(dir, `${database}.db`)}`
+    const open = connect(url)
+    const db = open()
+    if (migrated) await migrateLatest(db, database)
+    return {
+      dialect,
+      url,
+      db,
+      connect: open,
+      async destroy() {
+        await Promise.all(pools.map((p) => p.destroy()))
+        fs.rmSync(dir, { recursive: true, force: true })
+      },
+    }
+  }
+
+  const serverUrl = inject('postgresUrl')
+  const name = `np_test_${crypto.randomBytes(6).toString('hex')}`
+  const template = migrated ? ` TEMPLATE ${templateName(database)}` : ''
+  await retry(() => adminQuery(serverUrl, `CREATE DATABASE ${name}${template}`))
+  const url = databaseUrl(serverUrl, name)
+  const open = connect(url)
+  return {
+    dialect,
+    url,
+    db: open(),
+    connect: open,
+    async destroy() {
+      await Promise.all(pools.map((p) => p.destroy()))
+      await adminQuery(serverUrl, `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
+    },
+  }
+}
+
+/** Two clones of one template at the same instant can collide; a short retry absorbs it. */
+async function retry(fn: () => Promise<void>, attempts = 10): Promise<void> {
+  for (let i = 1; ; i++) {
+    try {
+      return await fn()
+    } catch (err) {
+      if (i >= attempts || !/being accessed by other users/.test(String(err))) throw err
+      await new Promise((r) => setTimeout(r, 50 * i))
+    }
+  }
+}
