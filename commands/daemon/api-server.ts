@@ -1,0 +1,32 @@
+import { startApiServer } from '../../daemons/api-server.js'
+import { openBus, openDatabase, requireNats, startRelay } from '../../daemons/runtime.js'
+import { BaseCommand } from '../../src/cli/base-command.js'
+import { apiServerEnv, loadConfig } from '../../src/config/env.js'
+import { Resources } from '../../src/daemon/resources.js'
+import { installShutdown } from '../../src/daemon/shutdown.js'
+import { assertSchemaCurrent } from '../../src/db/schema-check.js'
+import { createLogger } from '../../src/log.js'
+
+export default class DaemonApiServer extends BaseCommand<typeof DaemonApiServer> {
+  static override summary = 'Run the api-server daemon: the REST API under /api/v1 (port API_SERVER_PORT, 8080)'
+  static override description = 'Needs NATS_URL (events are shared with the other daemons over NATS JetStream) and a migrated database.'
+  static override examples = ['NATS_URL=nats://127.0.0.1:4222 DATABASE_URL=postgres://nodeplane@db/nodeplane <%= config.bin %> daemon api-server']
+
+  async run(): Promise<{ daemon: string; url: string }> {
+    const config = loadConfig(apiServerEnv, this.env())
+    requireNats(config, 'api-server')
+    const logger = createLogger({ level: config.LOG_LEVEL, daemon: 'api-server' })
+    const resources = new Resources(logger)
+    const url = await resources.starting(async () => {
+      const db = resources.add('database', await openDatabase(config.DATABASE_URL, 'nodeplane-api-server'), (d) => d.destroy())
+      await assertSchemaCurrent(db, 'control-plane')
+      const bus = resources.add('bus', await openBus(config, logger, 'api-server'), (b) => b.close())
+      resources.add('outbox relay', startRelay(db, bus, config, logger), (r) => r.stop())
+      const server = resources.add('http server', await startApiServer(config, { db, bus, logger }), (s) => s.stop())
+      return server.url
+    })
+    installShutdown({ logger, timeoutMs: config.SHUTDOWN_TIMEOUT, stop: () => resources.closeAll() })
+    logger.info({ url }, 'ready')
+    return { daemon: 'api-server', url }
+  }
+}

@@ -1,0 +1,67 @@
+import fs from 'node:fs'
+import { startApiServer } from '../daemons/api-server.js'
+import { openBus, openDatabase, startRelay } from '../daemons/runtime.js'
+import { BaseCommand } from '../src/cli/base-command.js'
+import { loadConfig, upEnv } from '../src/config/env.js'
+import { Resources } from '../src/daemon/resources.js'
+import { installShutdown } from '../src/daemon/shutdown.js'
+import { isProcessAlive, readStackFile, removeStackFile, stackFilePath, writeStackFile, type StackFile } from '../src/daemon/stack-file.js'
+import { DATABASE_NAMES } from '../src/db/migrate.js'
+import { migrateDatabases } from '../src/db/operations.js'
+import { redactDatabaseUrl } from '../src/db/url.js'
+import { ConflictError } from '../src/errors.js'
+import { createLogger } from '../src/log.js'
+
+export default class Up extends BaseCommand<typeof Up> {
+  static override summary = 'Run the whole stack in one process (SQLite by default): migrate, start every daemon, write stack.json'
+  static override description =
+    'Every daemon that exists is started in this one process, sharing an in-process event bus (or NATS when NATS_URL is set). When all are ready, <data dir>/stack.json lists what runs where; it is removed on stop. Stop with Ctrl-C or SIGTERM (exit status 130 / 143).'
+  static override examples = ['<%= config.bin %> up', 'NODEPLANE_DATA_DIR=/tmp/np API_SERVER_PORT=18080 <%= config.bin %> up']
+
+  async run(): Promise<StackFile> {
+    const config = loadConfig(upEnv, this.env())
+    const dataDir = config.NODEPLANE_DATA_DIR
+    fs.mkdirSync(dataDir, { recursive: true })
+    const running = readStackFile(dataDir)
+    if (running && running.pid !== process.pid && isProcessAlive(running.pid)) {
+      throw new ConflictError(
+        `nodeplane up is already running for ${dataDir} (pid ${running.pid})`,
+        `stop it first, or use another data directory (--data-dir); its API is at ${running.api_url}`,
+      )
+    }
+
+    const logger = createLogger({ level: config.LOG_LEVEL, daemon: 'up' })
+    await migrateDatabases(config, DATABASE_NAMES)
+    const resources = new Resources(logger)
+    const stack = await resources.starting(async () => {
+      const db = resources.add('database', await openDatabase(config.DATABASE_URL, 'nodeplane-up'), (d) => d.destroy())
+      const bus = resources.add('bus', await openBus(config, logger, 'up'), (b) => b.close())
+      resources.add('outbox relay', startRelay(db, bus, config, logger.child({ daemon: 'outbox-relay' })), (r) => r.stop())
+      const api = resources.add(
+        'api-server',
+        await startApiServer(config, { db, bus, logger: logger.child({ daemon: 'api-server' }) }),
+        (s) => s.stop(),
+      )
+      const file: StackFile = {
+        pid: process.pid,
+        started_at: new Date().toISOString(),
+        data_dir: dataDir,
+        daemons: ['api-server'],
+        api_url: api.url,
+        database_url: redactDatabaseUrl(config.DATABASE_URL),
+        payments_database_url: redactDatabaseUrl(config.PAYMENTS_DATABASE_URL),
+        bus: bus.kind,
+      }
+      writeStackFile(dataDir, file)
+      resources.add('stack.json', dataDir, (dir) => removeStackFile(dir))
+      return file
+    })
+
+    installShutdown({ logger, timeoutMs: config.SHUTDOWN_TIMEOUT, stop: () => resources.closeAll() })
+    logger.info({ api_url: stack.api_url, stack_file: stackFilePath(dataDir) }, 'ready')
+    if (!this.jsonEnabled()) {
+      process.stderr.write(`nodeplane is up: API ${stack.api_url} (data in ${dataDir}; see ${stackFilePath(dataDir)}). Stop with Ctrl-C.\n`)
+    }
+    return stack
+  }
+}

@@ -1,0 +1,15 @@
+/**
+ * Exit codes are part of the CLI's contract with scripts (docs/cli.md). Signals follow the
+ * shell convention 128 + signal number (SIGINT 130, SIGTERM 143).
+ */
+export const EXIT = {
+  ok: 0,
+  failure: 1,
+  usage: 2,
+  notFound: 3,
+  conflict: 4,
+  unavailable: 69,
+  config: 78,
+} as const
+
+export type ExitCode = (typeof EXIT)[keyof typeof EXIT]

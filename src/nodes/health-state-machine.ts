@@ -1,0 +1,267 @@
+/**
+ * The one health state machine (spec: Node rules; ARCHITECTURE.md "One state machine per
+ * entity"). Every write of a node's `state`, `application_health` or `sync_status` goes through
+ * `applyHealthUpdate`: it enforces the transition table, uses optimistic locking on `version`
+ * (a concurrent writer gets a ConflictError, never a lost update) and writes exactly one health
+ * event per change to the outbox in the caller's transaction.
+ */
+import crypto from 'node:crypto'
+import type { Queryable } from '../db/knex.js'
+import { ConflictError, NotFoundError, ValidationError } from '../errors.js'
+import { isConcurrentWriteFailure } from '../db/errors.js'
+import { enqueueEvent } from '../events/outbox.js'
+import { findNode, type NodeRecord } from './node-store.js'
+import {
+  APPLICATION_HEALTH_VALUES,
+  NODE_STATES,
+  SYNC_STATUSES,
+  canTransition,
+  displayState,
+  isTerminalState,
+  type ApplicationHealth,
+  type DisplayState,
+  type NodeState,
+  type SyncStatus,
+} from './states.js'
+
+/**
+ * Who may write what. The spec names three writers (heartbeat evaluation -> state, policy
+ * evaluation -> application_health, agents' sync events -> sync_status); the lifecycle
+ * workflows of the spec's "Behaviours tied to states" also move `state`.
+ */
+export const STATE_WRITERS = [
+  'heartbeat_evaluation',
+  'provisioning',
+  'migration',
+  'termination',
+  'upgrade',
+  'maintenance_recovery',
+] as const
+export type StateWriter = (typeof STATE_WRITERS)[number]
+
+export type HealthChange =
+  | { writer: StateWriter; state: NodeState }
+  | { writer: 'policy_evaluation'; application_health: ApplicationHealth }
+  | { writer: 'sync_event'; sync_status: SyncStatus }
+
+export type HealthWriter = HealthChange['writer']
+export type HealthDimension = 'state' | 'application_health' | 'sync_status'
+
+export interface HealthUpdate {
+  nodeId: string
+  change: HealthChange
+  /** The version the caller read; when omitted, the version read inside this transaction. */
+  expectedVersion?: number
+  reason?: string
+  now?: Date
+}
+
+export interface NodeHealth {
+  state: NodeState
+  sync_status: SyncStatus
+  application_health: ApplicationHealth
+}
+
+export type HealthEvent = {
+  event_id: string
+  node_id: string
+  subscription_id: string
+  chain_profile_id: string
+  writer: HealthWriter | 'compensation'
+  dimension: HealthDimension
+  from: string
+  to: string
+  forced: boolean
+  reason: string | null
+  previous: NodeHealth & { display_state: DisplayState }
+  current: NodeHealth & { display_state: DisplayState }
+  version: number
+  occurred_at: string
+}
+
+export interface HealthUpdateResult {
+  changed: boolean
+  node: NodeRecord
+  event?: HealthEvent
+}
+
+export function healthEventSubject(nodeId: string): string {
+  return `events.node.${nodeId}.health_changed`
+}
+
+/** Applies one change through the transition table; a same-value write is a no-op. */
+export async function applyHealthUpdate(trx: Queryable, update: HealthUpdate): Promise<HealthUpdateResult> {
+  const change = validateChange(update.change)
+  const node = await loadForWrite(trx, update)
+  const dimension = dimensionOf(change)
+  const next = nextHealth(node, change)
+
+  if (next.unchanged) return { changed: false, node }
+
+  if (dimension === 'state') {
+    const to = next.health.state
+    if (!canTransition(node.state, to)) {
+      throw new ConflictError(
+        `node ${node.id} cannot move from ${node.state} to ${to}`,
+        `allowed from ${node.state}: ${listOrNone(node.state)}`,
+      )
+    }
+  } else {
+    if (isTerminalState(node.state)) {
+      throw new ConflictError(`node ${node.id} is ${node.state}`, `${dimension} of a ${node.state} node stays unknown`)
+    }
+  }
+  if (node.state === 'maintenance' && (change.writer === 'heartbeat_evaluation' || change.writer === 'policy_evaluation')) {
+    throw new ConflictError(`node ${node.id} is in maintenance`, 'heartbeat and policy evaluation skip nodes in maintenance')
+  }
+  return write(trx, node, next.health, { writer: change.writer, dimension, forced: false, reason: update.reason, now: update.now })
+}
+
+export interface ForcedStateUpdate {
+  nodeId: string
+  state: NodeState
+  /** Why the table is being skipped; required, recorded in the health event. */
+  reason: string
+  expectedVersion?: number
+  now?: Date
+}
+
+/**
+ * Compensation only (a failed provisioning or migration): sets `state` without consulting the
+ * transition table. Still optimistic-locked and still one health event. A terminal node stays
+ * terminal: compensation never brings a terminated or failed node back.
+ */
+export async function forceNodeState(trx: Queryable, update: ForcedStateUpdate): Promise<HealthUpdateResult> {
+  if (!NODE_STATES.includes(update.state)) throw new ValidationError(`unknown node state "${String(update.state)}"`)
+  if (!update.reason?.trim()) throw new ValidationError('a forced state update needs a reason')
+  const node = await loadForWrite(trx, update)
+  if (node.state === update.state) return { changed: false, node }
+  if (isTerminalState(node.state)) {
+    throw new ConflictError(`node ${node.id} is ${node.state}`, 'a terminal state is final, even for a forced update')
+  }
+  const health = withTerminalReset({ state: update.state, sync_status: node.sync_status, application_health: node.application_health })
+  return write(trx, node, health, { writer: 'compensation', dimension: 'state', forced: true, reason: update.reason, now: update.now })
+}
+
+function validateChange(change: HealthChange): HealthChange {
+  const candidate = change as Partial<Record<string, unknown>>
+  const keys = ['state', 'application_health', 'sync_status'].filter((k) => candidate[k] !== undefined)
+  if (keys.length !== 1) throw new ValidationError('a health change sets exactly one of state, application_health, sync_status')
+  if (change.writer === 'policy_evaluation') {
+    if (!APPLICATION_HEALTH_VALUES.includes(change.application_health)) {
+      throw new ValidationError('policy evaluation writes only application_health', `got ${keys[0]}=${String(candidate[keys[0] ?? ''])}`)
+    }
+  } else if (change.writer === 'sync_event') {
+    if (!SYNC_STATUSES.includes(change.sync_status)) {
+      throw new ValidationError('sync events write only sync_status', `got ${keys[0]}=${String(candidate[keys[0] ?? ''])}`)
+    }
+  } else if (STATE_WRITERS.includes(change.writer)) {
+    if (!NODE_STATES.includes(change.state)) {
+      throw new ValidationError(`${change.writer} writes only state`, `got ${keys[0]}=${String(candidate[keys[0] ?? ''])}`)
+    }
+  } else {
+    throw new ValidationError(`unknown health writer "${String((change as { writer: unknown }).writer)}"`)
+  }
+  return change
+}
+
+function dimensionOf(change: HealthChange): HealthDimension {
+  if ('state' in change) return 'state'
+  if ('application_health' in change) return 'application_health'
+  return 'sync_status'
+}
+
+function nextHealth(node: NodeRecord, change: HealthChange): { unchanged: boolean; health: NodeHealth } {
+  const current: NodeHealth = { state: node.state, sync_status: node.sync_status, application_health: node.application_health }
+  const health: NodeHealth = { ...current, ...pickValue(change) }
+  const unchanged =
+    health.state === current.state && health.sync_status === current.sync_status && health.application_health === current.application_health
+  return { unchanged, health: withTerminalReset(health) }
+}
+
+function pickValue(change: HealthChange): Partial<NodeHealth> {
+  if ('state' in change) return { state: change.state }
+  if ('application_health' in change) return { application_health: change.application_health }
+  return { sync_status: change.sync_status }
+}
+
+/** Spec: a move into a terminal state resets sync_status and application_health to unknown. */
+function withTerminalReset(health: NodeHealth): NodeHealth {
+  return isTerminalState(health.state) ? { state: health.state, sync_status: 'unknown', application_health: 'unknown' } : health
+}
+
+async function loadForWrite(trx: Queryable, update: { nodeId: string; expectedVersion?: number }): Promise<NodeRecord> {
+  const node = await findNode(trx, update.nodeId)
+  if (!node) throw new NotFoundError(`node ${update.nodeId} not found`)
+  if (update.expectedVersion !== undefined && update.expectedVersion !== node.version) {
+    throw versionConflict(node.id, update.expectedVersion, node.version)
+  }
+  return node
+}
+
+function versionConflict(nodeId: string, expected: number, actual: number | string): ConflictError {
+  return new ConflictError(`node ${nodeId} was changed concurrently`, `expected version ${expected}, found ${actual}; re-read the node and retry`)
+}
+
+interface WriteMeta {
+  writer: HealthWriter | 'compensation'
+  dimension: HealthDimension
+  forced: boolean
+  reason: string | undefined
+  now: Date | undefined
+}
+
+async function write(trx: Queryable, node: NodeRecord, health: NodeHealth, meta: WriteMeta): Promise<HealthUpdateResult> {
+  try {
+    return await writeVersioned(trx, node, health, meta)
+  } catch (err) {
+    if (isConcurrentWriteFailure(err)) throw versionConflict(node.id, node.version, 'a newer one')
+    throw err
+  }
+}
+
+async function writeVersioned(trx: Queryable, node: NodeRecord, health: NodeHealth, meta: WriteMeta): Promise<HealthUpdateResult> {
+  const now = meta.now ?? new Date()
+  const version = node.version + 1
+  const stateChanged = health.state !== node.state
+  const updated = await trx('nodes')
+    .where({ id: node.id, version: node.version })
+    .update({
+      state: health.state,
+      sync_status: health.sync_status,
+      application_health: health.application_health,
+      version,
+      updated_at: now,
+      ...(stateChanged ? { state_changed_at: now } : {}),
+    })
+  if (updated !== 1) throw versionConflict(node.id, node.version, 'a newer one')
+
+  const previous: NodeHealth = { state: node.state, sync_status: node.sync_status, application_health: node.application_health }
+  const event: HealthEvent = {
+    event_id: crypto.randomUUID(),
+    node_id: node.id,
+    subscription_id: node.subscription_id,
+    chain_profile_id: node.chain_profile_id,
+    writer: meta.writer,
+    dimension: meta.dimension,
+    from: previous[meta.dimension],
+    to: health[meta.dimension],
+    forced: meta.forced,
+    reason: meta.reason ?? null,
+    previous: { ...previous, display_state: displayState(previous) },
+    current: { ...health, display_state: displayState(health) },
+    version,
+    occurred_at: now.toISOString(),
+  }
+  await enqueueEvent(trx, { subject: healthEventSubject(node.id), payload: event, messageId: event.event_id }, now)
+  return {
+    changed: true,
+    event,
+    node: { ...node, ...health, version, updated_at: now, state_changed_at: stateChanged ? now : node.state_changed_at },
+  }
+}
+
+function listOrNone(state: NodeState): string {
+  const allowed = NODE_STATES.filter((to) => canTransition(state, to))
+  return allowed.length > 0 ? allowed.join(', ') : 'none (terminal)'
+}

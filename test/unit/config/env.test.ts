@@ -1,0 +1,62 @@
+import path from 'node:path'
+import { describe, expect, it } from 'vitest'
+import { apiServerEnv, loadConfig, upEnv } from '../../../src/config/env.js'
+import { parseDuration } from '../../../src/config/duration.js'
+import { ConfigError } from '../../../src/errors.js'
+
+describe('loadConfig', () => {
+  it("defaults to SQLite files in ./.nodeplane and the spec's ports", () => {
+    const config = loadConfig(upEnv, {})
+    const dataDir = path.resolve('.nodeplane')
+    expect(config.NODEPLANE_DATA_DIR).toBe(dataDir)
+    expect(config.DATABASE_URL).toBe(`sqlite://${dataDir}/control-plane.db`)
+    expect(config.PAYMENTS_DATABASE_URL).toBe(`sqlite://${dataDir}/payments.db`)
+    expect([config.API_SERVER_PORT, config.AUTH_SERVER_PORT, config.AGENT_GATEWAY_PORT]).toEqual([8080, 8081, 9090])
+    expect([config.PAYMENT_GRPC_PORT, config.PAYMENT_HTTP_PORT, config.PAYMENT_METRICS_PORT]).toEqual([50051, 8085, 9086])
+    expect(config.NATS_URL).toBeUndefined()
+  })
+
+  it('puts the default databases inside NODEPLANE_DATA_DIR', () => {
+    const config = loadConfig(apiServerEnv, { NODEPLANE_DATA_DIR: '/srv/np' })
+    expect(config.DATABASE_URL).toBe('sqlite:///srv/np/control-plane.db')
+  })
+
+  it('names every offending variable in one error', () => {
+    let error: unknown
+    try {
+      loadConfig(upEnv, { DATABASE_URL: 'mysql://x', API_SERVER_PORT: 'eighty', AGENT_GATEWAY_PORT: '70000', NATS_URL: 'http://x', OUTBOX_POLL_INTERVAL: 'soon' })
+    } catch (err) {
+      error = err
+    }
+    expect(error).toBeInstanceOf(ConfigError)
+    const problems = (error as ConfigError).problems.join('\n')
+    expect((error as ConfigError).problems).toHaveLength(5)
+    expect(problems).toMatch(/DATABASE_URL="mysql:\/\/x": must be sqlite/)
+    expect(problems).toMatch(/API_SERVER_PORT="eighty"/)
+    expect(problems).toMatch(/AGENT_GATEWAY_PORT="70000": must be between 1 and 65535/)
+    expect(problems).toMatch(/NATS_URL/)
+    expect(problems).toMatch(/OUTBOX_POLL_INTERVAL="soon": "soon" is not a duration/)
+  })
+
+  it('never echoes database credentials', () => {
+    expect(() => loadConfig(upEnv, { DATABASE_URL: 'mysql://admin:hunter2@db/x' })).toThrow(ConfigError)
+    try {
+      loadConfig(upEnv, { DATABASE_URL: 'mysql://admin:hunter2@db/x' })
+    } catch (err) {
+      expect(String((err as Error).message)).not.toContain('hunter2')
+    }
+  })
+})
+
+describe('parseDuration', () => {
+  it('reads compound durations and rejects anything else', () => {
+    expect(parseDuration('250ms')).toBe(250)
+    expect(parseDuration('1h30m')).toBe(5_400_000)
+    expect(parseDuration('7d')).toBe(604_800_000)
+    expect(parseDuration('2w')).toBe(1_209_600_000)
+    expect(parseDuration('')).toBeNull()
+    expect(parseDuration('10')).toBeNull()
+    expect(parseDuration('5 minutes')).toBeNull()
+    expect(parseDuration('1h x')).toBeNull()
+  })
+})
