@@ -1,6 +1,6 @@
 import fs from 'node:fs'
 import { startApiServer } from '../daemons/api-server.js'
-import { openBus, openDatabase, startRelay } from '../daemons/runtime.js'
+import { openDatabase, startRelay } from '../daemons/runtime.js'
 import { BaseCommand } from '../src/cli/base-command.js'
 import { loadConfig, upEnv } from '../src/config/env.js'
 import { Resources } from '../src/daemon/resources.js'
@@ -10,6 +10,7 @@ import { DATABASE_NAMES } from '../src/db/migrate.js'
 import { migrateDatabases } from '../src/db/operations.js'
 import { redactDatabaseUrl } from '../src/db/url.js'
 import { ConflictError } from '../src/errors.js'
+import { openEventBus } from '../src/events/open-bus.js'
 import { createLogger } from '../src/log.js'
 
 export default class Up extends BaseCommand<typeof Up> {
@@ -30,16 +31,17 @@ export default class Up extends BaseCommand<typeof Up> {
       )
     }
 
-    const logger = createLogger({ level: config.LOG_LEVEL, daemon: 'up' })
+    const logFor = (daemon: string) => createLogger({ level: config.LOG_LEVEL, daemon })
+    const logger = logFor('up')
     await migrateDatabases(config, DATABASE_NAMES)
     const resources = new Resources(logger)
     const stack = await resources.starting(async () => {
       const db = resources.add('database', await openDatabase(config.DATABASE_URL, 'nodeplane-up'), (d) => d.destroy())
-      const bus = resources.add('bus', await openBus(config, logger, 'up'), (b) => b.close())
-      resources.add('outbox relay', startRelay(db, bus, config, logger.child({ daemon: 'outbox-relay' })), (r) => r.stop())
+      const bus = resources.add('bus', await openEventBus({ natsUrl: config.NATS_URL, singleProcess: true, logger: logFor('event-bus'), name: 'up' }), (b) => b.close())
+      resources.add('outbox relay', startRelay(db, bus, config, logFor('outbox-relay')), (r) => r.stop())
       const api = resources.add(
         'api-server',
-        await startApiServer(config, { db, bus, logger: logger.child({ daemon: 'api-server' }) }),
+        await startApiServer(config, { db, bus, logger: logFor('api-server') }),
         (s) => s.stop(),
       )
       const file: StackFile = {

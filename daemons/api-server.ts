@@ -1,5 +1,6 @@
 /** The `api-server` daemon: the public REST API on API_SERVER_PORT (8080). */
 import type { Db } from '../src/db/knex.js'
+import { ConfigError } from '../src/errors.js'
 import type { EventBus } from '../src/events/bus.js'
 import { createApiApp } from '../src/http/app.js'
 import { startHttpServer } from '../src/http/server.js'
@@ -20,6 +21,10 @@ export interface RunningServer {
 export async function startApiServer(settings: ApiServerSettings, deps: { db: Db; bus: EventBus; logger: Logger }): Promise<RunningServer> {
   const metrics = createMetrics('api-server')
   const app = createApiApp({ db: deps.db, bus: deps.bus, logger: deps.logger, metrics, bodyLimitBytes: settings.HTTP_BODY_LIMIT_BYTES })
-  const server = await startHttpServer(app, { host: settings.HTTP_HOST, port: settings.API_SERVER_PORT })
+  const server = await startHttpServer(app, { host: settings.HTTP_HOST, port: settings.API_SERVER_PORT }).catch((err: NodeJS.ErrnoException) => {
+    if (err.code !== 'EADDRINUSE' && err.code !== 'EACCES') throw err
+    const why = err.code === 'EADDRINUSE' ? 'is already in use' : 'needs privileges this user lacks'
+    throw new ConfigError([`API_SERVER_PORT: port ${settings.API_SERVER_PORT} on ${settings.HTTP_HOST} ${why}; stop whatever listens there or choose another port`])
+  })
   return { url: server.url, stop: () => server.close() }
 }

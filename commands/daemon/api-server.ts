@@ -1,10 +1,11 @@
 import { startApiServer } from '../../daemons/api-server.js'
-import { openBus, openDatabase, requireNats, startRelay } from '../../daemons/runtime.js'
+import { openDatabase, startRelay } from '../../daemons/runtime.js'
 import { BaseCommand } from '../../src/cli/base-command.js'
 import { apiServerEnv, loadConfig } from '../../src/config/env.js'
 import { Resources } from '../../src/daemon/resources.js'
 import { installShutdown } from '../../src/daemon/shutdown.js'
 import { assertSchemaCurrent } from '../../src/db/schema-check.js'
+import { openEventBus } from '../../src/events/open-bus.js'
 import { createLogger } from '../../src/log.js'
 
 export default class DaemonApiServer extends BaseCommand<typeof DaemonApiServer> {
@@ -14,13 +15,16 @@ export default class DaemonApiServer extends BaseCommand<typeof DaemonApiServer>
 
   async run(): Promise<{ daemon: string; url: string }> {
     const config = loadConfig(apiServerEnv, this.env())
-    requireNats(config, 'api-server')
     const logger = createLogger({ level: config.LOG_LEVEL, daemon: 'api-server' })
     const resources = new Resources(logger)
     const url = await resources.starting(async () => {
+      const bus = resources.add(
+        'bus',
+        await openEventBus({ natsUrl: config.NATS_URL, singleProcess: false, logger, name: 'api-server' }),
+        (b) => b.close(),
+      )
       const db = resources.add('database', await openDatabase(config.DATABASE_URL, 'nodeplane-api-server'), (d) => d.destroy())
       await assertSchemaCurrent(db, 'control-plane')
-      const bus = resources.add('bus', await openBus(config, logger, 'api-server'), (b) => b.close())
       resources.add('outbox relay', startRelay(db, bus, config, logger), (r) => r.stop())
       const server = resources.add('http server', await startApiServer(config, { db, bus, logger }), (s) => s.stop())
       return server.url

@@ -50,8 +50,8 @@ export async function migrationStatus(db: Db, name: DatabaseName): Promise<Migra
   return { database: name, applied: completed.map((m) => m.name), pending: pending.map((m) => m.name) }
 }
 
-export async function migrateLatest(db: Db, name: DatabaseName, lockFile?: string): Promise<{ applied: string[] }> {
-  return withMigrationLock(db, name, lockFile, async () => {
+export async function migrateLatest(db: Db, name: DatabaseName): Promise<{ applied: string[] }> {
+  return withMigrationLock(db, name, async () => {
     const config = migratorConfig(name)
     // Under our own lock nobody else is migrating, so a knex lock row left set by a runner
     // that crashed can be cleared safely.
@@ -61,7 +61,7 @@ export async function migrateLatest(db: Db, name: DatabaseName, lockFile?: strin
   })
 }
 
-async function withMigrationLock<T>(db: Db, name: DatabaseName, lockFile: string | undefined, fn: () => Promise<T>): Promise<T> {
+async function withMigrationLock<T>(db: Db, name: DatabaseName, fn: () => Promise<T>): Promise<T> {
   if (dialectOf(db) === 'postgres') {
     const key = SOURCES[name].lockKey
     const client = db.client as { acquireConnection(): Promise<unknown>; releaseConnection(c: unknown): Promise<void> }
@@ -77,8 +77,7 @@ async function withMigrationLock<T>(db: Db, name: DatabaseName, lockFile: string
       await client.releaseConnection(conn)
     }
   }
-  if (!lockFile) return fn()
-  const release = await lockfile.lock(lockFile, {
+  const release = await lockfile.lock(`${sqliteFilename(db)}.migrate`, {
     realpath: false,
     stale: 15_000,
     update: 5_000,
@@ -89,4 +88,9 @@ async function withMigrationLock<T>(db: Db, name: DatabaseName, lockFile: string
   } finally {
     await release()
   }
+}
+
+function sqliteFilename(db: Db): string {
+  const connection = (db.client as { config: { connection: { filename: string } } }).config.connection
+  return connection.filename
 }

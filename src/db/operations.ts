@@ -24,11 +24,9 @@ export async function migrateDatabases(urls: DatabaseUrls, names: readonly Datab
   for (const name of names) {
     const url = urlFor(urls, name)
     await probeDatabase(url)
-    const target = parseDatabaseUrl(url)
     const db = createDatabase(url, { poolMax: 2, applicationName: 'nodeplane-migrate' })
     try {
-      const lockFile = target.client === 'sqlite' ? `${target.filename}.migrate` : undefined
-      const { applied } = await migrateLatest(db, name, lockFile)
+      const { applied } = await migrateLatest(db, name)
       reports.push({ database: name, url: redactDatabaseUrl(url), applied })
     } finally {
       await db.destroy()

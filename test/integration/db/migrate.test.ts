@@ -17,11 +17,6 @@ import { MIGRATIONS, migratorConfig, schemaSnapshot, tableNames } from './suppor
 const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..')
 const CHILD = path.join(REPO_ROOT, 'test/integration/db/migrate-child.ts')
 
-/** The lock file a SQLite runner passes: beside the database file, as `db migrate` does. */
-function lockFileFor(url: string): string | undefined {
-  return url.startsWith('sqlite://') ? `${url.slice('sqlite://'.length)}.migrate` : undefined
-}
-
 async function migrationRows(db: Db, name: DatabaseName): Promise<Array<{ name: string; batch: number }>> {
   const rows = (await db(MIGRATIONS[name].tableName).select('name', 'batch').orderBy('id')) as Array<{ name: string; batch: unknown }>
   return rows.map((r) => ({ name: r.name, batch: Number(r.batch) }))
@@ -42,8 +37,8 @@ interface Runner {
   done: Promise<{ code: number | null; stdout: string; stderr: string }>
 }
 
-function startRunner(url: string, name: DatabaseName, lockFile: string | undefined): Runner {
-  const child = spawn(process.execPath, ['--import', 'tsx', CHILD, url, name, lockFile ?? ''], {
+function startRunner(url: string, name: DatabaseName): Runner {
+  const child = spawn(process.execPath, ['--import', 'tsx', CHILD, url, name], {
     cwd: REPO_ROOT,
     stdio: ['pipe', 'pipe', 'pipe'],
   })
@@ -81,7 +76,7 @@ describe.each(DIALECTS)('migrations on %s', (dialect) => {
         expect(await tableNames(t.db)).toEqual([])
         expect(await migrationStatus(t.db, name)).toEqual({ database: name, applied: [], pending: expected })
 
-        expect(await migrateLatest(t.db, name, lockFileFor(t.url))).toEqual({ applied: expected })
+        expect(await migrateLatest(t.db, name)).toEqual({ applied: expected })
         expect(await migrationStatus(t.db, name)).toEqual({ database: name, applied: expected, pending: [] })
         const schema = await schemaSnapshot(t.db)
         const rows = await migrationRows(t.db, name)
@@ -89,7 +84,7 @@ describe.each(DIALECTS)('migrations on %s', (dialect) => {
 
         // A second runner (another process's pool, as `db migrate` after a daemon has migrated)
         // must neither wait on a lock the first left behind nor apply anything.
-        const again = await within(15_000, 'second migrate', migrateLatest(t.connect(), name, lockFileFor(t.url)))
+        const again = await within(15_000, 'second migrate', migrateLatest(t.connect(), name))
         expect(again).toEqual({ applied: [] })
         expect(await schemaSnapshot(t.db)).toEqual(schema)
         expect(await migrationRows(t.db, name)).toEqual(rows)
@@ -133,7 +128,7 @@ describe.each(DIALECTS)('migrations on %s', (dialect) => {
       const reference = await createTestDatabase(dialect, { database: name, migrated: true })
       let db: Db | undefined
       try {
-        const runners = [startRunner(url, name, lockFileFor(url)), startRunner(url, name, lockFileFor(url))]
+        const runners = [startRunner(url, name), startRunner(url, name)]
         await within(30_000, 'runners starting', Promise.all(runners.map((r) => r.ready)))
         for (const r of runners) r.go()
         const results = await within(60_000, 'concurrent migrate', Promise.all(runners.map((r) => r.done)))

@@ -1,0 +1,53 @@
+/** Fresh, migrated benchmark databases on both dialects, dropped afterwards. */
+import crypto from 'node:crypto'
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import pg from 'pg'
+import { createDatabase, type Db } from '../src/db/knex.js'
+import { migrateLatest, type DatabaseName } from '../src/db/migrate.js'
+
+export type Dialect = 'sqlite' | 'postgres'
+
+export interface BenchDatabase {
+  dialect: Dialect
+  url: string
+  db: Db
+  drop(): Promise<void>
+}
+
+async function admin(serverUrl: string, sql: string): Promise<void> {
+  const client = new pg.Client({ connectionString: serverUrl })
+  await client.connect()
+  try {
+    await client.query(sql)
+  } finally {
+    await client.end()
+  }
+}
+
+export async function benchDatabase(dialect: Dialect, postgresUrl: string, name: DatabaseName = 'control-plane'): Promise<BenchDatabase> {
+  if (dialect === 'sqlite') {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'nodeplane-bench-'))
+    const url = `sqlite://${path.join(dir, 'bench.db')}`
+    const db = createDatabase(url)
+    await migrateLatest(db, name)
+    return { dialect, url, db, drop: async () => (await db.destroy(), fs.rmSync(dir, { recursive: true, force: true })) }
+  }
+  const database = `np_bench_${crypto.randomBytes(5).toString('hex')}`
+  await admin(postgresUrl, `CREATE DATABASE ${database}`)
+  const u = new URL(postgresUrl)
+  u.pathname = `/${database}`
+  const url = u.toString()
+  const db = createDatabase(url)
+  await migrateLatest(db, name)
+  return {
+    dialect,
+    url,
+    db,
+    drop: async () => {
+      await db.destroy()
+      await admin(postgresUrl, `DROP DATABASE IF EXISTS ${database} WITH (FORCE)`)
+    },
+  }
+}

@@ -1,0 +1,68 @@
+/**
+ * `npm run bench`: starts a real Postgres and nats-server (the test helpers), runs every
+ * benchmark, writes bench/results/latest.json and latest.md. BENCH_SCALE=0.25 for a quick run.
+ */
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { startNats } from '../test/helpers/nats.js'
+import { startPostgres } from '../test/helpers/postgres.js'
+import { benchEvents } from './events.js'
+import type { Bench, BenchFigure } from './lib.js'
+import { benchStateMachine } from './state-machine.js'
+
+const BENCHES: Record<string, Bench> = {
+  'state-machine': benchStateMachine,
+  events: benchEvents,
+}
+
+const resultsDir = path.join(path.dirname(fileURLToPath(import.meta.url)), 'results')
+
+async function main(): Promise<void> {
+  const only = process.argv.slice(2)
+  const scale = Number(process.env.BENCH_SCALE ?? '1')
+  const postgres = await startPostgres()
+  const nats = await startNats()
+  const figures: BenchFigure[] = []
+  try {
+    for (const [name, bench] of Object.entries(BENCHES)) {
+      if (only.length > 0 && !only.includes(name)) continue
+      process.stderr.write(`bench ${name}...\n`)
+      figures.push(...(await bench({ postgresUrl: postgres.url, natsUrl: nats.url, scale, log: (l) => process.stderr.write(`  ${l}\n`) })))
+    }
+  } finally {
+    await nats.destroy()
+    await postgres.stop()
+  }
+
+  const run = {
+    ran_at: new Date().toISOString(),
+    machine: { cpus: os.cpus().length, cpu_model: os.cpus()[0]?.model ?? 'unknown', memory_gib: Math.round(os.totalmem() / 2 ** 30), node: process.version },
+    scale,
+    figures,
+  }
+  fs.mkdirSync(resultsDir, { recursive: true })
+  fs.writeFileSync(path.join(resultsDir, 'latest.json'), `${JSON.stringify(run, null, 2)}\n`)
+  const rows = figures.map(
+    (f) => `| ${f.name} | ${f.value.toFixed(0)} ${f.unit} | ${f.baseline}: ${f.baselineValue.toFixed(0)} | **${f.ratio.toFixed(2)}** | ${f.aim ?? ''} |`,
+  )
+  const md = [
+    `# Benchmark results (${run.ran_at})`,
+    '',
+    `${run.machine.cpus} cores (${run.machine.cpu_model}), ${run.machine.memory_gib} GiB, Node ${run.machine.node}, scale ${scale}.`,
+    'Each figure is a ratio against a baseline measured in the same run on the same machine.',
+    '',
+    '| measured | value | baseline | ratio | aim |',
+    '|---|---|---|---|---|',
+    ...rows,
+    '',
+  ].join('\n')
+  fs.writeFileSync(path.join(resultsDir, 'latest.md'), md)
+  process.stdout.write(md)
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`bench failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`)
+  process.exitCode = 1
+})

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs what the test suite needs from Debian's packages when it is missing: nats-server
+# (events tests) and the PostgreSQL server binaries (the Postgres half of every database test).
+# Needs root for apt-get; otherwise says what to install.
+set -euo pipefail
+
+missing=()
+if ! command -v nats-server >/dev/null 2>&1 && [ ! -x /usr/sbin/nats-server ] && [ -z "${TEST_NATS_URL:-}" ]; then
+  missing+=(nats-server)
+fi
+if ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 && [ -z "${TEST_DATABASE_URL:-}" ] && [ -z "${PG_BIN_DIR:-}" ]; then
+  missing+=(postgresql)
+fi
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+  echo "The test suite needs: ${missing[*]}. Install them (Debian: sudo apt-get install -y ${missing[*]}), or set TEST_DATABASE_URL / TEST_NATS_URL to servers of your own." >&2
+  exit 1
+fi
+echo "Installing ${missing[*]} from Debian's packages..." >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,67 @@
+/**
+ * Readiness (GET /readyz): the API can serve only with its database and its event bus. Each
+ * component is checked with a short deadline, all at once; a hung dependency makes the probe
+ * fail fast instead of hanging the prober. Concurrent probes share one check in flight, so a
+ * flood of probes against a hanging database does not pile up connection attempts.
+ */
+import type { Db } from '../db/knex.js'
+import type { EventBus } from '../events/bus.js'
+
+export interface ComponentStatus {
+  status: 'up' | 'down'
+  error?: string
+}
+
+export interface Readiness {
+  ready: boolean
+  components: { database: ComponentStatus; bus: ComponentStatus }
+}
+
+export const DEFAULT_READINESS_TIMEOUT_MS = 2_000
+/** Driver messages can be long (a whole connection string's worth); the probe needs the gist. */
+const MAX_ERROR_LENGTH = 200
+
+export function createReadinessCheck(deps: { db: Db; bus: EventBus }, timeoutMs = DEFAULT_READINESS_TIMEOUT_MS): () => Promise<Readiness> {
+  let inFlight: Promise<Readiness> | undefined
+  const check = async (): Promise<Readiness> => {
+    const [database, bus] = await Promise.all([
+      probe(timeoutMs, async () => {
+        await deps.db.raw('select 1').timeout(timeoutMs, { cancel: false })
+      }),
+      probe(timeoutMs, async () => {
+        const health = await deps.bus.health()
+        if (!health.ok) throw new Error(health.error)
+      }),
+    ])
+    return { ready: database.status === 'up' && bus.status === 'up', components: { database, bus } }
+  }
+  return () => {
+    inFlight ??= check().finally(() => {
+      inFlight = undefined
+    })
+    return inFlight
+  }
+}
+
+async function probe(timeoutMs: number, run: () => Promise<void>): Promise<ComponentStatus> {
+  let timer: NodeJS.Timeout | undefined
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs)
+  })
+  const attempt = run()
+  // The attempt may settle after the deadline won; its rejection is expected, not unhandled.
+  attempt.catch(() => undefined)
+  try {
+    await Promise.race([attempt, deadline])
+    return { status: 'up' }
+  } catch (err) {
+    return { status: 'down', error: describe(err) }
+  } finally {
+    clearTimeout(timer)
+  }
+}
+
+function describe(err: unknown): string {
+  const text = err instanceof Error ? err.message || err.name : String(err)
+  return text.length > MAX_ERROR_LENGTH ? `${text.slice(0, MAX_ERROR_LENGTH - 3)}...` : text
+}

@@ -1,0 +1,55 @@
+/** Runs the real binary (bin/run.js over the compiled dist/) as a child process. */
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { execa, type ResultPromise } from 'execa'
+import { waitFor } from './ports.js'
+
+export const BIN = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../bin/run.js')
+
+export interface CliResult {
+  exitCode: number
+  stdout: string
+  stderr: string
+}
+
+/** Environment without the caller's nodeplane variables, so tests never touch a real setup. */
+export function cleanEnv(extra: Record<string, string> = {}): Record<string, string> {
+  const env: Record<string, string> = {}
+  for (const [key, value] of Object.entries(process.env)) {
+    if (value === undefined) continue
+    if (/^(NODEPLANE_|DATABASE_URL|PAYMENTS_DATABASE_URL|NATS_URL|API_SERVER_PORT|LOG_LEVEL)/.test(key)) continue
+    env[key] = value
+  }
+  return { ...env, ...extra }
+}
+
+export async function nodeplane(args: string[], options: { env?: Record<string, string>; cwd?: string } = {}): Promise<CliResult> {
+  const result = await execa('node', [BIN, ...args], {
+    env: cleanEnv(options.env),
+    extendEnv: false,
+    cwd: options.cwd ?? os.tmpdir(),
+    reject: false,
+    timeout: 60_000,
+  })
+  return { exitCode: result.exitCode ?? -1, stdout: String(result.stdout), stderr: String(result.stderr) }
+}
+
+export function spawnNodeplane(args: string[], options: { env?: Record<string, string>; cwd?: string } = {}): ResultPromise {
+  return execa('node', [BIN, ...args], {
+    env: cleanEnv(options.env),
+    extendEnv: false,
+    cwd: options.cwd ?? os.tmpdir(),
+    reject: false,
+    all: true,
+  })
+}
+
+export function tempDir(prefix = 'nodeplane-e2e-'): string {
+  return fs.mkdtempSync(path.join(os.tmpdir(), prefix))
+}
+
+export async function waitForFile<T>(file: string, what: string, timeoutMs = 30_000): Promise<T> {
+  return waitFor(async () => (fs.existsSync(file) ? (JSON.parse(fs.readFileSync(file, 'utf8')) as T) : undefined), what, timeoutMs, 100)
+}
