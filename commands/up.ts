@@ -1,6 +1,6 @@
 import fs from 'node:fs'
 import { startApiServer } from '../daemons/api-server.js'
-import { openDatabase, startRelay } from '../daemons/runtime.js'
+import { openDatabase, startHousekeeping, startRelay } from '../daemons/runtime.js'
 import { BaseCommand } from '../src/cli/base-command.js'
 import { loadConfig, upEnv } from '../src/config/env.js'
 import { Resources } from '../src/daemon/resources.js'
@@ -39,6 +39,7 @@ export default class Up extends BaseCommand<typeof Up> {
       const db = resources.add('database', await openDatabase(config.DATABASE_URL, 'nodeplane-up'), (d) => d.destroy())
       const bus = resources.add('bus', await openEventBus({ natsUrl: config.NATS_URL, singleProcess: true, logger: logFor('event-bus'), name: 'up' }), (b) => b.close())
       resources.add('outbox relay', startRelay(db, bus, config, logFor('outbox-relay')), (r) => r.stop())
+      resources.add('housekeeping', startHousekeeping(db, config, logFor('housekeeping')), (j) => j.stop())
       const api = resources.add(
         'api-server',
         await startApiServer(config, { db, bus, logger: logFor('api-server') }),

@@ -6,6 +6,8 @@
 import { createDatabase, type Db } from '../src/db/knex.js'
 import { probeDatabase } from '../src/db/probe.js'
 import type { EventBus } from '../src/events/bus.js'
+import { scheduleEventsHousekeeping } from '../src/events/housekeeping.js'
+import type { PeriodicJob } from '../src/jobs/periodic.js'
 import { OutboxRelay } from '../src/events/relay.js'
 import type { Logger } from '../src/log.js'
 
@@ -18,4 +20,8 @@ export function startRelay(db: Db, bus: EventBus, config: { OUTBOX_POLL_INTERVAL
   const relay = new OutboxRelay({ db, bus, logger, pollIntervalMs: config.OUTBOX_POLL_INTERVAL })
   relay.start()
   return relay
+}
+
+export function startHousekeeping(db: Db, config: { OUTBOX_RETENTION: number }, logger: Logger): PeriodicJob {
+  return scheduleEventsHousekeeping({ db, logger, outboxRetentionMs: config.OUTBOX_RETENTION })
 }

@@ -1,5 +1,5 @@
 import { startApiServer } from '../../daemons/api-server.js'
-import { openDatabase, startRelay } from '../../daemons/runtime.js'
+import { openDatabase, startHousekeeping, startRelay } from '../../daemons/runtime.js'
 import { BaseCommand } from '../../src/cli/base-command.js'
 import { apiServerEnv, loadConfig } from '../../src/config/env.js'
 import { Resources } from '../../src/daemon/resources.js'
@@ -26,6 +26,7 @@ export default class DaemonApiServer extends BaseCommand<typeof DaemonApiServer>
       const db = resources.add('database', await openDatabase(config.DATABASE_URL, 'nodeplane-api-server'), (d) => d.destroy())
       await assertSchemaCurrent(db, 'control-plane')
       resources.add('outbox relay', startRelay(db, bus, config, logger), (r) => r.stop())
+      resources.add('housekeeping', startHousekeeping(db, config, logger), (j) => j.stop())
       const server = resources.add('http server', await startApiServer(config, { db, bus, logger }), (s) => s.stop())
       return server.url
     })

@@ -68,6 +68,7 @@ export const portsEnv = {
 export const eventsEnv = {
   OUTBOX_POLL_INTERVAL: duration('500ms'),
   IDEMPOTENCY_KEY_TTL: duration('7d'),
+  OUTBOX_RETENTION: duration('3d'),
 }
 
 export const httpEnv = {

@@ -31,6 +31,7 @@ import {
   type JsMsg,
   type MsgHdrs,
   type NatsConnection,
+  type Status,
   type StreamInfo,
 } from 'nats'
 import { ConflictError, UnavailableError } from '../errors.js'
@@ -138,8 +139,11 @@ export async function connectNatsBus(options: NatsBusOptions): Promise<EventBus>
     throw new UnavailableError(`NATS JetStream is not usable: ${errorText(err)}`, 'the server must run with JetStream enabled (-js)')
   }
 
+  // Typed as a plain AsyncIterable, but it is a queued iterator that close() must stop: the
+  // client does not end connection-level status iterators when the connection closes.
+  const statuses = nc.status() as AsyncIterable<Status> & { stop?: () => void }
   const statusDone = (async () => {
-    for await (const status of nc.status()) {
+    for await (const status of statuses) {
       if (status.type === Events.Disconnect) {
         connected = false
         log.warn({ server: status.data }, 'disconnected from NATS; reconnecting')
@@ -289,6 +293,7 @@ export async function connectNatsBus(options: NatsBusOptions): Promise<EventBus>
       await Promise.all([...subscriptions].map((s) => s.close()))
       // drain() flushes acks still buffered; an already closed connection just closes.
       await nc.drain().catch(() => nc.close())
+      statuses.stop?.()
       await statusDone.catch(() => undefined)
     },
   }

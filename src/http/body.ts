@@ -36,8 +36,10 @@ export function jsonBody(limitBytes: number): ApiMiddleware {
     patchKoa: true,
   }) as unknown as ApiMiddleware
   return async (ctx, next) => {
-    // ctx.is() is null when the request has no body at all: the schema then reports it missing.
-    const isJson = ctx.is('application/json')
+    // No body at all (ctx.is() is null, or an explicit Content-Length: 0): nothing to parse, and
+    // the route's schema reports the body as missing.
+    const isJson = ctx.req.headers['content-length'] === '0' ? null : ctx.is('application/json')
+    if (isJson === null) return next()
     if (isJson === false) {
       const sent = ctx.get('Content-Type') || 'no Content-Type'
       throw new UnsupportedMediaTypeError('unsupported media type', `the request body must be application/json, not ${sent.slice(0, 100)}`)

@@ -1,0 +1,67 @@
+import crypto from 'node:crypto'
+import os from 'node:os'
+import { CronJob } from 'cron'
+import type { Db } from '../db/knex.js'
+import type { Logger } from '../log.js'
+import { releaseLease, tryAcquireLease } from './lease.js'
+
+export interface PeriodicJobOptions {
+  name: string
+  /** Six-field cron expression (seconds first), e.g. `0 * * * * *` for every minute. */
+  cronTime: string
+  /** How long one tick's lease lasts; keep it longer than the interval so the holder keeps it. */
+  leaseMs: number
+  db: Db
+  logger: Logger
+  run: (now: Date) => Promise<void>
+  now?: () => Date
+  holder?: string
+}
+
+export interface PeriodicJob {
+  /** Runs one tick now (if the lease is ours); resolves whether it ran. */
+  tick(): Promise<boolean>
+  stop(): Promise<void>
+}
+
+/**
+ * Schedules `run` with `cron`; each tick first takes the job's database lease, so among several
+ * replicas only the lease holder runs it, and a tick still running is never overlapped.
+ */
+export function schedulePeriodicJob(options: PeriodicJobOptions): PeriodicJob {
+  const holder = options.holder ?? `${os.hostname()}:${process.pid}:${crypto.randomUUID().slice(0, 8)}`
+  const now = options.now ?? (() => new Date())
+  const log = options.logger.child({ job: options.name })
+  let running: Promise<boolean> | undefined
+  let stopped = false
+
+  const tick = (): Promise<boolean> => {
+    if (stopped) return Promise.resolve(false)
+    if (running) return running
+    running = (async () => {
+      try {
+        const at = now()
+        if (!(await tryAcquireLease(options.db, options.name, holder, options.leaseMs, at))) return false
+        await options.run(at)
+        return true
+      } catch (err) {
+        log.error({ err }, 'periodic job failed')
+        return false
+      } finally {
+        running = undefined
+      }
+    })()
+    return running
+  }
+
+  const cron = CronJob.from({ cronTime: options.cronTime, onTick: () => void tick(), start: true })
+  return {
+    tick,
+    async stop() {
+      stopped = true
+      await cron.stop()
+      await running
+      await releaseLease(options.db, options.name, holder).catch((err: unknown) => log.warn({ err }, 'could not release lease'))
+    },
+  }
+}
