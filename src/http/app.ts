@@ -44,6 +44,11 @@ export interface ApiAppOptions {
   routes?: readonly ApiRoute[]
   readinessTimeoutMs?: number
   info?: ApiInfo
+  /**
+   * Behind a reverse proxy that sets X-Forwarded-For: log the client's address rather than
+   * the proxy's. Off by default, since a direct client could forge the header.
+   */
+  trustProxy?: boolean
 }
 
 export type ApiApp = Koa<ApiState, ApiContext>
@@ -78,7 +83,7 @@ export function createApiApp(options: ApiAppOptions): ApiApp {
     router[route.method](route.routerPath, ...chain)
   }
 
-  const app: ApiApp = new Koa<ApiState, ApiContext>()
+  const app: ApiApp = new Koa<ApiState, ApiContext>({ proxy: options.trustProxy ?? false })
   // Errors are answered and logged by errorMapping; this only catches what escapes it
   // (a failure while streaming a response), and keeps Koa from printing to stderr.
   app.on('error', (err: unknown, ctx?: ApiContext) => {

@@ -8,7 +8,7 @@
  *   that grows past the limit is 413 as soon as it does; malformed JSON is 400.
  */
 import { koaBody } from 'koa-body'
-import { PayloadTooLargeError } from '../errors.js'
+import { PayloadTooLargeError, ValidationError } from '../errors.js'
 import type { ApiMiddleware } from './context.js'
 import { UnsupportedMediaTypeError } from './http-errors.js'
 
@@ -44,8 +44,41 @@ export function jsonBody(limitBytes: number): ApiMiddleware {
       const sent = ctx.get('Content-Type') || 'no Content-Type'
       throw new UnsupportedMediaTypeError('unsupported media type', `the request body must be application/json, not ${sent.slice(0, 100)}`)
     }
-    await parse(ctx, next)
+    try {
+      await parse(ctx, async () => undefined)
+    } catch (err) {
+      throw bodyReadError(err, limitBytes)
+    }
+    await next()
   }
+}
+
+/**
+ * What reading or parsing a body can fail with (co-body, raw-body, inflation, zlib), as one of
+ * our errors with a fixed text: the original messages can quote the body. Anything else is
+ * returned as it is (a 500).
+ */
+export function bodyReadError(err: unknown, limitBytes: number): unknown {
+  if (!(err instanceof Error)) return err
+  const { status, type, code } = err as Error & { status?: unknown; type?: unknown; code?: unknown }
+  if (type === 'entity.too.large') return tooLarge(limitBytes)
+  if (type === 'charset.unsupported') return new UnsupportedMediaTypeError('unsupported charset', 'send the JSON body as UTF-8')
+  if (type === 'encoding.unsupported' || status === 415) {
+    return new UnsupportedMediaTypeError('unsupported content encoding', 'send the body uncompressed, or gzip, deflate or br encoded')
+  }
+  if (type === 'request.aborted') return new ValidationError('request aborted', 'the client closed the connection before the body was complete')
+  if (type === 'request.size.invalid') return new ValidationError('invalid request body', 'the body length does not match Content-Length')
+  // co-body marks a JSON.parse failure (and a __proto__ key) with status 400.
+  if (err instanceof SyntaxError) {
+    return new ValidationError('malformed JSON', 'the request body is not valid JSON (an object or an array is expected)')
+  }
+  if (typeof code === 'string' && code.startsWith('Z_')) {
+    return new ValidationError('invalid request body', 'the body could not be decompressed as its Content-Encoding says')
+  }
+  if (typeof status === 'number' && status >= 400 && status < 500) {
+    return new ValidationError('invalid request body', `the request body could not be read (HTTP ${status})`)
+  }
+  return err
 }
 
 export function tooLarge(limitBytes: number): PayloadTooLargeError {

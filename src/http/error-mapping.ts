@@ -3,8 +3,9 @@
  * after the logging middleware, so the access line and the metrics see the status sent.
  *
  * - DomainError -> its `status`, `{ error: message, details }`; RateLimitedError adds
- *   Retry-After; the HTTP layer's own errors add their headers (Allow on 405).
- * - body parser failures -> 400 (malformed JSON), 413 (over the limit), 415 (encoding/charset).
+ *   Retry-After; the HTTP layer's own errors add their headers (Allow on 405). Body parser
+ *   failures arrive here already turned into DomainErrors (body.ts).
+ * - a 4xx thrown with `ctx.throw` (http-errors, `expose: true`) -> that status and message.
  * - anything else -> 500 `{ error: "internal error", details: "request <id> failed; see server
  *   logs" }`; the error and its stack go to the log with the request id, never to the body.
  *
@@ -12,9 +13,9 @@
  * definition (400 naming the field); a schema failing deeper down is a server bug (a database row
  * or a response not matching its schema), and blaming the caller for it would hide the bug.
  */
-import { DomainError, PayloadTooLargeError, RateLimitedError, ValidationError } from '../errors.js'
+import { DomainError, RateLimitedError } from '../errors.js'
 import type { ApiContext, ApiMiddleware } from './context.js'
-import { ClientHttpError, HttpError, UnsupportedMediaTypeError, type ErrorBody } from './http-errors.js'
+import { ClientHttpError, HttpError, type ErrorBody } from './http-errors.js'
 import { REQUEST_ID_HEADER } from './request-id.js'
 
 export interface ErrorAnswer {
@@ -33,10 +34,6 @@ export function errorMapping(): ApiMiddleware {
     try {
       await next()
     } catch (err) {
-      if (ctx.headerSent || !ctx.writable) {
-        ctx.state.log.error({ err }, 'request failed after the response started')
-        return
-      }
       respondWithError(ctx, err)
     }
   }
@@ -47,6 +44,8 @@ export function respondWithError(ctx: ApiContext, err: unknown): void {
   if (answer.unexpected) ctx.state.log.error({ err }, 'request failed')
   else if (answer.status >= 500) ctx.state.log.warn({ error: answer.body.error, details: answer.body.details }, 'request failed')
 
+  // Nothing more can be said once the response started, or when the client is gone.
+  if (ctx.headerSent || !ctx.writable) return
   for (const name of ctx.res.getHeaderNames()) {
     if (!KEPT_HEADERS.has(name)) ctx.remove(name)
   }
@@ -64,8 +63,8 @@ export function toErrorAnswer(err: unknown, requestId: string): ErrorAnswer {
     if (err.status === 413) headers.Connection = 'close'
     return { status: err.status, body: { error: err.message, details: err.details }, headers, unexpected: false }
   }
-  const parserError = fromBodyParser(err)
-  if (parserError) return toErrorAnswer(parserError, requestId)
+  const clientError = fromExposedHttpError(err)
+  if (clientError) return toErrorAnswer(clientError, requestId)
   return {
     status: 500,
     body: { error: 'internal error', details: `request ${requestId} failed; see server logs` },
@@ -74,32 +73,10 @@ export function toErrorAnswer(err: unknown, requestId: string): ErrorAnswer {
   }
 }
 
-/**
- * co-body / raw-body (under koa-body) throw http-errors style errors with a `type`; their
- * messages can quote the request body, so each becomes one of ours with a fixed text.
- */
-function fromBodyParser(err: unknown): DomainError | undefined {
+/** `ctx.throw(4xx, message)` from Koa or a library: that message was meant for the client. */
+function fromExposedHttpError(err: unknown): DomainError | undefined {
   if (!(err instanceof Error)) return undefined
-  const { status, type, limit, expose } = err as Error & { status?: unknown; type?: unknown; limit?: unknown; expose?: unknown }
-  if (typeof status !== 'number' || status < 400 || status >= 500) return undefined
-  switch (type) {
-    case 'entity.too.large':
-      return new PayloadTooLargeError('request body too large', `the request body exceeds the limit of ${String(limit)} bytes`)
-    case 'encoding.unsupported':
-      return new UnsupportedMediaTypeError('unsupported content encoding', 'send the body uncompressed, or gzip, deflate or br encoded')
-    case 'charset.unsupported':
-      return new UnsupportedMediaTypeError('unsupported charset', 'send the JSON body as UTF-8')
-    case 'request.aborted':
-      return new ValidationError('request aborted', 'the client closed the connection before the body was complete')
-    case 'request.size.invalid':
-      return new ValidationError('invalid request body', 'the body length does not match Content-Length')
-    default:
-      // co-body marks a JSON.parse failure with status 400; its message may quote the body.
-      if (err instanceof SyntaxError) {
-        return new ValidationError('malformed JSON', 'the request body is not valid JSON (an object or an array is expected)')
-      }
-      // `ctx.throw(4xx, message)` from Koa or a library: the message was meant for the client.
-      if (expose === true) return new ClientHttpError(status, err.message)
-      return undefined
-  }
+  const { status, expose } = err as Error & { status?: unknown; expose?: unknown }
+  if (typeof status !== 'number' || status < 400 || status >= 500 || expose !== true) return undefined
+  return new ClientHttpError(status, err.message)
 }

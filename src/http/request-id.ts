@@ -9,8 +9,11 @@ import type { ApiMiddleware } from './context.js'
 
 export const REQUEST_ID_HEADER = 'X-Request-Id'
 
-/** UUIDs, ULIDs and the usual proxy ids fit: up to 128 characters of a safe set. */
-const SANE_REQUEST_ID = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/
+/**
+ * UUIDs, ULIDs, base64 and the usual proxy ids fit: up to 128 characters starting with a letter
+ * or digit, from a set that cannot break a header, a log line or a URL we put it in.
+ */
+const SANE_REQUEST_ID = /^[A-Za-z0-9][A-Za-z0-9._:=+/-]{0,127}$/
 
 export function acceptRequestId(incoming: string | string[] | undefined): string | undefined {
   if (typeof incoming !== 'string') return undefined

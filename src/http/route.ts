@@ -123,6 +123,7 @@ export function defineRoute<
   const { method, path, auth, request = {}, responses } = spec
   // Checked here, so a mistake stops the daemon at start-up.
   checkPathParams(spec)
+  checkResponses(spec)
   const hasBody = request.body !== undefined
   const openapi = toOpenApi(spec as AnyRouteSpec, hasBody)
   const name = `${method.toUpperCase()} ${path}`
@@ -186,6 +187,15 @@ function checkPathParams(definition: { method: string; path: string; request?: {
     )
   }
   if (!definition.path.startsWith('/')) throw new Error(`route path must start with "/": ${definition.path}`)
+}
+
+function checkResponses(definition: { method: string; path: string; responses: ResponsesSpec }): void {
+  for (const [status, entry] of Object.entries(definition.responses)) {
+    // Koa would fill a body-less 2xx other than 204 with its status text, as text/plain.
+    if (!isZodSchema(entry) && entry.schema === undefined && status !== '204') {
+      throw new Error(`route ${definition.method.toUpperCase()} ${definition.path}: response ${status} needs a schema (only 204 has no body)`)
+    }
+  }
 }
 
 /** Error answers the chain itself can give, documented on every route they apply to. */

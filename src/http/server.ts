@@ -44,9 +44,13 @@ export async function startHttpServer(app: HttpApp, options: HttpServerOptions):
   const handle = app.callback()
   let closing: Promise<void> | undefined
 
+  // Responses not yet sent: on a stop they say `Connection: close`, so keep-alive clients
+  // reconnect (to another instance) instead of reusing a socket that is about to go.
+  const unsent = new Set<http.ServerResponse>()
   const server = http.createServer((req, res) => {
-    // During a stop, tell keep-alive clients to reconnect elsewhere instead of reusing this socket.
     if (closing) res.setHeader('Connection', 'close')
+    unsent.add(res)
+    res.once('close', () => unsent.delete(res))
     void handle(req, res)
   })
   server.headersTimeout = options.headersTimeoutMs ?? DEFAULT_HEADERS_TIMEOUT_MS
@@ -72,6 +76,7 @@ export async function startHttpServer(app: HttpApp, options: HttpServerOptions):
   const host = options.host.includes(':') ? `[${options.host}]` : options.host
 
   const stop = async (): Promise<void> => {
+    for (const res of unsent) if (!res.headersSent) res.setHeader('Connection', 'close')
     const drained = new Promise<void>((resolve) => server.close(() => resolve()))
     server.closeIdleConnections()
     // A socket whose response just finished becomes idle; close those as they appear.

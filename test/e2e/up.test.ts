@@ -72,7 +72,7 @@ describe('nodeplane up', () => {
     const result = await nodeplane(['up'], { cwd: dir, env: { DATABASE_URL: 'mysql://root@db/np', API_SERVER_PORT: '99999' } })
     expect(result.exitCode).toBe(78)
     const lines = result.stderr.trim().split('\n')
-    expect(lines[0]).toMatch(/^Error: invalid configuration: DATABASE_URL="mysql:\/\/root@db\/np": must be sqlite.*; API_SERVER_PORT="99999": must be between 1 and 65535$/)
+    expect(lines[0]).toMatch(/^Error: invalid configuration: DATABASE_URL="mysql:\/\/\*\*\*@db\/np": must be sqlite.*; API_SERVER_PORT="99999": must be between 1 and 65535$/)
     expect(fs.existsSync(path.join(dir, '.nodeplane', 'stack.json'))).toBe(false)
   })
 

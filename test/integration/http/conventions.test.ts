@@ -1,3 +1,4 @@
+import { gzipSync } from 'node:zlib'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { ConflictError, RateLimitedError, UnauthorizedError } from '../../../src/errors.js'
 import type { Authenticator } from '../../../src/http/auth.js'
@@ -225,6 +226,18 @@ describe('errors', () => {
     const res = await getJson(`${api.url}/api/v1/echo`, { method: 'POST', headers: { 'Content-Type': 'text/plain' }, body: 'name=x' })
     expect(res.status).toBe(415)
     expect(res.body).toEqual({ error: 'unsupported media type', details: 'the request body must be application/json, not text/plain' })
+  })
+
+  it('reads gzip bodies, refuses unknown encodings with 415 and corrupt ones with 400', async () => {
+    const api = await resources.api({ db: t.db, routes: testRoutes() })
+    const post = (body: Uint8Array, encoding: string) =>
+      getJson(`${api.url}/api/v1/echo`, { method: 'POST', headers: { 'Content-Type': 'application/json', 'Content-Encoding': encoding }, body })
+    const zipped = await post(gzipSync(JSON.stringify({ name: 'zipped', count: 2 })), 'gzip')
+    expect(zipped).toMatchObject({ status: 201, body: { name: 'zipped', count: 2 } })
+    const zstd = await post(Buffer.from('{}'), 'zstd')
+    expect(zstd).toMatchObject({ status: 415, body: { error: 'unsupported content encoding' } })
+    const corrupt = await post(Buffer.from('not gzip at all'), 'gzip')
+    expect(corrupt).toMatchObject({ status: 400, body: { error: 'invalid request body' } })
   })
 
   it('answers malformed JSON with 400 without quoting it', async () => {
