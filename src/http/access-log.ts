@@ -12,6 +12,8 @@ import type { ApiMiddleware } from './context.js'
 import { UNMATCHED_ROUTE } from './http-metrics.js'
 
 const MAX_USER_AGENT = 200
+/** Load balancers and Prometheus poll these every few seconds; their lines go to debug. */
+const PROBE_ROUTES = new Set(['/health', '/readyz', '/metrics'])
 
 export function accessLog(logger: Logger): ApiMiddleware {
   return async (ctx, next) => {
@@ -38,6 +40,7 @@ export function accessLog(logger: Logger): ApiMiddleware {
       }
       // ctx.state.log, not the logger made above: authentication adds `userId` to it.
       if (status >= 500) ctx.state.log.warn(line, 'request answered')
+      else if (status < 400 && PROBE_ROUTES.has(line.route)) ctx.state.log.debug(line, 'request answered')
       else ctx.state.log.info(line, 'request answered')
     }
   }

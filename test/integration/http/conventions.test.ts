@@ -120,6 +120,8 @@ describe('request id', () => {
     expect(id).toMatch(UUID)
     const lines = api.logs.forRequest(id as string)
     expect(lines).toContainEqual(expect.objectContaining({ msg: 'request answered', method: 'GET', path: '/health', route: '/health', status: 200 }))
+    // Probes are polled constantly: their access lines stay at debug.
+    expect(lines.find((l) => l.msg === 'request answered')?.level).toBe('debug')
   })
 
   it('keeps a sane incoming X-Request-Id, on success and on error, in every line of the request', async () => {
@@ -128,6 +130,7 @@ describe('request id', () => {
     expect(ok.headers.get('x-request-id')).toBe('lb-7f3a:42')
     const lines = api.logs.forRequest('lb-7f3a:42')
     expect(lines.map((l) => l.msg)).toEqual(['admin route ran', 'request answered'])
+    expect(lines[1]?.level).toBe('info')
     expect(lines.every((l) => l.userId === 'u-admin')).toBe(true)
 
     const failed = await fetch(`${api.url}/nope`, { headers: { 'X-Request-Id': 'req-2' } })
