@@ -84,7 +84,7 @@ export function createEventHandler<T>(options: ConsumerOptions<T>): (message: Bu
     const opened = openEnvelope(message)
     if (!opened.ok) {
       log.warn({ reason: opened.reason }, 'malformed event acknowledged and dropped')
-      return settle('failed')
+      return settle('malformed')
     }
     const envelope = opened.envelope
 
@@ -104,7 +104,7 @@ export function createEventHandler<T>(options: ConsumerOptions<T>): (message: Bu
         if (await isProcessed(trx, key, at)) return 'duplicate'
         // Marked before the handler runs: on Postgres a concurrent delivery of the same key
         // waits here for this transaction instead of running the handler in parallel.
-        await markProcessed(db, key, durable, ttlMs, at)
+        await markProcessed(trx, key, durable, ttlMs, at)
         await handle(trx, event, envelope)
         return 'processed'
       })
