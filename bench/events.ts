@@ -2,8 +2,9 @@
  * Outbox relay throughput to NATS: N rows committed beforehand (in batches), then the time for
  * one relay to publish all N (claim, publish awaiting each PubAck, mark), against a bare loop of
  * N awaited JetStream publishes with a msgID on the same server, same run, same payload. The
- * relay pipelines each claimed batch on one connection, so it can keep up with (or beat) the bare
- * loop; the database round trips per batch are what it pays for. Aim: >= 0.5 of the bare loop.
+ * relay pipelines each claimed batch on one connection (publishes issued in id order, PubAcks
+ * awaited together), so it should beat the bare loop despite its two database statements per
+ * batch. Aim: >= 1 (first measured here at ~2.5 on both dialects, 2 cores).
  */
 import crypto from 'node:crypto'
 import { connect } from 'nats'
@@ -75,7 +76,7 @@ export const benchEvents: Bench = async (ctx) => {
             unit: 'events/s',
             value: relayRate,
             baselineValue: bare,
-            aim: '>= 0.5',
+            aim: '>= 1',
             notes: `${n} committed rows, batches of 100 claimed, published and marked`,
           }),
         )

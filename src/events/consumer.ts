@@ -13,6 +13,7 @@
  * A crash between commit and ack leads to a redelivery, which the stored key turns into a skip.
  */
 import type { Db, Tx } from '../db/knex.js'
+import { ValidationError } from '../errors.js'
 import type { Logger } from '../log.js'
 import type { BusMessage, BusSubscription, EventBus } from './bus.js'
 import { openEnvelope, type EventEnvelope, type EventPayload } from './envelope.js'
@@ -122,8 +123,15 @@ export function createEventHandler<T>(options: ConsumerOptions<T>): (message: Bu
   }
 }
 
+/** NATS durable names exclude dots, spaces and wildcards; 100 fits `idempotency_keys.consumer`. */
+const DURABLE_NAME = /^[A-Za-z0-9_-]{1,100}$/
+
 /** Subscribes a durable consumer that applies the consumer table to every message. */
 export async function runConsumer<T>(options: ConsumerOptions<T>): Promise<BusSubscription> {
+  if (!DURABLE_NAME.test(options.durable)) {
+    throw new ValidationError(`durable consumer name "${options.durable}" must be 1-100 letters, digits, - or _`)
+  }
+  if (!(options.ttlMs > 0)) throw new ValidationError(`idempotency lifetime must be positive, got ${options.ttlMs} ms`)
   const handler = createEventHandler(options)
   return options.bus.subscribe(
     { durable: options.durable, subject: options.subject, ackWaitMs: options.ackWaitMs, concurrency: options.concurrency },
