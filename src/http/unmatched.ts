@@ -12,7 +12,7 @@ export function unmatched(): ApiMiddleware {
     await next()
     if (ctx.body !== undefined && ctx.body !== null) return
     if (ctx.status === 405) throw new MethodNotAllowedError(ctx.method, ctx.path, ctx.response.get('Allow'))
-    if (ctx.status === 501) throw new NotImplementedError('not implemented', `the method ${ctx.method} is not supported`)
+    if (ctx.status === 501) throw new NotImplementedError('unsupported method', `the HTTP method ${ctx.method} is not supported by this server`)
     if (ctx.status === 404 && ctx.state.route === undefined) {
       throw new NotFoundError('not found', `no route for ${ctx.method} ${ctx.path}`)
     }
