@@ -37,6 +37,28 @@ export async function throughput(op: () => Promise<unknown>, { ms = 2_000, batch
   return count / ((performance.now() - started) / 1000)
 }
 
+/**
+ * Throughput of several operations measured in interleaved rounds (a, b, c, a, b, c, …) and
+ * reported as the median round of each, so drift over the run (a growing table, a busy
+ * neighbour) falls on every operation alike instead of on whichever ran last.
+ */
+export async function interleaved<K extends string>(
+  ops: Record<K, () => Promise<unknown>>,
+  { rounds = 7, msPerRound = 400 } = {},
+): Promise<Record<K, number>> {
+  const names = Object.keys(ops) as K[]
+  const samples = new Map<K, number[]>(names.map((n) => [n, []]))
+  for (let round = 0; round < rounds; round++) {
+    for (const name of names) samples.get(name)!.push(await throughput(ops[name], { ms: msPerRound }))
+  }
+  const result = {} as Record<K, number>
+  for (const name of names) {
+    const sorted = [...samples.get(name)!].sort((a, b) => a - b)
+    result[name] = sorted[Math.floor(sorted.length / 2)]!
+  }
+  return result
+}
+
 export function figure(f: Omit<BenchFigure, 'ratio'>): BenchFigure {
   return { ...f, ratio: f.baselineValue === 0 ? 0 : f.value / f.baselineValue }
 }

@@ -40,6 +40,7 @@ export function createDatabaseFor(target: DatabaseTarget, options: DatabaseOptio
             conn.pragma('journal_mode = WAL')
             conn.pragma('synchronous = NORMAL')
             conn.pragma('foreign_keys = ON')
+            cachePreparedStatements(conn)
             done(null, conn)
           } catch (err) {
             done(err as Error, conn)
@@ -58,6 +59,30 @@ export function createDatabaseFor(target: DatabaseTarget, options: DatabaseOptio
     pool: { min: 0, max: options.poolMax ?? 10 },
     acquireConnectionTimeout: 30_000,
   })
+}
+
+/**
+ * knex prepares every SQLite statement anew (~15% of a small transaction, measured by
+ * `npm run bench`); the same SQL text reuses its prepared statement instead. Safe because
+ * better-sqlite3 runs a statement to completion synchronously, and SQLite re-prepares a
+ * statement itself after a schema change.
+ */
+function cachePreparedStatements(conn: BetterSqlite3.Database, max = 500): void {
+  const prepare = conn.prepare.bind(conn)
+  const cache = new Map<string, BetterSqlite3.Statement>()
+  conn.prepare = ((source: string) => {
+    const cached = cache.get(source)
+    if (cached) {
+      cache.delete(source)
+      cache.set(source, cached)
+      // knex sets this per query only when asked; a reused statement starts from the default.
+      return cached.safeIntegers(false)
+    }
+    const statement = prepare(source)
+    cache.set(source, statement)
+    if (cache.size > max) cache.delete(cache.keys().next().value as string)
+    return statement
+  }) as typeof conn.prepare
 }
 
 export function dialectOf(db: Queryable): 'sqlite' | 'postgres' {

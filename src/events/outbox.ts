@@ -4,11 +4,11 @@
  * (`relay.ts`) publishes committed rows. A rolled-back change therefore publishes nothing, and a
  * committed one cannot be lost while the bus is down.
  */
-import crypto from 'node:crypto'
 import type { Knex } from 'knex'
 import { fromJson, toDate, toDateOrNull, toJson } from '../db/dialect.js'
 import type { Queryable } from '../db/knex.js'
 import { ValidationError } from '../errors.js'
+import { uuidv7 } from '../db/ids.js'
 import { isEventPayload, type EventPayload } from './envelope.js'
 import { assertPublishableSubject } from './subjects.js'
 
@@ -49,7 +49,7 @@ const INSERT_CHUNK = 500
 function outboxInsert(event: OutboxEvent, now: Date): Record<string, unknown> {
   assertPublishableSubject(event.subject)
   if (!isEventPayload(event.payload)) throw new ValidationError(`event payload for ${event.subject} must be a JSON object`)
-  const messageId = event.messageId ?? crypto.randomUUID()
+  const messageId = event.messageId ?? uuidv7(now.getTime())
   if (!UUID.test(messageId)) throw new ValidationError(`event message id "${messageId}" is not a UUID`)
   const payload = toJson(event.payload)
   if (Buffer.byteLength(payload) > MAX_EVENT_PAYLOAD_BYTES) {

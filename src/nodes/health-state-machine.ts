@@ -5,10 +5,10 @@
  * (a concurrent writer gets a ConflictError, never a lost update) and writes exactly one health
  * event per change to the outbox in the caller's transaction.
  */
-import crypto from 'node:crypto'
 import type { Queryable } from '../db/knex.js'
 import { ConflictError, NotFoundError, ValidationError } from '../errors.js'
 import { isConcurrentWriteFailure } from '../db/errors.js'
+import { uuidv7 } from '../db/ids.js'
 import { enqueueEvent } from '../events/outbox.js'
 import { findNode, type NodeRecord } from './node-store.js'
 import {
@@ -52,6 +52,11 @@ export interface HealthUpdate {
   change: HealthChange
   /** The version the caller read; when omitted, the version read inside this transaction. */
   expectedVersion?: number
+  /**
+   * The node as the caller already read it (a set-based evaluation cycle reads the fleet once).
+   * The row is then not read again: the versioned update rejects a stale copy as a conflict.
+   */
+  current?: NodeRecord
   reason?: string
   now?: Date
 }
@@ -190,8 +195,9 @@ function withTerminalReset(health: NodeHealth): NodeHealth {
   return isTerminalState(health.state) ? { state: health.state, sync_status: 'unknown', application_health: 'unknown' } : health
 }
 
-async function loadForWrite(trx: Queryable, update: { nodeId: string; expectedVersion?: number }): Promise<NodeRecord> {
-  const node = await findNode(trx, update.nodeId)
+async function loadForWrite(trx: Queryable, update: { nodeId: string; expectedVersion?: number; current?: NodeRecord }): Promise<NodeRecord> {
+  if (update.current && update.current.id !== update.nodeId) throw new ValidationError('the node passed as current is another node')
+  const node = update.current ?? (await findNode(trx, update.nodeId))
   if (!node) throw new NotFoundError(`node ${update.nodeId} not found`)
   if (update.expectedVersion !== undefined && update.expectedVersion !== node.version) {
     throw versionConflict(node.id, update.expectedVersion, node.version)
@@ -224,21 +230,18 @@ async function writeVersioned(trx: Queryable, node: NodeRecord, health: NodeHeal
   const now = meta.now ?? new Date()
   const version = node.version + 1
   const stateChanged = health.state !== node.state
-  const updated = await trx('nodes')
-    .where({ id: node.id, version: node.version })
-    .update({
-      state: health.state,
-      sync_status: health.sync_status,
-      application_health: health.application_health,
-      version,
-      updated_at: now,
-      ...(stateChanged ? { state_changed_at: now } : {}),
-    })
+  // Only the columns that change: on SQLite a column in SET rewrites every index over it
+  // (state is in three), even when its value stays the same.
+  const changed: Record<string, unknown> = { version, updated_at: now }
+  if (stateChanged) Object.assign(changed, { state: health.state, state_changed_at: now })
+  if (health.sync_status !== node.sync_status) changed.sync_status = health.sync_status
+  if (health.application_health !== node.application_health) changed.application_health = health.application_health
+  const updated = await trx('nodes').where({ id: node.id, version: node.version }).update(changed)
   if (updated !== 1) throw versionConflict(node.id, node.version, 'a newer one')
 
   const previous: NodeHealth = { state: node.state, sync_status: node.sync_status, application_health: node.application_health }
   const event: HealthEvent = {
-    event_id: crypto.randomUUID(),
+    event_id: uuidv7(now.getTime()),
     node_id: node.id,
     subscription_id: node.subscription_id,
     chain_profile_id: node.chain_profile_id,

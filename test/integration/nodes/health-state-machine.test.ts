@@ -1,3 +1,4 @@
+import crypto from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Db } from '../../../src/db/knex.js'
 import { fromJson } from '../../../src/db/dialect.js'
@@ -134,6 +135,22 @@ describe.each(DIALECTS)('health state machine on %s', (dialect) => {
     ).rejects.toBeInstanceOf(ConflictError)
     expect(await findNode(db, nodeId)).toMatchObject({ state: 'healthy', version: 1 })
     expect(await healthEvents(db, nodeId)).toHaveLength(0)
+  })
+
+  it('accepts the node as the caller read it, and treats a stale copy as a conflict', async () => {
+    const nodeId = await nodeIn('healthy')
+    const read = (await findNode(db, nodeId))!
+    const first = await db.transaction((trx) => applyHealthUpdate(trx, { nodeId, current: read, change: { writer: 'heartbeat_evaluation', state: 'down' } }))
+    expect(first.node).toMatchObject({ state: 'down', version: 2 })
+    // The same (now stale) copy again: the row moved on, so nothing is written.
+    await expect(
+      db.transaction((trx) => applyHealthUpdate(trx, { nodeId, current: read, change: { writer: 'policy_evaluation', application_health: 'critical' } })),
+    ).rejects.toBeInstanceOf(ConflictError)
+    expect(await findNode(db, nodeId)).toMatchObject({ state: 'down', application_health: 'unknown', version: 2 })
+    expect(await healthEvents(db, nodeId)).toHaveLength(1)
+    await expect(
+      db.transaction((trx) => applyHealthUpdate(trx, { nodeId: crypto.randomUUID(), current: read, change: { writer: 'upgrade', state: 'maintenance' } })),
+    ).rejects.toBeInstanceOf(ValidationError)
   })
 
   it('writes nothing, event included, when the surrounding transaction rolls back', async () => {
