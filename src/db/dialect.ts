@@ -47,3 +47,8 @@ export function affectedRows(result: unknown): number {
   if (Array.isArray(result)) return result.length
   return 0
 }
+
+/** Locks a row for the rest of the transaction (Postgres); SQLite has one writer already. */
+export function lockRow<T extends Knex.QueryBuilder>(db: Queryable, qb: T): T {
+  return isPostgres(db) ? (qb.forUpdate() as T) : qb
+}

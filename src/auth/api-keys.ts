@@ -1,0 +1,196 @@
+/**
+ * API keys (spec: API key resource). The plaintext is `np_` + 43 base64url characters: the
+ * fixed prefix tells keys from JWTs and lets secret scanners find leaked ones. Only its SHA-256
+ * is stored; the plaintext is returned once, on creation or rotation.
+ */
+import crypto from 'node:crypto'
+import type { Queryable } from '../db/knex.js'
+import { fromJson, lockRow, toDate, toDateOrNull, toJson } from '../db/dialect.js'
+import { uuidv7 } from '../db/ids.js'
+import { ConflictError, NotFoundError, ValidationError } from '../errors.js'
+import { ADMIN_SCOPE, isApiKeyScope, type Scope } from './scopes.js'
+
+export const API_KEY_PREFIX = 'np_'
+export const MAX_ACTIVE_KEYS_PER_USER = 50
+export const MAX_KEY_NAME_LENGTH = 100
+export const MIN_KEY_LIFETIME_MS = 3_600_000
+/** `last_used_at` is written at most this often per key, not on every request. */
+export const LAST_USED_RESOLUTION_MS = 60_000
+
+const KEY_SHAPE = /^np_[A-Za-z0-9_-]{43}$/
+
+export interface ApiKey {
+  id: string
+  user_id: string
+  name: string
+  key_prefix: string
+  scopes: Scope[]
+  expires_at: Date | null
+  revoked_at: Date | null
+  last_used_at: Date | null
+  deleted_at: Date | null
+  rotated_from_id: string | null
+  created_at: Date
+}
+
+type ApiKeyRow = Record<keyof ApiKey | 'key_hash' | 'updated_at', unknown>
+
+function apiKeyFromRow(row: ApiKeyRow): ApiKey {
+  return {
+    id: String(row.id),
+    user_id: String(row.user_id),
+    name: String(row.name),
+    key_prefix: String(row.key_prefix),
+    scopes: fromJson<Scope[]>(row.scopes),
+    expires_at: toDateOrNull(row.expires_at),
+    revoked_at: toDateOrNull(row.revoked_at),
+    last_used_at: toDateOrNull(row.last_used_at),
+    deleted_at: toDateOrNull(row.deleted_at),
+    rotated_from_id: (row.rotated_from_id as string | null) ?? null,
+    created_at: toDate(row.created_at),
+  }
+}
+
+export function looksLikeApiKey(token: string): boolean {
+  return token.startsWith(API_KEY_PREFIX)
+}
+
+export function hashApiKey(plaintext: string): string {
+  return crypto.createHash('sha256').update(plaintext, 'utf8').digest('hex')
+}
+
+function generatePlaintext(): string {
+  return `${API_KEY_PREFIX}${crypto.randomBytes(32).toString('base64url')}`
+}
+
+export function isActive(key: ApiKey, now: Date): boolean {
+  return key.revoked_at === null && key.deleted_at === null && (key.expires_at === null || key.expires_at > now)
+}
+
+export interface NewApiKey {
+  userId: string
+  name: string
+  scopes: readonly string[]
+  expiresAt?: Date | null
+  /** Only the backend (operator commands) may grant `admin`; never the HTTP API. */
+  allowAdmin?: boolean
+}
+
+export interface IssuedApiKey {
+  apiKey: ApiKey
+  /** The plaintext, shown this once. */
+  key: string
+}
+
+function validate(input: NewApiKey, now: Date): { name: string; scopes: Scope[]; expiresAt: Date | null } {
+  const name = input.name.trim()
+  if (name.length === 0) throw new ValidationError('name: must not be empty')
+  if (name.length > MAX_KEY_NAME_LENGTH) throw new ValidationError(`name: at most ${MAX_KEY_NAME_LENGTH} characters`)
+  if (input.scopes.length === 0) throw new ValidationError('scopes: at least one scope is required')
+  const scopes: Scope[] = []
+  for (const scope of input.scopes) {
+    if (scope === ADMIN_SCOPE && !input.allowAdmin) {
+      throw new ValidationError('scopes: admin cannot be given to an API key through the API', 'an operator issues admin keys with `nodeplane api-key issue --admin`')
+    }
+    if (scope !== ADMIN_SCOPE && !isApiKeyScope(scope)) throw new ValidationError(`scopes: unknown scope "${scope.slice(0, 40)}"`)
+    if (!scopes.includes(scope as Scope)) scopes.push(scope as Scope)
+  }
+  const expiresAt = input.expiresAt ?? null
+  if (expiresAt && expiresAt.getTime() - now.getTime() < MIN_KEY_LIFETIME_MS) {
+    throw new ValidationError('expires_at: must be at least 1 hour in the future')
+  }
+  return { name, scopes, expiresAt }
+}
+
+/**
+ * Creates a key; at most 50 active keys per user. The user's row is locked while counting so
+ * concurrent creations cannot pass the limit together. Call inside a transaction.
+ */
+export async function createApiKey(trx: Queryable, input: NewApiKey, now: Date = new Date(), rotatedFromId: string | null = null): Promise<IssuedApiKey> {
+  const { name, scopes, expiresAt } = validate(input, now)
+  const user = await lockRow(trx, trx('users').where({ id: input.userId }).first('id'))
+  if (!user) throw new NotFoundError(`no user ${input.userId}`)
+  const active = (await trx('api_keys')
+    .where({ user_id: input.userId })
+    .whereNull('revoked_at')
+    .whereNull('deleted_at')
+    .andWhere((q) => q.whereNull('expires_at').orWhere('expires_at', '>', now))
+    .count({ n: '*' })
+    .first()) as { n: number | string }
+  if (Number(active.n) >= MAX_ACTIVE_KEYS_PER_USER) {
+    throw new ConflictError(`at most ${MAX_ACTIVE_KEYS_PER_USER} active API keys per user`, 'revoke or delete a key you no longer use')
+  }
+  const key = generatePlaintext()
+  const row = {
+    id: uuidv7(now.getTime()),
+    user_id: input.userId,
+    name,
+    key_hash: hashApiKey(key),
+    key_prefix: key.slice(0, 10),
+    scopes: toJson(scopes),
+    rotated_from_id: rotatedFromId,
+    expires_at: expiresAt,
+    created_at: now,
+    updated_at: now,
+  }
+  await trx('api_keys').insert(row)
+  return { key, apiKey: apiKeyFromRow({ ...row, revoked_at: null, last_used_at: null, deleted_at: null }) }
+}
+
+/** Keys of one user, newest first, never with the hash; deleted keys are left out. */
+export async function listApiKeys(db: Queryable, userId: string): Promise<ApiKey[]> {
+  const rows = await db('api_keys').where({ user_id: userId }).whereNull('deleted_at').orderBy('created_at', 'desc').orderBy('id', 'desc')
+  return rows.map((r) => apiKeyFromRow(r as ApiKeyRow))
+}
+
+/** One key of its owner; another user's key is "not found", never a hint that it exists. */
+export async function getApiKey(db: Queryable, userId: string, id: string): Promise<ApiKey> {
+  const row = /^[0-9a-f-]{36}$/i.test(id) ? await db('api_keys').where({ id, user_id: userId }).whereNull('deleted_at').first() : undefined
+  if (!row) throw new NotFoundError(`no API key ${id.slice(0, 40)}`)
+  return apiKeyFromRow(row as ApiKeyRow)
+}
+
+/** New key with the same name, scopes and expiry; the old one revoked in the same transaction. */
+export async function rotateApiKey(trx: Queryable, userId: string, id: string, now: Date = new Date()): Promise<IssuedApiKey> {
+  const old = await getApiKey(trx, userId, id)
+  if (!isActive(old, now)) throw new ConflictError(`API key ${id} is ${old.revoked_at ? 'revoked' : 'expired'}`, 'only an active key can be rotated; create a new one')
+  const revoked = await trx('api_keys').where({ id }).whereNull('revoked_at').update({ revoked_at: now, updated_at: now })
+  if (revoked !== 1) throw new ConflictError(`API key ${id} was revoked concurrently`)
+  const expiresAt = old.expires_at && old.expires_at.getTime() - now.getTime() >= MIN_KEY_LIFETIME_MS ? old.expires_at : null
+  return createApiKey(trx, { userId, name: old.name, scopes: old.scopes, expiresAt, allowAdmin: old.scopes.includes(ADMIN_SCOPE) }, now, old.id)
+}
+
+export async function revokeApiKey(db: Queryable, userId: string, id: string, now: Date = new Date()): Promise<ApiKey> {
+  const key = await getApiKey(db, userId, id)
+  if (key.revoked_at) return key
+  await db('api_keys').where({ id }).update({ revoked_at: now, updated_at: now })
+  return { ...key, revoked_at: now }
+}
+
+/** Soft delete: the row stays for audit, the key stops working and leaves the listings. */
+export async function deleteApiKey(db: Queryable, userId: string, id: string, now: Date = new Date()): Promise<void> {
+  await getApiKey(db, userId, id)
+  await db('api_keys').where({ id }).update({ deleted_at: now, revoked_at: db.raw('coalesce(revoked_at, ?)', [now]), updated_at: now })
+}
+
+export interface AuthenticatedKey {
+  apiKey: ApiKey
+}
+
+/**
+ * The active key matching `plaintext`, or undefined (unknown, malformed, revoked, expired or
+ * deleted: the caller answers 401 alike). The hash is compared in constant time.
+ */
+export async function authenticateApiKey(db: Queryable, plaintext: string, now: Date = new Date()): Promise<ApiKey | undefined> {
+  if (!KEY_SHAPE.test(plaintext)) return undefined
+  const hash = hashApiKey(plaintext)
+  const row = (await db('api_keys').where({ key_hash: hash }).first()) as ApiKeyRow | undefined
+  if (!row || !crypto.timingSafeEqual(Buffer.from(String(row.key_hash), 'hex'), Buffer.from(hash, 'hex'))) return undefined
+  const key = apiKeyFromRow(row)
+  if (!isActive(key, now)) return undefined
+  if (!key.last_used_at || now.getTime() - key.last_used_at.getTime() >= LAST_USED_RESOLUTION_MS) {
+    await db('api_keys').where({ id: key.id }).update({ last_used_at: now })
+    key.last_used_at = now
+  }
+  return key
+}

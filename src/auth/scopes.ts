@@ -1,0 +1,32 @@
+/**
+ * Scopes exactly as the control-plane spec lists them (API key resource). `*` grants every
+ * scope except `admin`, which only the backend grants (a user flag set by an operator).
+ */
+export const API_KEY_SCOPES = [
+  'nodes:read',
+  'nodes:write',
+  'subscriptions:read',
+  'subscriptions:write',
+  'chains:read',
+  'keys:export',
+  'payments:read',
+  'payments:write',
+  'api-keys:manage',
+  '*',
+] as const
+export type ApiKeyScope = (typeof API_KEY_SCOPES)[number]
+
+export const ADMIN_SCOPE = 'admin'
+export type Scope = ApiKeyScope | typeof ADMIN_SCOPE
+
+/** The scopes of a normal user (every one but admin); JWT callers get these. */
+export const USER_SCOPES: readonly Scope[] = API_KEY_SCOPES.filter((s) => s !== '*')
+
+export function isApiKeyScope(value: string): value is ApiKeyScope {
+  return (API_KEY_SCOPES as readonly string[]).includes(value)
+}
+
+export function hasScope(granted: readonly string[], required: string): boolean {
+  if (granted.includes(required)) return true
+  return required !== ADMIN_SCOPE && granted.includes('*')
+}
