@@ -77,13 +77,71 @@ export const httpEnv = {
   SHUTDOWN_TIMEOUT: duration('15s'),
 }
 
+const urlList = z
+  .string()
+  .optional()
+  .transform((value, ctx) => {
+    const items = (value ?? '').split(',').map((v) => v.trim()).filter((v) => v.length > 0)
+    for (const item of items) {
+      try {
+        new URL(item)
+      } catch {
+        ctx.addIssue({ code: z.ZodIssueCode.custom, message: `"${item.slice(0, 80)}" is not an origin URL` })
+      }
+    }
+    return items
+  })
+
+const optionalUrl = z.string().url('must be a URL').optional()
+
+/** Authentication settings both HTTP servers share (spec: Authentication). */
+export const authEnv = {
+  AUTH_PROVIDER: z.enum(['idp', 'both', 'siwe']).default('idp'),
+  /** The identity provider's key set; without it, identity-provider tokens are refused. */
+  AUTH_IDP_JWKS_URL: optionalUrl,
+  /** Expected `iss` of identity-provider tokens, when set. */
+  AUTH_IDP_ISSUER: z.string().min(1).optional(),
+  /** Comma-separated origins; the token's `azp` must be one of them. */
+  AUTH_IDP_AUTHORIZED_PARTY: urlList,
+  /** Credential for the identity provider's backend API (not used by token verification). */
+  AUTH_IDP_SECRET_KEY: z.string().min(1).optional(),
+  AUTH_CLOCK_SKEW: duration('30s'),
+}
+
+/** The api-server's own authentication settings. */
+export const apiAuthEnv = {
+  /** Where the auth-server publishes the legacy wallet path's keys; default: the local auth-server. */
+  AUTH_LEGACY_JWKS_URL: optionalUrl,
+  API_RATE_LIMIT_PER_MINUTE: z.coerce.number().int().min(1).max(1_000_000).default(600),
+}
+
+/** The auth-server's own settings. */
+export const authServerOnlyEnv = {
+  AUTH_IDP_WEBHOOK_SIGNING_SECRET: z.string().min(1).optional(),
+  AUTH_RATE_LIMIT_PER_MINUTE: z.coerce.number().int().min(1).max(1_000_000).default(20),
+  AUTH_ACCESS_TOKEN_TTL: duration('15m'),
+  AUTH_REFRESH_TOKEN_TTL: duration('7d'),
+  /** PEM file of the RS256 key that signs legacy access tokens; default <data dir>/auth-signing-key.pem. */
+  AUTH_SIGNING_KEY_FILE: z.string().min(1).optional(),
+}
+
 export const databaseCommandEnv = z.object(sharedEnv)
-export const apiServerEnv = z.object({ ...sharedEnv, ...eventsEnv, ...httpEnv, API_SERVER_PORT: portsEnv.API_SERVER_PORT })
-export const upEnv = z.object({ ...sharedEnv, ...eventsEnv, ...httpEnv, ...portsEnv })
+export const apiServerEnv = z.object({
+  ...sharedEnv,
+  ...eventsEnv,
+  ...httpEnv,
+  ...authEnv,
+  ...apiAuthEnv,
+  API_SERVER_PORT: portsEnv.API_SERVER_PORT,
+  AUTH_SERVER_PORT: portsEnv.AUTH_SERVER_PORT,
+})
+export const authServerEnv = z.object({ ...sharedEnv, ...httpEnv, ...authEnv, ...authServerOnlyEnv, AUTH_SERVER_PORT: portsEnv.AUTH_SERVER_PORT })
+export const upEnv = z.object({ ...sharedEnv, ...eventsEnv, ...httpEnv, ...portsEnv, ...authEnv, ...apiAuthEnv, ...authServerOnlyEnv })
 
 export type DatabaseCommandConfig = ResolvedPaths<z.infer<typeof databaseCommandEnv>>
 export type ApiServerConfig = ResolvedPaths<z.infer<typeof apiServerEnv>>
 export type UpConfig = ResolvedPaths<z.infer<typeof upEnv>>
+export type AuthServerConfig = ResolvedPaths<z.infer<typeof authServerEnv>>
 
 type Shared = z.infer<z.ZodObject<typeof sharedEnv>>
 export type ResolvedPaths<T> = Omit<T, 'DATABASE_URL' | 'PAYMENTS_DATABASE_URL'> & {

@@ -11,6 +11,7 @@
  * `Authenticator` (and a `RateLimiter`) to `createApiApp`. Until one is configured, a route that
  * needs authentication answers 401: it is never served unauthenticated by omission.
  */
+import { hasScope as grants } from '../auth/scopes.js'
 import { ForbiddenError, UnauthorizedError } from '../errors.js'
 import type { ApiContext, ApiMiddleware, Principal } from './context.js'
 
@@ -38,8 +39,9 @@ export function requiredScope(auth: RouteAuth): string | undefined {
   return typeof auth === 'object' ? auth.scope : undefined
 }
 
+/** `*` grants every scope but `admin` (src/auth/scopes.ts). */
 export function hasScope(principal: Principal, scope: string): boolean {
-  return principal.scopes.includes(scope)
+  return grants(principal.scopes, scope)
 }
 
 export function authorize(auth: RouteAuth, slot: AuthSlot): ApiMiddleware {
