@@ -1,11 +1,21 @@
 import fs from 'node:fs'
 import { startApiServer } from '../daemons/api-server.js'
+import { startAuthServer } from '../daemons/auth-server.js'
 import { openDatabase, startHousekeeping, startRelay } from '../daemons/runtime.js'
 import { BaseCommand } from '../src/cli/base-command.js'
+import { ensureLocalOperator, LOCAL_OPERATOR_EMAIL } from '../src/cli/operator.js'
 import { loadConfig, upEnv } from '../src/config/env.js'
 import { Resources } from '../src/daemon/resources.js'
 import { installShutdown } from '../src/daemon/shutdown.js'
-import { isProcessAlive, readStackFile, removeStackFile, stackFilePath, writeStackFile, type StackFile } from '../src/daemon/stack-file.js'
+import {
+  isProcessAlive,
+  readStackFile,
+  removeStackFile,
+  stackFilePath,
+  writeAdminApiKeyFile,
+  writeStackFile,
+  type StackFile,
+} from '../src/daemon/stack-file.js'
 import { DATABASE_NAMES } from '../src/db/migrate.js'
 import { migrateDatabases } from '../src/db/operations.js'
 import { redactDatabaseUrl } from '../src/db/url.js'
@@ -15,9 +25,15 @@ import { createLogger } from '../src/log.js'
 
 export default class Up extends BaseCommand<typeof Up> {
   static override summary = 'Run the whole stack in one process (SQLite by default): migrate, start every daemon, write stack.json'
-  static override description =
-    'Every daemon that exists is started in this one process, sharing an in-process event bus (or NATS when NATS_URL is set). When all are ready, <data dir>/stack.json lists what runs where; it is removed on stop. Stop with Ctrl-C or SIGTERM (exit status 130 / 143).'
-  static override examples = ['<%= config.bin %> up', 'NODEPLANE_DATA_DIR=/tmp/np API_SERVER_PORT=18080 <%= config.bin %> up']
+  static override description = [
+    'Every daemon that exists is started in this one process, sharing an in-process event bus (or NATS when NATS_URL is set). When all are ready, <data dir>/stack.json lists what runs where; it is removed on stop. Stop with Ctrl-C or SIGTERM (exit status 130 / 143).',
+    `On every start the local operator ${LOCAL_OPERATOR_EMAIL} (an admin) gets a fresh admin API key in <data dir>/admin-api-key (mode 0600; the previous one is revoked). Commands run with the same data dir use it when no other credential is set.`,
+  ].join('\n')
+  static override examples = [
+    '<%= config.bin %> up',
+    'NODEPLANE_DATA_DIR=/tmp/np API_SERVER_PORT=18080 AUTH_SERVER_PORT=18081 <%= config.bin %> up',
+    '<%= config.bin %> whoami   # in another terminal, same directory: uses .nodeplane/admin-api-key',
+  ]
 
   async run(): Promise<StackFile> {
     const config = loadConfig(upEnv, this.env())
@@ -40,17 +56,27 @@ export default class Up extends BaseCommand<typeof Up> {
       const bus = resources.add('bus', await openEventBus({ natsUrl: config.NATS_URL, singleProcess: true, logger: logFor('event-bus'), name: 'up' }), (b) => b.close())
       resources.add('outbox relay', startRelay(db, bus, config, logFor('outbox-relay')), (r) => r.stop())
       resources.add('housekeeping', startHousekeeping(db, config, logFor('housekeeping')), (j) => j.stop())
+      // A fresh admin key on every start; the plaintext goes to the 0600 file only, never to a log.
+      const operator = await ensureLocalOperator(db)
+      const adminKeyFile = writeAdminApiKeyFile(dataDir, operator.issued.key)
+      logger.info({ user_id: operator.user.id, api_key_id: operator.issued.apiKey.id, admin_api_key_file: adminKeyFile }, 'local operator ready')
+
+      const auth = resources.add('auth-server', await startAuthServer(config, { db, logger: logFor('auth-server') }), (s) => s.stop())
+      // The api-server verifies legacy wallet tokens against the auth-server started here.
+      const apiConfig = { ...config, AUTH_LEGACY_JWKS_URL: config.AUTH_LEGACY_JWKS_URL ?? `${auth.url}/.well-known/jwks.json` }
       const api = resources.add(
         'api-server',
-        await startApiServer(config, { db, bus, logger: logFor('api-server') }),
+        await startApiServer(apiConfig, { db, bus, logger: logFor('api-server') }),
         (s) => s.stop(),
       )
       const file: StackFile = {
         pid: process.pid,
         started_at: new Date().toISOString(),
         data_dir: dataDir,
-        daemons: ['api-server'],
+        daemons: ['auth-server', 'api-server'],
         api_url: api.url,
+        auth_url: auth.url,
+        admin_api_key_file: adminKeyFile,
         database_url: redactDatabaseUrl(config.DATABASE_URL),
         payments_database_url: redactDatabaseUrl(config.PAYMENTS_DATABASE_URL),
         bus: bus.kind,
@@ -61,9 +87,12 @@ export default class Up extends BaseCommand<typeof Up> {
     })
 
     installShutdown({ logger, timeoutMs: config.SHUTDOWN_TIMEOUT, stop: () => resources.closeAll() })
-    logger.info({ api_url: stack.api_url, stack_file: stackFilePath(dataDir) }, 'ready')
+    logger.info({ api_url: stack.api_url, auth_url: stack.auth_url, stack_file: stackFilePath(dataDir) }, 'ready')
     if (!this.jsonEnabled()) {
-      process.stderr.write(`nodeplane is up: API ${stack.api_url} (data in ${dataDir}; see ${stackFilePath(dataDir)}). Stop with Ctrl-C.\n`)
+      process.stderr.write(
+        `nodeplane is up: API ${stack.api_url}, auth ${stack.auth_url} (data in ${dataDir}; see ${stackFilePath(dataDir)}). Stop with Ctrl-C.\n` +
+          `Admin API key of ${LOCAL_OPERATOR_EMAIL}: ${stack.admin_api_key_file}; commands run here use it (try \`nodeplane whoami\`).\n`,
+      )
     }
     return stack
   }

@@ -1,16 +1,35 @@
 /** The `api-server` daemon: the public REST API on API_SERVER_PORT (8080). */
+import { createApiRateLimiter } from '../src/auth/api-rate-limit.js'
+import { authenticatorFromSettings, type AuthenticationSettings } from '../src/auth/authenticator.js'
+import type { KeySetOptions } from '../src/auth/idp-tokens.js'
 import type { Db } from '../src/db/knex.js'
 import { ConfigError } from '../src/errors.js'
 import type { EventBus } from '../src/events/bus.js'
 import { createApiApp } from '../src/http/app.js'
+import { controlPlaneRoutes } from '../src/http/routes/index.js'
 import { startHttpServer } from '../src/http/server.js'
 import type { Logger } from '../src/log.js'
 import { createMetrics } from '../src/metrics.js'
 
-export interface ApiServerSettings {
+/**
+ * What the daemon reads from its configuration (apiServerEnv or upEnv, parsed). The auth fields
+ * are optional so a bare settings object still starts a server with the documented defaults.
+ */
+export interface ApiServerSettings extends AuthenticationSettings {
   API_SERVER_PORT: number
   HTTP_HOST: string
   HTTP_BODY_LIMIT_BYTES: number
+  API_RATE_LIMIT_PER_MINUTE?: number
+}
+
+export interface ApiServerDeps {
+  db: Db
+  bus: EventBus
+  logger: Logger
+  /** Injected clock for tests; the wall clock otherwise. */
+  now?: () => Date
+  /** Key set caching of the token verifiers (tests shorten the refetch cooldown). */
+  keySet?: KeySetOptions
 }
 
 export interface RunningServer {
@@ -18,13 +37,32 @@ export interface RunningServer {
   stop(): Promise<void>
 }
 
-export async function startApiServer(settings: ApiServerSettings, deps: { db: Db; bus: EventBus; logger: Logger }): Promise<RunningServer> {
+export async function startApiServer(settings: ApiServerSettings, deps: ApiServerDeps): Promise<RunningServer> {
   const metrics = createMetrics('api-server')
-  const app = createApiApp({ db: deps.db, bus: deps.bus, logger: deps.logger, metrics, bodyLimitBytes: settings.HTTP_BODY_LIMIT_BYTES })
+  const now = deps.now ?? (() => new Date())
+  const { authenticate, provider, idp } = authenticatorFromSettings(settings, { db: deps.db, now, ...(deps.keySet ? { keySet: deps.keySet } : {}) })
+  if (provider !== 'siwe' && !idp.configured) {
+    deps.logger.warn({ AUTH_PROVIDER: provider }, 'AUTH_IDP_JWKS_URL is not set: identity-provider tokens are refused; API keys still work')
+  } else if (provider !== 'siwe' && (settings.AUTH_IDP_AUTHORIZED_PARTY ?? []).length === 0) {
+    deps.logger.warn({ AUTH_PROVIDER: provider }, 'AUTH_IDP_AUTHORIZED_PARTY is empty: no identity-provider token can pass the azp check')
+  }
+  const limiter = createApiRateLimiter({ perMinute: settings.API_RATE_LIMIT_PER_MINUTE, now: () => now().getTime() })
+  const app = createApiApp({
+    db: deps.db,
+    bus: deps.bus,
+    logger: deps.logger,
+    metrics,
+    bodyLimitBytes: settings.HTTP_BODY_LIMIT_BYTES,
+    authenticate,
+    rateLimit: limiter.rateLimit,
+    routes: controlPlaneRoutes({ db: deps.db, logger: deps.logger, now }),
+  })
   const server = await startHttpServer(app, { host: settings.HTTP_HOST, port: settings.API_SERVER_PORT }).catch((err: NodeJS.ErrnoException) => {
     if (err.code !== 'EADDRINUSE' && err.code !== 'EACCES') throw err
     const why = err.code === 'EADDRINUSE' ? 'is already in use' : 'needs privileges this user lacks'
     throw new ConfigError([`API_SERVER_PORT: port ${settings.API_SERVER_PORT} on ${settings.HTTP_HOST} ${why}; stop whatever listens there or choose another port`])
   })
+  // The remote key sets hold no sockets or timers between fetches (jose fetches on demand with a
+  // per-fetch deadline), so closing the HTTP server is all there is to stop.
   return { url: server.url, stop: () => server.close() }
 }

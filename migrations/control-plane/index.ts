@@ -1,5 +1,6 @@
 import type { Migration } from '../../src/db/migrate.js'
 import * as initialSchema from './0001_initial_schema.js'
+import * as authServer from './0002_auth_server.js'
 
 /** In order; a released migration is never edited, a change is a new entry. */
-export const controlPlaneMigrations: readonly Migration[] = [initialSchema]
+export const controlPlaneMigrations: readonly Migration[] = [initialSchema, authServer]

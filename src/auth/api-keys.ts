@@ -5,10 +5,11 @@
  */
 import crypto from 'node:crypto'
 import type { Queryable } from '../db/knex.js'
-import { fromJson, lockRow, toDate, toDateOrNull, toJson } from '../db/dialect.js'
+import { fromJson, lockRow, toBool, toDate, toDateOrNull, toJson } from '../db/dialect.js'
 import { uuidv7 } from '../db/ids.js'
 import { ConflictError, NotFoundError, ValidationError } from '../errors.js'
 import { ADMIN_SCOPE, isApiKeyScope, type Scope } from './scopes.js'
+import { isUuid } from './users.js'
 
 export const API_KEY_PREFIX = 'np_'
 export const MAX_ACTIVE_KEYS_PER_USER = 50
@@ -33,9 +34,9 @@ export interface ApiKey {
   created_at: Date
 }
 
-type ApiKeyRow = Record<keyof ApiKey | 'key_hash' | 'updated_at', unknown>
+export type ApiKeyRow = Record<keyof ApiKey | 'key_hash' | 'updated_at', unknown>
 
-function apiKeyFromRow(row: ApiKeyRow): ApiKey {
+export function apiKeyFromRow(row: ApiKeyRow): ApiKey {
   return {
     id: String(row.id),
     user_id: String(row.user_id),
@@ -65,6 +66,16 @@ function generatePlaintext(): string {
 
 export function isActive(key: ApiKey, now: Date): boolean {
   return key.revoked_at === null && key.deleted_at === null && (key.expires_at === null || key.expires_at > now)
+}
+
+export type ApiKeyStatus = 'active' | 'revoked' | 'expired' | 'deleted'
+
+/** Revocation (and deletion, which revokes too) wins over expiry: it was a deliberate act. */
+export function apiKeyStatus(key: ApiKey, now: Date): ApiKeyStatus {
+  if (key.deleted_at !== null) return 'deleted'
+  if (key.revoked_at !== null) return 'revoked'
+  if (key.expires_at !== null && key.expires_at <= now) return 'expired'
+  return 'active'
 }
 
 export interface NewApiKey {
@@ -145,7 +156,7 @@ export async function listApiKeys(db: Queryable, userId: string): Promise<ApiKey
 
 /** One key of its owner; another user's key is "not found", never a hint that it exists. */
 export async function getApiKey(db: Queryable, userId: string, id: string): Promise<ApiKey> {
-  const row = /^[0-9a-f-]{36}$/i.test(id) ? await db('api_keys').where({ id, user_id: userId }).whereNull('deleted_at').first() : undefined
+  const row = isUuid(id) ? await db('api_keys').where({ id, user_id: userId }).whereNull('deleted_at').first() : undefined
   if (!row) throw new NotFoundError(`no API key ${id.slice(0, 40)}`)
   return apiKeyFromRow(row as ApiKeyRow)
 }
@@ -173,24 +184,50 @@ export async function deleteApiKey(db: Queryable, userId: string, id: string, no
   await db('api_keys').where({ id }).update({ deleted_at: now, revoked_at: db.raw('coalesce(revoked_at, ?)', [now]), updated_at: now })
 }
 
-export interface AuthenticatedKey {
-  apiKey: ApiKey
+/** Why a presented key was refused; all answer 401, the reason only sharpens `details`. */
+export type ApiKeyRejection = 'malformed' | 'unknown' | 'revoked' | 'expired' | 'deleted'
+
+/** The owner's columns the authenticator needs, read in the same query as the key. */
+export interface ApiKeyOwner {
+  id: string
+  is_admin: boolean
+}
+
+export type ApiKeyCheck = { ok: true; apiKey: ApiKey; owner: ApiKeyOwner } | { ok: false; reason: ApiKeyRejection }
+
+/**
+ * Looks up the key matching `plaintext` together with its owner (one query), and keeps
+ * `last_used_at` current without a write on every request: at most one update per key per
+ * LAST_USED_RESOLUTION_MS, and the condition is in the UPDATE so concurrent requests of one
+ * key do not all write. The hash is compared in constant time.
+ */
+export async function checkApiKey(db: Queryable, plaintext: string, now: Date = new Date()): Promise<ApiKeyCheck> {
+  if (!KEY_SHAPE.test(plaintext)) return { ok: false, reason: 'malformed' }
+  const hash = hashApiKey(plaintext)
+  const row = (await db('api_keys as k')
+    .join('users as u', 'u.id', 'k.user_id')
+    .where('k.key_hash', hash)
+    .first('k.*', 'u.is_admin as owner_is_admin')) as (ApiKeyRow & { owner_is_admin: unknown }) | undefined
+  if (!row || !crypto.timingSafeEqual(Buffer.from(String(row.key_hash), 'hex'), Buffer.from(hash, 'hex'))) return { ok: false, reason: 'unknown' }
+  const key = apiKeyFromRow(row)
+  const status = apiKeyStatus(key, now)
+  if (status !== 'active') return { ok: false, reason: status }
+  if (!key.last_used_at || now.getTime() - key.last_used_at.getTime() >= LAST_USED_RESOLUTION_MS) {
+    const staleBefore = new Date(now.getTime() - LAST_USED_RESOLUTION_MS)
+    await db('api_keys')
+      .where({ id: key.id })
+      .andWhere((q) => q.whereNull('last_used_at').orWhere('last_used_at', '<=', staleBefore))
+      .update({ last_used_at: now })
+    key.last_used_at = now
+  }
+  return { ok: true, apiKey: key, owner: { id: key.user_id, is_admin: toBool(row.owner_is_admin) } }
 }
 
 /**
  * The active key matching `plaintext`, or undefined (unknown, malformed, revoked, expired or
- * deleted: the caller answers 401 alike). The hash is compared in constant time.
+ * deleted: the caller answers 401 alike).
  */
 export async function authenticateApiKey(db: Queryable, plaintext: string, now: Date = new Date()): Promise<ApiKey | undefined> {
-  if (!KEY_SHAPE.test(plaintext)) return undefined
-  const hash = hashApiKey(plaintext)
-  const row = (await db('api_keys').where({ key_hash: hash }).first()) as ApiKeyRow | undefined
-  if (!row || !crypto.timingSafeEqual(Buffer.from(String(row.key_hash), 'hex'), Buffer.from(hash, 'hex'))) return undefined
-  const key = apiKeyFromRow(row)
-  if (!isActive(key, now)) return undefined
-  if (!key.last_used_at || now.getTime() - key.last_used_at.getTime() >= LAST_USED_RESOLUTION_MS) {
-    await db('api_keys').where({ id: key.id }).update({ last_used_at: now })
-    key.last_used_at = now
-  }
-  return key
+  const result = await checkApiKey(db, plaintext, now)
+  return result.ok ? result.apiKey : undefined
 }

@@ -75,6 +75,11 @@ export const httpEnv = {
   HTTP_HOST: z.string().min(1).default('127.0.0.1'),
   HTTP_BODY_LIMIT_BYTES: z.coerce.number().int().min(1024).max(64 * 1024 * 1024).default(1024 * 1024),
   SHUTDOWN_TIMEOUT: duration('15s'),
+  /** Behind a reverse proxy: take the client address from X-Forwarded-For (rate limits, logs). */
+  HTTP_TRUST_PROXY: z
+    .enum(['true', 'false', '1', '0'], { message: 'must be true or false' })
+    .default('false')
+    .transform((v) => v === 'true' || v === '1'),
 }
 
 const urlList = z

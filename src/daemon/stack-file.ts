@@ -11,6 +11,13 @@ export interface StackFile {
   data_dir: string
   daemons: string[]
   api_url: string
+  /** The auth-server (wallet sign-in, token refresh, `/.well-known/jwks.json`). */
+  auth_url: string
+  /**
+   * `<data dir>/admin-api-key` (mode 0600): an admin API key of the local operator user,
+   * reissued on every start. The CLI uses it when nothing else gives a credential (docs/cli.md).
+   */
+  admin_api_key_file: string
   database_url: string
   payments_database_url: string
   bus: 'local' | 'nats'
@@ -50,4 +57,23 @@ export function isProcessAlive(pid: number): boolean {
   } catch (err) {
     return (err as NodeJS.ErrnoException).code === 'EPERM'
   }
+}
+
+export const ADMIN_API_KEY_FILE = 'admin-api-key'
+
+export function adminApiKeyPath(dataDir: string): string {
+  return path.join(dataDir, ADMIN_API_KEY_FILE)
+}
+
+/**
+ * Writes `<data dir>/admin-api-key` atomically; the file only ever exists with mode 0600
+ * (created so, whatever the umask, then renamed over the previous one).
+ */
+export function writeAdminApiKeyFile(dataDir: string, key: string): string {
+  const file = adminApiKeyPath(dataDir)
+  const tmp = `${file}.${process.pid}.tmp`
+  fs.rmSync(tmp, { force: true })
+  fs.writeFileSync(tmp, `${key}\n`, { mode: 0o600, flag: 'wx' })
+  fs.renameSync(tmp, file)
+  return file
 }

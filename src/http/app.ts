@@ -31,7 +31,8 @@ import { unmatched } from './unmatched.js'
 
 export interface ApiAppOptions {
   db: Db
-  bus: EventBus
+  /** Checked by /readyz when the server has one (the auth server has none). */
+  bus?: EventBus
   logger: Logger
   metrics: Metrics
   /** HTTP_BODY_LIMIT_BYTES; 1 MiB when not given. */

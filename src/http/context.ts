@@ -14,6 +14,8 @@ export interface Principal {
   /** How the caller proved who they are, e.g. `jwt` or `api_key`. */
   method: string
   scopes: readonly string[]
+  /** The API key used, when `method` is `api_key`. */
+  apiKeyId?: string
 }
 
 export interface ApiState {

@@ -1,5 +1,6 @@
 /**
- * Readiness (GET /readyz): the API can serve only with its database and its event bus. Each
+ * Readiness (GET /readyz): a server can serve only with its database and, where it has one, its
+ * event bus (the auth server has none, and reports no bus component). Each
  * component is checked with a short deadline, all at once; a hung dependency makes the probe
  * fail fast instead of hanging the prober. Concurrent probes share one check in flight, so a
  * flood of probes against a hanging database does not pile up connection attempts.
@@ -14,26 +15,30 @@ export interface ComponentStatus {
 
 export interface Readiness {
   ready: boolean
-  components: { database: ComponentStatus; bus: ComponentStatus }
+  components: { database: ComponentStatus; bus?: ComponentStatus }
 }
 
 export const DEFAULT_READINESS_TIMEOUT_MS = 2_000
 /** Driver messages can be long (a whole connection string's worth); the probe needs the gist. */
 const MAX_ERROR_LENGTH = 200
 
-export function createReadinessCheck(deps: { db: Db; bus: EventBus }, timeoutMs = DEFAULT_READINESS_TIMEOUT_MS): () => Promise<Readiness> {
+export function createReadinessCheck(deps: { db: Db; bus?: EventBus }, timeoutMs = DEFAULT_READINESS_TIMEOUT_MS): () => Promise<Readiness> {
   let inFlight: Promise<Readiness> | undefined
+  const bus = deps.bus
   const check = async (): Promise<Readiness> => {
-    const [database, bus] = await Promise.all([
+    const [database, busStatus] = await Promise.all([
       probe(timeoutMs, async () => {
         await deps.db.raw('select 1').timeout(timeoutMs, { cancel: false })
       }),
-      probe(timeoutMs, async () => {
-        const health = await deps.bus.health()
-        if (!health.ok) throw new Error(health.error)
-      }),
+      bus
+        ? probe(timeoutMs, async () => {
+            const health = await bus.health()
+            if (!health.ok) throw new Error(health.error)
+          })
+        : undefined,
     ])
-    return { ready: database.status === 'up' && bus.status === 'up', components: { database, bus } }
+    const ready = database.status === 'up' && (busStatus === undefined || busStatus.status === 'up')
+    return { ready, components: busStatus ? { database, bus: busStatus } : { database } }
   }
   return () => {
     inFlight ??= check().finally(() => {

@@ -22,7 +22,7 @@ const componentStatus = z
 const readyBody = z
   .object({
     status: z.literal('ready'),
-    components: z.object({ database: componentStatus, bus: componentStatus }),
+    components: z.object({ database: componentStatus, bus: componentStatus.optional() }),
   })
   .openapi('Ready')
 
@@ -31,7 +31,7 @@ const notReadyBody = z
     status: z.literal('not_ready'),
     error: z.literal('not ready'),
     details: z.string().openapi({ description: 'Each failing component and its error' }),
-    components: z.object({ database: componentStatus, bus: componentStatus }),
+    components: z.object({ database: componentStatus, bus: componentStatus.optional() }),
   })
   .openapi('NotReady')
 

@@ -3,7 +3,7 @@ import net from 'node:net'
 import path from 'node:path'
 import { afterEach, describe, expect, it } from 'vitest'
 import type { StackFile } from '../../src/daemon/stack-file.js'
-import { nodeplane, spawnNodeplane, tempDir, waitForFile } from '../helpers/cli.js'
+import { nodeplane, spawnNodeplane, tempDir, upPorts, waitForFile } from '../helpers/cli.js'
 import { freePort } from '../helpers/ports.js'
 
 describe('nodeplane up', () => {
@@ -20,13 +20,20 @@ describe('nodeplane up', () => {
   it('starts on SQLite, answers /health and /readyz, writes stack.json, and stops cleanly on SIGTERM with 143', async () => {
     const dir = tempDir()
     dirs.push(dir)
-    const port = await freePort()
-    const child = spawnNodeplane(['up', '--data-dir', path.join(dir, 'data')], { env: { API_SERVER_PORT: String(port) } })
+    const ports = await upPorts()
+    const port = Number(ports.API_SERVER_PORT)
+    const child = spawnNodeplane(['up', '--data-dir', path.join(dir, 'data')], { env: ports })
     children.push(child)
 
     const stackFile = path.join(dir, 'data', 'stack.json')
     const stack = await waitForFile<StackFile>(stackFile, 'stack.json')
-    expect(stack).toMatchObject({ daemons: ['api-server'], api_url: `http://127.0.0.1:${port}`, bus: 'local', pid: child.pid })
+    expect(stack).toMatchObject({
+      daemons: ['auth-server', 'api-server'],
+      api_url: `http://127.0.0.1:${port}`,
+      auth_url: `http://127.0.0.1:${ports.AUTH_SERVER_PORT}`,
+      bus: 'local',
+      pid: child.pid,
+    })
     expect(stack.database_url).toBe(`sqlite://${path.join(dir, 'data', 'control-plane.db')}`)
 
     const health = await fetch(`${stack.api_url}/health`)
@@ -37,7 +44,7 @@ describe('nodeplane up', () => {
     expect(await ready.json()).toMatchObject({ components: { database: { status: 'up' }, bus: { status: 'up' } } })
 
     // A second `up` on the same data directory is refused while the first runs.
-    const second = await nodeplane(['up', '--data-dir', path.join(dir, 'data')], { env: { API_SERVER_PORT: String(await freePort()) } })
+    const second = await nodeplane(['up', '--data-dir', path.join(dir, 'data')], { env: await upPorts() })
     expect(second.exitCode).toBe(4)
     expect(second.stderr).toContain('already running')
 
@@ -57,8 +64,7 @@ describe('nodeplane up', () => {
   it('defaults its data directory to ./.nodeplane under the working directory', async () => {
     const dir = tempDir()
     dirs.push(dir)
-    const port = await freePort()
-    const child = spawnNodeplane(['up', '--json'], { cwd: dir, env: { API_SERVER_PORT: String(port) } })
+    const child = spawnNodeplane(['up', '--json'], { cwd: dir, env: await upPorts() })
     children.push(child)
     const stack = await waitForFile<StackFile>(path.join(dir, '.nodeplane', 'stack.json'), 'stack.json')
     expect(stack.data_dir).toBe(path.join(fs.realpathSync(dir), '.nodeplane'))
@@ -83,7 +89,7 @@ describe('nodeplane up', () => {
     const port = await freePort()
     await new Promise<void>((resolve) => blocker.listen(port, '127.0.0.1', resolve))
     try {
-      const result = await nodeplane(['up'], { cwd: dir, env: { API_SERVER_PORT: String(port) } })
+      const result = await nodeplane(['up'], { cwd: dir, env: { ...(await upPorts()), API_SERVER_PORT: String(port) } })
       expect(result.exitCode).toBe(78)
       expect(result.stderr).toContain(`API_SERVER_PORT: port ${port}`)
       expect(fs.existsSync(path.join(dir, '.nodeplane', 'stack.json'))).toBe(false)

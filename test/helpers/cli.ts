@@ -4,7 +4,7 @@ import os from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { execa, type ResultPromise } from 'execa'
-import { waitFor } from './ports.js'
+import { freePort, waitFor } from './ports.js'
 
 export const BIN = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../bin/run.js')
 
@@ -19,10 +19,15 @@ export function cleanEnv(extra: Record<string, string> = {}): Record<string, str
   const env: Record<string, string> = {}
   for (const [key, value] of Object.entries(process.env)) {
     if (value === undefined) continue
-    if (/^(NODEPLANE_|DATABASE_URL|PAYMENTS_DATABASE_URL|NATS_URL|API_SERVER_PORT|LOG_LEVEL)/.test(key)) continue
+    if (/^(NODEPLANE_|DATABASE_URL|PAYMENTS_DATABASE_URL|NATS_URL|LOG_LEVEL|AUTH_|API_|HTTP_|PAYMENT_|AGENT_GATEWAY_)/.test(key)) continue
     env[key] = value
   }
   return { ...env, ...extra }
+}
+
+/** Free ports for every server `nodeplane up` starts, so parallel tests never collide on defaults. */
+export async function upPorts(): Promise<Record<string, string>> {
+  return { API_SERVER_PORT: String(await freePort()), AUTH_SERVER_PORT: String(await freePort()) }
 }
 
 export async function nodeplane(args: string[], options: { env?: Record<string, string>; cwd?: string } = {}): Promise<CliResult> {

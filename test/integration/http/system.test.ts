@@ -33,6 +33,14 @@ describe.each(DIALECTS)('GET /readyz on %s', (dialect) => {
     expect(res.body).toEqual({ status: 'ready', components: { database: { status: 'up' }, bus: { status: 'up' } } })
   })
 
+  it('reports only the database for a server without an event bus (the auth server)', async () => {
+    const t = await resources.database(dialect)
+    const api = await resources.api({ db: t.db, bus: undefined })
+    const res = await getJson(`${api.url}/readyz`)
+    expect(res.status).toBe(200)
+    expect(res.body).toEqual({ status: 'ready', components: { database: { status: 'up' } } })
+  })
+
   it('is 503 naming the database when its pool is gone', async () => {
     const t = await resources.database(dialect)
     const db = t.connect()

@@ -1,0 +1,33 @@
+import { startAuthServer } from '../../daemons/auth-server.js'
+import { openDatabase } from '../../daemons/runtime.js'
+import { BaseCommand } from '../../src/cli/base-command.js'
+import { authServerEnv, loadConfig } from '../../src/config/env.js'
+import { Resources } from '../../src/daemon/resources.js'
+import { installShutdown } from '../../src/daemon/shutdown.js'
+import { assertSchemaCurrent } from '../../src/db/schema-check.js'
+import { createLogger } from '../../src/log.js'
+
+export default class DaemonAuthServer extends BaseCommand<typeof DaemonAuthServer> {
+  static override summary = 'Run the auth-server daemon: identity-provider webhook, wallet sign-in, token refresh (port AUTH_SERVER_PORT, 8081)'
+  static override description =
+    'Needs a migrated control-plane database, and no NATS. AUTH_PROVIDER chooses what it serves (idp: the webhook; siwe: ' +
+    'wallet sign-in; both). Every instance behind one API server must share AUTH_SIGNING_KEY_FILE. See docs/auth.md.'
+  static override examples = [
+    'AUTH_PROVIDER=both AUTH_IDP_WEBHOOK_SIGNING_SECRET=whsec_... DATABASE_URL=postgres://nodeplane@db/nodeplane <%= config.bin %> daemon auth-server',
+  ]
+
+  async run(): Promise<{ daemon: string; url: string }> {
+    const config = loadConfig(authServerEnv, this.env())
+    const logger = createLogger({ level: config.LOG_LEVEL, daemon: 'auth-server' })
+    const resources = new Resources(logger)
+    const url = await resources.starting(async () => {
+      const db = resources.add('database', await openDatabase(config.DATABASE_URL, 'nodeplane-auth-server'), (d) => d.destroy())
+      await assertSchemaCurrent(db, 'control-plane')
+      const server = resources.add('http server', await startAuthServer(config, { db, logger }), (s) => s.stop())
+      return server.url
+    })
+    installShutdown({ logger, timeoutMs: config.SHUTDOWN_TIMEOUT, stop: () => resources.closeAll() })
+    logger.info({ url }, 'ready')
+    return { daemon: 'auth-server', url }
+  }
+}

@@ -1,0 +1,21 @@
+/**
+ * For operator commands that act on the control-plane database directly (bootstrap and
+ * break-glass): open it from DATABASE_URL (default: the SQLite file in the data dir), refuse an
+ * old schema, run the work, and always close the pool so the command exits.
+ */
+import { databaseCommandEnv, loadConfig, type Env } from '../config/env.js'
+import { createDatabase, type Db } from '../db/knex.js'
+import { probeDatabase } from '../db/probe.js'
+import { assertSchemaCurrent } from '../db/schema-check.js'
+
+export async function withControlPlaneDatabase<T>(env: Env, work: (db: Db) => Promise<T>): Promise<T> {
+  const config = loadConfig(databaseCommandEnv, env)
+  await probeDatabase(config.DATABASE_URL)
+  const db = createDatabase(config.DATABASE_URL, { applicationName: 'nodeplane-cli', poolMax: 2 })
+  try {
+    await assertSchemaCurrent(db, 'control-plane')
+    return await work(db)
+  } finally {
+    await db.destroy()
+  }
+}

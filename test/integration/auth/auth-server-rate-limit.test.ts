@@ -1,0 +1,129 @@
+/**
+ * The auth server's rate limit: AUTH_RATE_LIMIT_PER_MINUTE per client on /auth/*, counted in
+ * the database and so shared by every instance on it, 429 with Retry-After; per-instance
+ * counting (logged once) while the database is unavailable, and back (logged once) after.
+ */
+import { afterEach, describe, expect, it } from 'vitest'
+import { createAuthRateLimiter } from '../../../src/auth/auth-rate-limit.js'
+import { RateLimitedError } from '../../../src/errors.js'
+import { createLogger } from '../../../src/log.js'
+import { DIALECTS } from '../../helpers/db.js'
+import { LogCapture, Resources } from '../http/harness.js'
+import { deliverWebhook, postJson, startTestAuthServer, TestClock, webhookSecret } from './auth-server-support.js'
+
+const ADDRESS = '0x52908400098527886E0F7030069857D2E4169EE7'
+
+async function nonceStatus(url: string): Promise<number> {
+  return (await fetch(`${url}/auth/nonce?address=${ADDRESS}`)).status
+}
+
+describe.each(DIALECTS)('auth server rate limit on %s', (dialect) => {
+  const resources = new Resources()
+  afterEach(() => resources.cleanup())
+
+  it('allows the limit per minute on /auth/*, then 429 with Retry-After until the window ends', async () => {
+    const t = await resources.database(dialect)
+    const clock = new TestClock()
+    const secret = webhookSecret()
+    const { url } = await startTestAuthServer(resources, t.db, {
+      clock,
+      settings: { AUTH_RATE_LIMIT_PER_MINUTE: 3, AUTH_PROVIDER: 'both', AUTH_IDP_WEBHOOK_SIGNING_SECRET: secret },
+    })
+    expect(await nonceStatus(url)).toBe(200)
+    // Every /auth/* route draws from the same budget, refused or malformed requests included.
+    expect((await fetch(`${url}/auth/nonce`)).status).toBe(400)
+    expect((await postJson(`${url}/auth/logout`, { refresh_token: 'npr_unknown' })).status).toBe(204)
+
+    const refused = await fetch(`${url}/auth/nonce?address=${ADDRESS}`)
+    expect(refused.status).toBe(429)
+    expect(refused.headers.get('retry-after')).toBe('50') // the clock is 10 s into its minute
+    expect(await refused.json()).toMatchObject({ error: 'rate limit exceeded', details: expect.stringContaining('3 requests per minute') })
+    expect((await postJson(`${url}/auth/verify`, {})).status).toBe(429)
+
+    // Not limited: health, the key set, the webhook.
+    for (let i = 0; i < 4; i++) {
+      expect((await fetch(`${url}/health`)).status).toBe(200)
+      expect((await fetch(`${url}/.well-known/jwks.json`)).status).toBe(200)
+      expect((await deliverWebhook(url, { secret, timestamp: clock.seconds, body: { type: 'ping', data: {} } })).status).toBe(200)
+    }
+
+    clock.advance(49_000)
+    expect(await nonceStatus(url)).toBe(429)
+    clock.advance(1_000)
+    expect(await nonceStatus(url)).toBe(200)
+  })
+
+  it('falls back to per-instance counting when counting in the database fails, logging once each way', async () => {
+    const t = await resources.database(dialect)
+    const clock = new TestClock()
+    const logs = new LogCapture()
+    const limiter = createAuthRateLimiter({
+      db: t.db,
+      limitPerMinute: 2,
+      logger: createLogger({ destination: logs, level: 'debug' }),
+      now: clock.now,
+      retryDatabaseAfterMs: 5_000,
+    })
+    await limiter.hit('ip:a')
+    expect(limiter.store).toBe('database')
+
+    await t.db.schema.renameTable('auth_rate_limits', 'auth_rate_limits_away')
+    await limiter.hit('ip:a') // the database failed; counted in memory from here (1)
+    expect(limiter.store).toBe('memory')
+    await limiter.hit('ip:a') // 2
+    await expect(limiter.hit('ip:a')).rejects.toBeInstanceOf(RateLimitedError)
+    await limiter.hit('ip:b')
+    const down = logs.lines.filter((l) => String(l.msg).startsWith('rate limit database unavailable'))
+    expect(down).toHaveLength(1)
+    expect(down[0]?.level).toBe('warn')
+
+    await t.db.schema.renameTable('auth_rate_limits_away', 'auth_rate_limits')
+    clock.advance(4_000)
+    await limiter.hit('ip:c')
+    expect(limiter.store).toBe('memory') // not retried before 5 s
+    clock.advance(1_000)
+    await limiter.hit('ip:c')
+    expect(limiter.store).toBe('database')
+    await limiter.hit('ip:c')
+    expect(logs.lines.filter((l) => String(l.msg).startsWith('rate limit counting is back in the database'))).toHaveLength(1)
+    expect(logs.lines.filter((l) => String(l.msg).startsWith('rate limit database unavailable'))).toHaveLength(1)
+  })
+})
+
+describe('auth server rate limit shared on Postgres', () => {
+  const resources = new Resources()
+  afterEach(() => resources.cleanup())
+
+  it('two auth-server instances on one database share the budget: 20 in total, then 429 on both', async () => {
+    const t = await resources.database('postgres')
+    const clock = new TestClock()
+    const settings = { AUTH_RATE_LIMIT_PER_MINUTE: 20 }
+    const one = await startTestAuthServer(resources, t.connect(), { clock, settings })
+    const two = await startTestAuthServer(resources, t.connect(), { clock, settings })
+    const statuses = await Promise.all(Array.from({ length: 20 }, (_, i) => nonceStatus(i % 2 === 0 ? one.url : two.url)))
+    expect(statuses.every((s) => s === 200)).toBe(true)
+    expect(await nonceStatus(one.url)).toBe(429)
+    expect(await nonceStatus(two.url)).toBe(429)
+    const row = (await t.db('auth_rate_limits').first()) as { client_key: string; count: number }
+    expect(row.client_key).toMatch(/^ip:/)
+    expect(Number(row.count)).toBe(22)
+  })
+
+  it('keeps serving with per-instance counting when its database pool is gone, and says so once', async () => {
+    const t = await resources.database('postgres')
+    const clock = new TestClock()
+    const db = t.connect()
+    const { url, logs } = await startTestAuthServer(resources, db, { clock, settings: { AUTH_RATE_LIMIT_PER_MINUTE: 3 } })
+    expect(await nonceStatus(url)).toBe(200)
+    await db.destroy()
+
+    // A request the server can answer without its database (a 400) is still served, counted in memory.
+    const started = Date.now()
+    for (let i = 0; i < 3; i++) expect((await fetch(`${url}/auth/nonce`)).status).toBe(400)
+    expect((await fetch(`${url}/auth/nonce`)).status).toBe(429)
+    expect(Date.now() - started).toBeLessThan(5_000)
+    const lines = logs.lines.filter((l) => String(l.msg).startsWith('rate limit database unavailable'))
+    expect(lines).toHaveLength(1)
+    expect(lines[0]).toMatchObject({ level: 'warn', daemon: 'auth-server' })
+  })
+})
