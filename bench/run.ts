@@ -8,6 +8,7 @@ import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { startNats } from '../test/helpers/nats.js'
 import { startPostgres } from '../test/helpers/postgres.js'
+import { benchAuth } from './auth.js'
 import { benchEvents } from './events.js'
 import type { Bench, BenchFigure } from './lib.js'
 import { benchStateMachine } from './state-machine.js'
@@ -15,6 +16,7 @@ import { benchStateMachine } from './state-machine.js'
 const BENCHES: Record<string, Bench> = {
   'state-machine': benchStateMachine,
   events: benchEvents,
+  auth: benchAuth,
 }
 
 const resultsDir = path.join(path.dirname(fileURLToPath(import.meta.url)), 'results')

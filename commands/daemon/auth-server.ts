@@ -3,6 +3,7 @@ import { openDatabase } from '../../daemons/runtime.js'
 import { BaseCommand } from '../../src/cli/base-command.js'
 import { authServerEnv, loadConfig } from '../../src/config/env.js'
 import { Resources } from '../../src/daemon/resources.js'
+import { ConfigError } from '../../src/errors.js'
 import { installShutdown } from '../../src/daemon/shutdown.js'
 import { assertSchemaCurrent } from '../../src/db/schema-check.js'
 import { createLogger } from '../../src/log.js'
@@ -18,6 +19,13 @@ export default class DaemonAuthServer extends BaseCommand<typeof DaemonAuthServe
 
   async run(): Promise<{ daemon: string; url: string }> {
     const config = loadConfig(authServerEnv, this.env())
+    // In production the identity provider's webhook is how users come to exist; a server in a
+    // mode that serves it must be able to verify it. (`nodeplane up` only warns: a laptop has none.)
+    if (config.AUTH_PROVIDER !== 'siwe' && !config.AUTH_IDP_WEBHOOK_SIGNING_SECRET) {
+      throw new ConfigError([
+        `AUTH_IDP_WEBHOOK_SIGNING_SECRET: required with AUTH_PROVIDER=${config.AUTH_PROVIDER} (the identity-provider webhook creates users); set it to the provider's whsec_… secret, or use AUTH_PROVIDER=siwe`,
+      ])
+    }
     const logger = createLogger({ level: config.LOG_LEVEL, daemon: 'auth-server' })
     const resources = new Resources(logger)
     const url = await resources.starting(async () => {

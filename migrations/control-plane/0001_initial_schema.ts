@@ -20,9 +20,17 @@ export async function up(knex: Knex): Promise<void> {
     t.boolean('is_admin').notNullable().defaultTo(false)
     timestamps(t)
   })
-  // Unique when present; wallet lookups are case-insensitive (spec: User).
+  // Unique when present (spec: User).
   await partialUnique(knex, 'users_email_uq', 'users', ['lower(email)'], 'email IS NOT NULL')
-  await partialUnique(knex, 'users_wallet_address_uq', 'users', ['lower(wallet_address)'], 'wallet_address IS NOT NULL')
+  // Ethereum addresses compare case-insensitively (EIP-55 only changes letter case); Solana
+  // base58 addresses are case-sensitive, so two that differ in case are two wallets.
+  await partialUnique(
+    knex,
+    'users_wallet_address_uq',
+    'users',
+    ["(CASE WHEN wallet_type = 'ethereum' THEN lower(wallet_address) ELSE wallet_address END)"],
+    'wallet_address IS NOT NULL',
+  )
   await partialUnique(knex, 'users_external_auth_id_uq', 'users', ['external_auth_id'], 'external_auth_id IS NOT NULL')
 
   await knex.schema.createTable('api_keys', (t) => {

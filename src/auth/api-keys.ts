@@ -93,7 +93,7 @@ export interface IssuedApiKey {
   key: string
 }
 
-function validate(input: NewApiKey, now: Date): { name: string; scopes: Scope[]; expiresAt: Date | null } {
+function validate(input: NewApiKey, now: Date, rotation: boolean): { name: string; scopes: Scope[]; expiresAt: Date | null } {
   const name = input.name.trim()
   if (name.length === 0) throw new ValidationError('name: must not be empty')
   if (name.length > MAX_KEY_NAME_LENGTH) throw new ValidationError(`name: at most ${MAX_KEY_NAME_LENGTH} characters`)
@@ -107,7 +107,8 @@ function validate(input: NewApiKey, now: Date): { name: string; scopes: Scope[];
     if (!scopes.includes(scope as Scope)) scopes.push(scope as Scope)
   }
   const expiresAt = input.expiresAt ?? null
-  if (expiresAt && expiresAt.getTime() - now.getTime() < MIN_KEY_LIFETIME_MS) {
+  // A rotated key keeps its predecessor's expiry, however near: rotation never extends a key.
+  if (expiresAt && !rotation && expiresAt.getTime() - now.getTime() < MIN_KEY_LIFETIME_MS) {
     throw new ValidationError('expires_at: must be at least 1 hour in the future')
   }
   return { name, scopes, expiresAt }
@@ -118,7 +119,7 @@ function validate(input: NewApiKey, now: Date): { name: string; scopes: Scope[];
  * concurrent creations cannot pass the limit together. Call inside a transaction.
  */
 export async function createApiKey(trx: Queryable, input: NewApiKey, now: Date = new Date(), rotatedFromId: string | null = null): Promise<IssuedApiKey> {
-  const { name, scopes, expiresAt } = validate(input, now)
+  const { name, scopes, expiresAt } = validate(input, now, rotatedFromId !== null)
   const user = await lockRow(trx, trx('users').where({ id: input.userId }).first('id'))
   if (!user) throw new NotFoundError(`no user ${input.userId}`)
   const active = (await trx('api_keys')
@@ -167,8 +168,12 @@ export async function rotateApiKey(trx: Queryable, userId: string, id: string, n
   if (!isActive(old, now)) throw new ConflictError(`API key ${id} is ${old.revoked_at ? 'revoked' : 'expired'}`, 'only an active key can be rotated; create a new one')
   const revoked = await trx('api_keys').where({ id }).whereNull('revoked_at').update({ revoked_at: now, updated_at: now })
   if (revoked !== 1) throw new ConflictError(`API key ${id} was revoked concurrently`)
-  const expiresAt = old.expires_at && old.expires_at.getTime() - now.getTime() >= MIN_KEY_LIFETIME_MS ? old.expires_at : null
-  return createApiKey(trx, { userId, name: old.name, scopes: old.scopes, expiresAt, allowAdmin: old.scopes.includes(ADMIN_SCOPE) }, now, old.id)
+  return createApiKey(
+    trx,
+    { userId, name: old.name, scopes: old.scopes, expiresAt: old.expires_at, allowAdmin: old.scopes.includes(ADMIN_SCOPE) },
+    now,
+    old.id,
+  )
 }
 
 export async function revokeApiKey(db: Queryable, userId: string, id: string, now: Date = new Date()): Promise<ApiKey> {

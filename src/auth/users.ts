@@ -80,8 +80,12 @@ export async function findUserByExternalAuthId(db: Queryable, externalAuthId: st
   return row ? userFromRow(row as UserRow) : undefined
 }
 
+/** Ethereum addresses match in any letter case; Solana (base58) addresses exactly. */
 export async function findUserByWalletAddress(db: Queryable, address: string): Promise<User | undefined> {
-  const row = await db('users').whereRaw('lower(wallet_address) = lower(?)', [address]).first()
+  const query = /^0x[0-9a-fA-F]{40}$/.test(address)
+    ? db('users').where({ wallet_type: 'ethereum' }).whereRaw('lower(wallet_address) = lower(?)', [address])
+    : db('users').whereNot({ wallet_type: 'ethereum' }).where({ wallet_address: address })
+  const row = await query.first()
   return row ? userFromRow(row as UserRow) : undefined
 }
 

@@ -86,7 +86,7 @@ export async function signInWithWallet(deps: SignInDeps, input: WalletSignIn, no
 /**
  * The user owning the wallet (case-insensitive lookup), or a new one with the wallet's
  * address (EIP-55 / base58), type and public key and no email. A user created concurrently for
- * the same address (the unique index on lower(wallet_address)) is found instead.
+ * the same address (the unique index on the wallet address) is found instead.
  */
 export async function findOrCreateWalletUser(db: Queryable, wallet: VerifiedWallet, now: Date): Promise<{ user: User; created: boolean }> {
   const existing = await findUserByWalletAddress(db, wallet.address)

@@ -91,5 +91,13 @@ export async function ensureLocalOperator(db: Db, now: Date = new Date()): Promi
 async function ensureAdminUser(trx: Queryable, email: string, now: Date): Promise<User> {
   const existing = await findUserByEmail(trx, email)
   if (!existing) return createUser(trx, { email, is_admin: true }, now)
+  // Only the local operator this command made may be promoted: never a user who arrived through
+  // the identity provider or a wallet sign-in with the same address.
+  if (existing.external_auth_id !== null || existing.wallet_address !== null) {
+    throw new ConflictError(
+      `${email} belongs to a user who signed up through the identity provider or a wallet`,
+      'remove or rename that user, or use another data directory',
+    )
+  }
   return existing.is_admin ? existing : setAdmin(trx, existing.id, true, now)
 }

@@ -98,7 +98,7 @@ export function createApiApp(options: ApiAppOptions): ApiApp {
   app.use(accessLog(options.logger))
   app.use(errorMapping())
   app.use(declaredBodyLimit(bodyLimitBytes))
-  app.use(unmatched())
+  app.use(unmatched(options))
   app.use(router.routes())
   app.use(router.allowedMethods())
   return app

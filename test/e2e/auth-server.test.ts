@@ -5,6 +5,8 @@ import { nodeplane, spawnNodeplane, tempDir } from '../helpers/cli.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
 import { freePort, waitFor } from '../helpers/ports.js'
 
+const WEBHOOK_SECRET = `whsec_${Buffer.from('e2e webhook signing secret').toString('base64')}`
+
 describe('nodeplane daemon auth-server (separate process, SQLite, no NATS)', () => {
   let database: TestDatabase
   const dirs: string[] = []
@@ -27,7 +29,7 @@ describe('nodeplane daemon auth-server (separate process, SQLite, no NATS)', () 
     const port = await freePort()
     const data = dataDir()
     const child = spawnNodeplane(['daemon', 'auth-server'], {
-      env: { DATABASE_URL: database.url, NODEPLANE_DATA_DIR: data, AUTH_SERVER_PORT: String(port), AUTH_PROVIDER: 'both' },
+      env: { DATABASE_URL: database.url, NODEPLANE_DATA_DIR: data, AUTH_SERVER_PORT: String(port), AUTH_PROVIDER: 'both', AUTH_IDP_WEBHOOK_SIGNING_SECRET: WEBHOOK_SECRET },
     })
     try {
       const url = `http://127.0.0.1:${port}`
@@ -38,6 +40,8 @@ describe('nodeplane daemon auth-server (separate process, SQLite, no NATS)', () 
       expect(fs.statSync(path.join(data, 'auth-signing-key.pem')).mode & 0o777).toBe(0o600)
       const nonce = await fetch(`${url}/auth/nonce?address=0x52908400098527886E0F7030069857D2E4169EE7`)
       expect(nonce.status).toBe(200)
+      // The webhook is mounted: an unsigned delivery is refused, not unknown.
+      expect((await fetch(`${url}/webhooks/idp`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: '{}' })).status).toBe(401)
     } finally {
       child.kill('SIGTERM')
     }
@@ -50,8 +54,17 @@ describe('nodeplane daemon auth-server (separate process, SQLite, no NATS)', () 
     expect(lines.every((l) => l.daemon === 'auth-server')).toBe(true)
     expect(lines.some((l) => l.msg === 'ready')).toBe(true)
     expect(lines.some((l) => l.msg === 'stopped')).toBe(true)
-    // Mode both without a webhook secret: the missing webhook is announced.
-    expect(lines.some((l) => l.level === 'warn' && String(l.msg).includes('AUTH_IDP_WEBHOOK_SIGNING_SECRET is not set'))).toBe(true)
+    expect(lines.some((l) => JSON.stringify(l).includes(WEBHOOK_SECRET))).toBe(false)
+  })
+
+  it('refuses to start in a mode that serves the webhook without its signing secret (exit 78)', async () => {
+    for (const mode of ['idp', 'both']) {
+      const result = await nodeplane(['daemon', 'auth-server'], {
+        env: { DATABASE_URL: database.url, NODEPLANE_DATA_DIR: dataDir(), AUTH_SERVER_PORT: String(await freePort()), AUTH_PROVIDER: mode },
+      })
+      expect(result.exitCode).toBe(78)
+      expect(result.stderr).toContain(`AUTH_IDP_WEBHOOK_SIGNING_SECRET: required with AUTH_PROVIDER=${mode}`)
+    }
   })
 
   it('refuses to start with a signing key others can read (exit 78, naming the file)', async () => {
@@ -70,7 +83,9 @@ describe('nodeplane daemon auth-server (separate process, SQLite, no NATS)', () 
   it('refuses to run on a database with pending migrations (exit 69)', async () => {
     const empty = await createTestDatabase('sqlite', { migrated: false })
     try {
-      const result = await nodeplane(['daemon', 'auth-server'], { env: { DATABASE_URL: empty.url, NODEPLANE_DATA_DIR: dataDir(), AUTH_SERVER_PORT: String(await freePort()) } })
+      const result = await nodeplane(['daemon', 'auth-server'], {
+        env: { DATABASE_URL: empty.url, NODEPLANE_DATA_DIR: dataDir(), AUTH_SERVER_PORT: String(await freePort()), AUTH_PROVIDER: 'siwe' },
+      })
       expect(result.exitCode).toBe(69)
       expect(result.stderr).toContain('nodeplane db migrate')
     } finally {

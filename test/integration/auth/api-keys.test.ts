@@ -248,6 +248,23 @@ describe.each(DIALECTS)('API key endpoints on %s', (dialect) => {
     expect(Number((active as { n: unknown }).n)).toBe(1)
   })
 
+  it('never extends a key by rotating it: a key with 30 minutes left rotates into one with the same 30 minutes', async () => {
+    const { db } = await resources.database(dialect)
+    const api = await startAuthApi(resources, db)
+    const user = await newUser(db)
+    const expiresAt = new Date(api.clock.ms + 2 * HOUR)
+    const old = await newKey(db, user.id, { scopes: ['api-keys:manage', 'nodes:read'], expiresAt, now: api.clock.now() })
+    api.clock.advance(90 * 60_000)
+
+    const rotated = await api.call('POST', `/api/v1/api-keys/${old.id}/rotate`, { bearer: old.key })
+    expect(rotated.status).toBe(201)
+    const fresh = rotated.body as { key: string; expires_at: string | null }
+    expect(fresh.expires_at).toBe(expiresAt.toISOString())
+
+    api.clock.advance(31 * 60_000)
+    expect((await api.call('GET', '/api/v1/me', { bearer: fresh.key })).status).toBe(401)
+  })
+
   it('rotation at the 50-key limit succeeds (the old key is revoked first, in the same transaction)', async () => {
     const { db } = await resources.database(dialect)
     const api = await startAuthApi(resources, db)

@@ -140,6 +140,10 @@ describe.each(DIALECTS)('unique rules on %s', (dialect) => {
       // Users without a wallet: null address and type, as many as there are.
       await insertUser(db, { wallet_address: null })
       await insertUser(db, { wallet_address: null })
+      // Solana base58 is case-sensitive: addresses differing only in case are different wallets.
+      await insertUser(db, { wallet_address: '7EcDhSYGxXyscszYEp35KHN8vvw3svAuLKTzXwCFLtV', wallet_type: 'solana' })
+      await insertUser(db, { wallet_address: '7ecDhSYGxXyscszYEp35KHN8vvw3svAuLKTzXwCFLtV', wallet_type: 'solana' })
+      await expectViolation(insertUser(db, { wallet_address: '7EcDhSYGxXyscszYEp35KHN8vvw3svAuLKTzXwCFLtV', wallet_type: 'solana' }), 'unique')
     }))
 
     it('external_auth_id is unique when present', cp(async ({ db }) => {

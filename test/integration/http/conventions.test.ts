@@ -177,10 +177,27 @@ describe('request id', () => {
 
 describe('errors', () => {
   it('answers an unknown route with 404 and the error body', async () => {
-    const api = await resources.api({ db: t.db })
-    const res = await getJson(`${api.url}/api/v1/nothing-here?x=1`)
+    const api = await resources.api({ db: t.db, authenticate: bearerAuthenticator })
+    const res = await getJson(`${api.url}/api/v1/nothing-here?x=1`, { headers: { Authorization: 'Bearer user-token' } })
     expect(res.status).toBe(404)
     expect(res.body).toEqual({ error: 'not found', details: 'no route for GET /api/v1/nothing-here' })
+    const outside = await getJson(`${api.url}/nothing-here`)
+    expect(outside.status).toBe(404)
+  })
+
+  it('answers an anonymous caller 401 under /api/v1 before revealing whether a path or method exists', async () => {
+    const api = await resources.api({ db: t.db, routes: testRoutes(), authenticate: bearerAuthenticator })
+    for (const [method, path] of [
+      ['GET', '/api/v1/nothing-here'],
+      ['DELETE', '/api/v1/admin-only'],
+    ] as const) {
+      const res = await getJson(`${api.url}${path}`, { method })
+      expect(res.status).toBe(401)
+      expect(res.headers.get('allow')).toBeNull()
+      expectErrorBody(res.body)
+    }
+    const known = await getJson(`${api.url}/api/v1/admin-only`, { method: 'DELETE', headers: { Authorization: 'Bearer user-token' } })
+    expect(known.status).toBe(405)
   })
 
   it('answers a wrong method on a known path with 405 and Allow', async () => {
