@@ -13,7 +13,11 @@ import { freePort, waitFor } from './ports.js'
 export interface PostgresServer {
   /** URL of the `postgres` maintenance database on the server. */
   url: string
+  /** Stops the server for good and removes its data. */
   stop(): Promise<void>
+  /** Takes the server down, keeping its data (an outage); `resume()` brings it back. */
+  pause(): Promise<void>
+  resume(): Promise<void>
   restart(): Promise<void>
 }
 
@@ -38,7 +42,7 @@ function run(cmd: string, args: string[]): void {
 
 export async function startPostgres(): Promise<PostgresServer> {
   const external = process.env.TEST_DATABASE_URL
-  if (external) return { url: external, stop: async () => {}, restart: async () => {} }
+  if (external) return { url: external, stop: async () => {}, pause: async () => {}, resume: async () => {}, restart: async () => {} }
 
   const bin = postgresBinDir()
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'nodeplane-pg-'))
@@ -72,18 +76,29 @@ export async function startPostgres(): Promise<PostgresServer> {
   }, 'postgres to accept connections')
 
   let stopped = false
+  let running = true
   return {
     url,
+    async pause() {
+      if (running) stopServer()
+      running = false
+    },
+    async resume() {
+      if (!running) start()
+      running = true
+    },
     async restart() {
-      stopServer()
+      if (running) stopServer()
       start()
+      running = true
     },
     async stop() {
       if (stopped) return
       stopped = true
       try {
-        stopServer()
+        if (running) stopServer()
       } finally {
+        running = false
         fs.rmSync(dir, { recursive: true, force: true })
       }
     },

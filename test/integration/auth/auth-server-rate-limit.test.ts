@@ -7,7 +7,11 @@ import { afterEach, describe, expect, it } from 'vitest'
 import { createAuthRateLimiter } from '../../../src/auth/auth-rate-limit.js'
 import { RateLimitedError } from '../../../src/errors.js'
 import { createLogger } from '../../../src/log.js'
+import { createDatabase } from '../../../src/db/knex.js'
+import { migrateLatest } from '../../../src/db/migrate.js'
 import { DIALECTS } from '../../helpers/db.js'
+import { startPostgres } from '../../helpers/postgres.js'
+import { waitFor } from '../../helpers/ports.js'
 import { LogCapture, Resources } from '../http/harness.js'
 import { deliverWebhook, postJson, startTestAuthServer, TestClock, webhookSecret } from './auth-server-support.js'
 
@@ -125,5 +129,32 @@ describe('auth server rate limit shared on Postgres', () => {
     const lines = logs.lines.filter((l) => String(l.msg).startsWith('rate limit database unavailable'))
     expect(lines).toHaveLength(1)
     expect(lines[0]).toMatchObject({ level: 'warn', daemon: 'auth-server' })
+  })
+
+  it('keeps serving when the Postgres server itself stops, and counts in the database again once it is back', async () => {
+    const server = await startPostgres()
+    resources.add(() => server.stop())
+    const db = createDatabase(server.url)
+    resources.add(() => db.destroy())
+    await migrateLatest(db, 'control-plane')
+    const clock = new TestClock()
+    const { url, logs } = await startTestAuthServer(resources, db, { clock, settings: { AUTH_RATE_LIMIT_PER_MINUTE: 4 } })
+    expect(await nonceStatus(url)).toBe(200)
+
+    await server.pause()
+    // Counting restarts in memory: the budget of 4 holds again within this instance.
+    for (let i = 0; i < 4; i++) expect((await fetch(`${url}/auth/nonce`)).status).toBe(400)
+    expect((await fetch(`${url}/auth/nonce`)).status).toBe(429)
+    const down = logs.lines.filter((l) => String(l.msg).startsWith('rate limit database unavailable'))
+    expect(down).toHaveLength(1)
+
+    await server.resume()
+    clock.advance(60_000)
+    await waitFor(async () => {
+      await fetch(`${url}/auth/nonce`)
+      return logs.lines.some((l) => String(l.msg).startsWith('rate limit counting is back in the database'))
+    }, 'the rate limit to use the database again')
+    const row = (await db('auth_rate_limits').orderBy('window_start', 'desc').first()) as { count: number } | undefined
+    expect(Number(row?.count)).toBeGreaterThanOrEqual(1)
   })
 })
