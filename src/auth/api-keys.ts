@@ -5,11 +5,11 @@
  */
 import crypto from 'node:crypto'
 import type { Queryable } from '../db/knex.js'
-import { fromJson, lockRow, toBool, toDate, toDateOrNull, toJson } from '../db/dialect.js'
+import { fromJson, lockRow, toDate, toDateOrNull, toJson } from '../db/dialect.js'
 import { uuidv7 } from '../db/ids.js'
 import { ConflictError, NotFoundError, ValidationError } from '../errors.js'
 import { ADMIN_SCOPE, isApiKeyScope, type Scope } from './scopes.js'
-import { isUuid } from './users.js'
+import { isUuid, userFromRow, type User } from './users.js'
 
 export const API_KEY_PREFIX = 'np_'
 export const MAX_ACTIVE_KEYS_PER_USER = 50
@@ -192,13 +192,7 @@ export async function deleteApiKey(db: Queryable, userId: string, id: string, no
 /** Why a presented key was refused; all answer 401, the reason only sharpens `details`. */
 export type ApiKeyRejection = 'malformed' | 'unknown' | 'revoked' | 'expired' | 'deleted'
 
-/** The owner's columns the authenticator needs, read in the same query as the key. */
-export interface ApiKeyOwner {
-  id: string
-  is_admin: boolean
-}
-
-export type ApiKeyCheck = { ok: true; apiKey: ApiKey; owner: ApiKeyOwner } | { ok: false; reason: ApiKeyRejection }
+export type ApiKeyCheck = { ok: true; apiKey: ApiKey; owner: User } | { ok: false; reason: ApiKeyRejection }
 
 /**
  * Looks up the key matching `plaintext` together with its owner (one query), and keeps
@@ -209,10 +203,20 @@ export type ApiKeyCheck = { ok: true; apiKey: ApiKey; owner: ApiKeyOwner } | { o
 export async function checkApiKey(db: Queryable, plaintext: string, now: Date = new Date()): Promise<ApiKeyCheck> {
   if (!KEY_SHAPE.test(plaintext)) return { ok: false, reason: 'malformed' }
   const hash = hashApiKey(plaintext)
+  // The owner comes with the key in the same query: the request needs it anyway.
   const row = (await db('api_keys as k')
     .join('users as u', 'u.id', 'k.user_id')
     .where('k.key_hash', hash)
-    .first('k.*', 'u.is_admin as owner_is_admin')) as (ApiKeyRow & { owner_is_admin: unknown }) | undefined
+    .first(
+      'k.*',
+      'u.email as owner_email',
+      'u.wallet_address as owner_wallet_address',
+      'u.wallet_type as owner_wallet_type',
+      'u.external_auth_id as owner_external_auth_id',
+      'u.is_admin as owner_is_admin',
+      'u.created_at as owner_created_at',
+      'u.updated_at as owner_updated_at',
+    )) as (ApiKeyRow & Record<`owner_${string}`, unknown>) | undefined
   if (!row || !crypto.timingSafeEqual(Buffer.from(String(row.key_hash), 'hex'), Buffer.from(hash, 'hex'))) return { ok: false, reason: 'unknown' }
   const key = apiKeyFromRow(row)
   const status = apiKeyStatus(key, now)
@@ -225,7 +229,18 @@ export async function checkApiKey(db: Queryable, plaintext: string, now: Date = 
       .update({ last_used_at: now })
     key.last_used_at = now
   }
-  return { ok: true, apiKey: key, owner: { id: key.user_id, is_admin: toBool(row.owner_is_admin) } }
+  const owner = userFromRow({
+    id: key.user_id,
+    email: row.owner_email,
+    wallet_address: row.owner_wallet_address,
+    wallet_type: row.owner_wallet_type,
+    wallet_public_key: null,
+    external_auth_id: row.owner_external_auth_id,
+    is_admin: row.owner_is_admin,
+    created_at: row.owner_created_at,
+    updated_at: row.owner_updated_at,
+  })
+  return { ok: true, apiKey: key, owner }
 }
 
 /**

@@ -52,6 +52,7 @@ export interface AuthenticatorDeps {
   idp: IdpTokenVerifier
   legacy: LegacyTokenVerifier
   now?: () => Date
+  verifiedTokens?: VerifiedTokens
 }
 
 export type Credential = { kind: 'api_key'; value: string } | { kind: 'jwt'; value: string }
@@ -106,13 +107,50 @@ export async function principalFor(deps: AuthenticatorDeps, credential: Credenti
     // `admin` on a key lasts only as long as its owner is an admin (an operator revoking the
     // flag must not leave admin keys working).
     const scopes = owner.is_admin ? apiKey.scopes : apiKey.scopes.filter((s) => s !== ADMIN_SCOPE)
-    return { userId: owner.id, method: 'api_key', scopes, apiKeyId: apiKey.id }
+    return { userId: owner.id, method: 'api_key', scopes, apiKeyId: apiKey.id, user: owner }
   }
   const user = await userForJwt(deps, credential.value, now)
-  return { userId: user.id, method: 'jwt', scopes: user.is_admin ? [...USER_SCOPES, ADMIN_SCOPE] : [...USER_SCOPES] }
+  return { userId: user.id, method: 'jwt', scopes: user.is_admin ? [...USER_SCOPES, ADMIN_SCOPE] : [...USER_SCOPES], user }
+}
+
+/**
+ * Tokens whose signature and claims were verified recently, so a client reusing its token does
+ * not pay the RSA verification on every request. An entry lives until the token's `exp` and
+ * at most VERIFIED_TOKEN_TTL_MS, which bounds how long a key removed from a key set keeps
+ * working. The user is still read on every request (deleted users, admin changes).
+ */
+const VERIFIED_TOKEN_TTL_MS = 60_000
+const VERIFIED_TOKEN_CACHE_SIZE = 10_000
+
+type VerifiedClaims = { issuer: 'legacy'; userId: string } | { issuer: 'idp'; subject: string }
+type VerifiedToken = VerifiedClaims & { until: number }
+
+class VerifiedTokens {
+  private readonly entries = new Map<string, VerifiedToken>()
+
+  get(token: string, now: Date): VerifiedToken | undefined {
+    const entry = this.entries.get(token)
+    if (entry && entry.until > now.getTime()) return entry
+    if (entry) this.entries.delete(token)
+    return undefined
+  }
+
+  set(token: string, claims: VerifiedClaims, now: Date): void {
+    const exp = decodeJwt(token).exp
+    const until = Math.min(typeof exp === 'number' ? exp * 1000 : now.getTime(), now.getTime() + VERIFIED_TOKEN_TTL_MS)
+    if (until <= now.getTime()) return
+    if (this.entries.size >= VERIFIED_TOKEN_CACHE_SIZE) this.entries.delete(this.entries.keys().next().value as string)
+    this.entries.set(token, { ...claims, until })
+  }
 }
 
 async function userForJwt(deps: AuthenticatorDeps, token: string, now: Date): Promise<User> {
+  const verified = deps.verifiedTokens?.get(token, now)
+  if (verified) {
+    // The mode may have changed since; the checks below that do not need the signature run again.
+    if (verified.issuer === 'legacy' && deps.provider !== 'idp') return existingUser(await findUserById(deps.db, verified.userId))
+    if (verified.issuer === 'idp' && deps.provider !== 'siwe') return knownIdpUser(await findUserByExternalAuthId(deps.db, verified.subject))
+  }
   let issuer: unknown
   try {
     issuer = decodeJwt(token).iss
@@ -124,21 +162,30 @@ async function userForJwt(deps: AuthenticatorDeps, token: string, now: Date): Pr
       throw new UnauthorizedError('invalid token', 'wallet sign-in tokens are not accepted: the wallet path is disabled (AUTH_PROVIDER=idp); sign in with the identity provider or use an API key')
     }
     const { userId } = await deps.legacy.verify(token, now)
-    const user = await findUserById(deps.db, userId)
-    if (!user) throw new UnauthorizedError('invalid token', 'the token names no existing user')
-    return user
+    deps.verifiedTokens?.set(token, { issuer: 'legacy', userId }, now)
+    return existingUser(await findUserById(deps.db, userId))
   }
   if (deps.provider === 'siwe') {
     throw new UnauthorizedError('invalid token', 'identity-provider tokens are not accepted (AUTH_PROVIDER=siwe); use wallet sign-in or an API key')
   }
   const { subject } = await deps.idp.verify(token, now)
-  const user = await findUserByExternalAuthId(deps.db, subject)
+  deps.verifiedTokens?.set(token, { issuer: 'idp', subject }, now)
+  return knownIdpUser(await findUserByExternalAuthId(deps.db, subject))
+}
+
+function existingUser(user: User | undefined): User {
+  if (!user) throw new UnauthorizedError('invalid token', 'the token names no existing user')
+  return user
+}
+
+function knownIdpUser(user: User | undefined): User {
   if (!user) throw new UnauthorizedError('unknown user', 'no local user for this identity-provider account; it is created when the provider reports the sign-up')
   return user
 }
 
 /** The Authenticator for createApiApp. */
-export function createAuthenticator(deps: AuthenticatorDeps): Authenticator {
+export function createAuthenticator(options: AuthenticatorDeps): Authenticator {
+  const deps: AuthenticatorDeps = { ...options, verifiedTokens: options.verifiedTokens ?? new VerifiedTokens() }
   const now = deps.now ?? (() => new Date())
   return async (ctx: ApiContext) => {
     try {

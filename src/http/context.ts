@@ -2,6 +2,7 @@
  * What the middleware chain leaves on `ctx.state` for the layers after it, and the context
  * type every middleware and route sees.
  */
+import type { User } from '../auth/users.js'
 import type Koa from 'koa'
 import type Router from '@koa/router'
 import type { Logger } from '../log.js'
@@ -16,6 +17,8 @@ export interface Principal {
   scopes: readonly string[]
   /** The API key used, when `method` is `api_key`. */
   apiKeyId?: string
+  /** The user as read while authenticating, so handlers need not read it again. */
+  user?: User
 }
 
 export interface ApiState {

@@ -32,7 +32,7 @@ export function meRoutes(deps: MeRouteDeps): ApiRoute[] {
       auth: 'authenticated',
       responses: { 200: meBody },
     }).handle(async ({ principal }) => {
-      const user = await findUserById(deps.db, principal.userId)
+      const user = principal.user ?? (await findUserById(deps.db, principal.userId))
       // Deleted between authentication and now: the credential no longer names anyone.
       if (!user) throw new UnauthorizedError('unknown user', 'the user behind this credential no longer exists')
       return {

@@ -1,3 +1,4 @@
+import { setAdmin } from '../../../src/auth/users.js'
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
@@ -211,6 +212,15 @@ describe.each(DIALECTS)('identity-provider JWTs on %s', (dialect) => {
     const user = await newUser(db)
     const { token } = await issuer.issueAccessToken(user.id, api.clock.now())
     await expectUser(api, token, user.id)
+    // A verified token is remembered, but its user is read on every request: a change to the
+    // user applies to the very next request with the same token.
+    await setAdmin(db, user.id, true)
+    const promoted = await api.call('GET', '/api/v1/me', { bearer: token })
+    expect(promoted.body).toMatchObject({ is_admin: true, scopes: expect.arrayContaining(['admin']) })
+    await db('users').where({ id: user.id }).update({ email: null })
+    await db('api_keys').where({ user_id: user.id }).del()
+    await db('users').where({ id: user.id }).del()
+    await expect401(api, token, /no existing user/)
     api.clock.advance(15 * 60_000 + SKEW_S * 1000 + 1000)
     await expect401(api, token, /expired/)
   })
