@@ -3,9 +3,9 @@ import crypto from 'node:crypto'
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
-import pg from 'pg'
 import { createDatabase, type Db } from '../src/db/knex.js'
 import { migrateLatest, type DatabaseName } from '../src/db/migrate.js'
+import { adminQuery, databaseUrl } from '../test/helpers/postgres.js'
 
 export type Dialect = 'sqlite' | 'postgres'
 
@@ -14,16 +14,6 @@ export interface BenchDatabase {
   url: string
   db: Db
   drop(): Promise<void>
-}
-
-async function admin(serverUrl: string, sql: string): Promise<void> {
-  const client = new pg.Client({ connectionString: serverUrl })
-  await client.connect()
-  try {
-    await client.query(sql)
-  } finally {
-    await client.end()
-  }
 }
 
 export async function benchDatabase(dialect: Dialect, postgresUrl: string, name: DatabaseName = 'control-plane'): Promise<BenchDatabase> {
@@ -35,10 +25,8 @@ export async function benchDatabase(dialect: Dialect, postgresUrl: string, name:
     return { dialect, url, db, drop: async () => (await db.destroy(), fs.rmSync(dir, { recursive: true, force: true })) }
   }
   const database = `np_bench_${crypto.randomBytes(5).toString('hex')}`
-  await admin(postgresUrl, `CREATE DATABASE ${database}`)
-  const u = new URL(postgresUrl)
-  u.pathname = `/${database}`
-  const url = u.toString()
+  await adminQuery(postgresUrl, `CREATE DATABASE ${database}`)
+  const url = databaseUrl(postgresUrl, database)
   const db = createDatabase(url)
   await migrateLatest(db, name)
   return {
@@ -47,7 +35,7 @@ export async function benchDatabase(dialect: Dialect, postgresUrl: string, name:
     db,
     drop: async () => {
       await db.destroy()
-      await admin(postgresUrl, `DROP DATABASE IF EXISTS ${database} WITH (FORCE)`)
+      await adminQuery(postgresUrl, `DROP DATABASE IF EXISTS ${database} WITH (FORCE)`)
     },
   }
 }

@@ -3,9 +3,9 @@
  * update, outbox event — one transaction each) against a bare single-row update in a
  * transaction on the same database, same run. Aim: >= 50% of the bare rate.
  */
-import crypto from 'node:crypto'
 import { applyHealthUpdate } from '../src/nodes/health-state-machine.js'
-import { findNode, insertNode, type NodeRecord } from '../src/nodes/node-store.js'
+import { findNode, type NodeRecord } from '../src/nodes/node-store.js'
+import { insertTestNode, setNodeState } from '../test/helpers/fixtures.js'
 import { benchDatabase, type Dialect } from './databases.js'
 import { figure, interleaved, type Bench, type BenchFigure } from './lib.js'
 
@@ -16,28 +16,10 @@ export const benchStateMachine: Bench = async (ctx) => {
   for (const dialect of ['sqlite', 'postgres'] as Dialect[]) {
     const { db, drop } = await benchDatabase(dialect, ctx.postgresUrl)
     try {
-      const now = new Date()
-      const userId = crypto.randomUUID()
-      await db('users').insert({ id: userId, is_admin: false, created_at: now, updated_at: now })
       const ids: string[] = []
       for (let i = 0; i < NODES; i++) {
-        const subscriptionId = crypto.randomUUID()
-        await db('subscriptions').insert({
-          id: subscriptionId,
-          user_id: userId,
-          chain_profile_id: 'devnet',
-          node_type: 'full',
-          duration: '1m',
-          provider: 'local',
-          region: 'local',
-          instance_type: 'process',
-          status: 'active',
-          expires_at: now,
-          created_at: now,
-          updated_at: now,
-        })
-        const node = await insertNode(db, { subscription_id: subscriptionId, chain_profile_id: 'devnet', node_type: 'full' })
-        await db('nodes').where({ id: node.id }).update({ state: 'healthy' })
+        const node = await insertTestNode(db)
+        await setNodeState(db, node.id, 'healthy')
         ids.push(node.id)
       }
       // Every call is a real change: the opposite of what the node has now.
