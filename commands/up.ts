@@ -52,7 +52,7 @@ export default class Up extends BaseCommand<typeof Up> {
     await migrateDatabases(config, DATABASE_NAMES)
     const resources = new Resources(logger)
     const stack = await resources.starting(async () => {
-      const db = resources.add('database', await openDatabase(config.DATABASE_URL, 'nodeplane-up'), (d) => d.destroy())
+      const db = resources.add('database', await openDatabase(config.DATABASE_URL, 'nodeplane-up', logger), (d) => d.destroy())
       const bus = resources.add('bus', await openEventBus({ natsUrl: config.NATS_URL, singleProcess: true, logger: logFor('event-bus'), name: 'up' }), (b) => b.close())
       resources.add('outbox relay', startRelay(db, bus, config, logFor('outbox-relay')), (r) => r.stop())
       resources.add('housekeeping', startHousekeeping(db, config, logFor('housekeeping')), (j) => j.stop())

@@ -11,9 +11,9 @@ import type { PeriodicJob } from '../src/jobs/periodic.js'
 import { OutboxRelay } from '../src/events/relay.js'
 import type { Logger } from '../src/log.js'
 
-export async function openDatabase(url: string, applicationName: string): Promise<Db> {
+export async function openDatabase(url: string, applicationName: string, logger?: Logger): Promise<Db> {
   await probeDatabase(url)
-  return createDatabase(url, { applicationName })
+  return createDatabase(url, { applicationName, ...(logger ? { logger } : {}) })
 }
 
 export function startRelay(db: Db, bus: EventBus, config: { OUTBOX_POLL_INTERVAL: number }, logger: Logger): OutboxRelay {

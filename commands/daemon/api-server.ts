@@ -23,7 +23,7 @@ export default class DaemonApiServer extends BaseCommand<typeof DaemonApiServer>
         await openEventBus({ natsUrl: config.NATS_URL, singleProcess: false, logger, name: 'api-server' }),
         (b) => b.close(),
       )
-      const db = resources.add('database', await openDatabase(config.DATABASE_URL, 'nodeplane-api-server'), (d) => d.destroy())
+      const db = resources.add('database', await openDatabase(config.DATABASE_URL, 'nodeplane-api-server', logger), (d) => d.destroy())
       await assertSchemaCurrent(db, 'control-plane')
       resources.add('outbox relay', startRelay(db, bus, config, logger), (r) => r.stop())
       resources.add('housekeeping', startHousekeeping(db, config, logger), (j) => j.stop())

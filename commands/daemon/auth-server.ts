@@ -29,7 +29,7 @@ export default class DaemonAuthServer extends BaseCommand<typeof DaemonAuthServe
     const logger = createLogger({ level: config.LOG_LEVEL, daemon: 'auth-server' })
     const resources = new Resources(logger)
     const url = await resources.starting(async () => {
-      const db = resources.add('database', await openDatabase(config.DATABASE_URL, 'nodeplane-auth-server'), (d) => d.destroy())
+      const db = resources.add('database', await openDatabase(config.DATABASE_URL, 'nodeplane-auth-server', logger), (d) => d.destroy())
       await assertSchemaCurrent(db, 'control-plane')
       const server = resources.add('http server', await startAuthServer(config, { db, logger }), (s) => s.stop())
       return server.url

@@ -2,6 +2,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import knexFactory, { type Knex } from 'knex'
 import type BetterSqlite3 from 'better-sqlite3'
+import type { Logger } from '../log.js'
 import { parseDatabaseUrl, type DatabaseTarget } from './url.js'
 
 export type Db = Knex
@@ -15,6 +16,19 @@ export interface DatabaseOptions {
   /** SQLite busy timeout in ms, for other processes holding the write lock. */
   busyTimeoutMs?: number
   applicationName?: string
+  /** Where the driver's own warnings go (a dropped connection, a pool error); default: stderr. */
+  logger?: Logger
+}
+
+function knexLog(logger: Logger | undefined): Knex.Config['log'] {
+  if (!logger) return undefined
+  const log = logger.child({ component: 'database' })
+  return {
+    warn: (message: unknown) => log.warn({ detail: String(message) }, 'database driver warning'),
+    error: (message: unknown) => log.error({ detail: String(message) }, 'database driver error'),
+    deprecate: (method: unknown, alternative: unknown) => log.warn({ method, alternative }, 'deprecated database call'),
+    debug: (message: unknown) => log.debug({ detail: String(message) }, 'database driver debug'),
+  }
 }
 
 export function createDatabase(url: string, options: DatabaseOptions = {}): Db {
@@ -29,6 +43,7 @@ export function createDatabaseFor(target: DatabaseTarget, options: DatabaseOptio
       client: 'better-sqlite3',
       connection: { filename: target.filename },
       useNullAsDefault: true,
+      log: knexLog(options.logger),
       // better-sqlite3 is synchronous: one connection serialises this process's writers, so
       // SQLITE_BUSY can only come from another process, which busy_timeout absorbs.
       pool: {
@@ -57,6 +72,7 @@ export function createDatabaseFor(target: DatabaseTarget, options: DatabaseOptio
       application_name: options.applicationName ?? 'nodeplane',
     },
     pool: { min: 0, max: options.poolMax ?? 10 },
+    log: knexLog(options.logger),
     acquireConnectionTimeout: 30_000,
   })
 }

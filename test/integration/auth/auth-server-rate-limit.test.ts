@@ -134,7 +134,8 @@ describe('auth server rate limit shared on Postgres', () => {
   it('keeps serving when the Postgres server itself stops, and counts in the database again once it is back', async () => {
     const server = await startPostgres()
     resources.add(() => server.stop())
-    const db = createDatabase(server.url)
+    const driverLogs = new LogCapture()
+    const db = createDatabase(server.url, { logger: createLogger({ destination: driverLogs, level: 'debug' }) })
     resources.add(() => db.destroy())
     await migrateLatest(db, 'control-plane')
     const clock = new TestClock()
@@ -156,5 +157,7 @@ describe('auth server rate limit shared on Postgres', () => {
     }, 'the rate limit to use the database again')
     const row = (await db('auth_rate_limits').orderBy('window_start', 'desc').first()) as { count: number } | undefined
     expect(Number(row?.count)).toBeGreaterThanOrEqual(1)
+    // The driver's own complaints about the outage went to the structured log, not the console.
+    expect(driverLogs.lines.some((l) => l.msg === 'database driver warning' && l.component === 'database')).toBe(true)
   })
 })
