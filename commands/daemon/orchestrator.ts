@@ -1,0 +1,31 @@
+import { orchestratorEnv, startOrchestrator } from '../../daemons/orchestrator.js'
+import { openDatabase } from '../../daemons/runtime.js'
+import { BaseCommand } from '../../src/cli/base-command.js'
+import { loadConfig } from '../../src/config/env.js'
+import { Resources } from '../../src/daemon/resources.js'
+import { installShutdown } from '../../src/daemon/shutdown.js'
+import { assertSchemaCurrent } from '../../src/db/schema-check.js'
+import { createLogger } from '../../src/log.js'
+
+export default class DaemonOrchestrator extends BaseCommand<typeof DaemonOrchestrator> {
+  static override summary = 'Run the orchestrator daemon: executes durable workflows (provisioning, migrations, rollouts)'
+  static override description =
+    'Needs a migrated database. Several orchestrators may share one Postgres; a run held by a killed orchestrator is taken over after WORKFLOW_LEASE (30s). On SIGTERM, steps in flight finish (within SHUTDOWN_TIMEOUT) and their runs are handed back.'
+  static override examples = ['DATABASE_URL=postgres://nodeplane@db/nodeplane <%= config.bin %> daemon orchestrator']
+
+  async run(): Promise<{ daemon: string; owner: string }> {
+    const config = loadConfig(orchestratorEnv, this.env())
+    const logger = createLogger({ level: config.LOG_LEVEL, daemon: 'orchestrator' })
+    const resources = new Resources(logger)
+    const owner = await resources.starting(async () => {
+      const db = resources.add('database', await openDatabase(config.DATABASE_URL, 'nodeplane-orchestrator', logger), (d) => d.destroy())
+      await assertSchemaCurrent(db, 'control-plane')
+      // Added after the database, so it is stopped (drained) before the database closes.
+      const worker = resources.add('workflow worker', startOrchestrator(config, { db, logger }), (w) => w.stop())
+      return worker.owner
+    })
+    installShutdown({ logger, timeoutMs: config.SHUTDOWN_TIMEOUT, stop: () => resources.closeAll() })
+    logger.info({ owner }, 'ready')
+    return { daemon: 'orchestrator', owner }
+  }
+}
