@@ -12,11 +12,13 @@ import { benchAuth } from './auth.js'
 import { benchEvents } from './events.js'
 import type { Bench, BenchFigure } from './lib.js'
 import { benchStateMachine } from './state-machine.js'
+import { benchWorkflows } from './workflows.js'
 
 const BENCHES: Record<string, Bench> = {
   'state-machine': benchStateMachine,
   events: benchEvents,
   auth: benchAuth,
+  workflows: benchWorkflows,
 }
 
 const resultsDir = path.join(path.dirname(fileURLToPath(import.meta.url)), 'results')

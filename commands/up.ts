@@ -1,6 +1,7 @@
 import fs from 'node:fs'
 import { startApiServer } from '../daemons/api-server.js'
 import { startAuthServer } from '../daemons/auth-server.js'
+import { startOrchestrator } from '../daemons/orchestrator.js'
 import { openDatabase, startHousekeeping, startRelay } from '../daemons/runtime.js'
 import { BaseCommand } from '../src/cli/base-command.js'
 import { ensureLocalOperator, LOCAL_OPERATOR_EMAIL } from '../src/cli/operator.js'
@@ -61,6 +62,7 @@ export default class Up extends BaseCommand<typeof Up> {
       const adminKeyFile = writeAdminApiKeyFile(dataDir, operator.issued.key)
       logger.info({ user_id: operator.user.id, api_key_id: operator.issued.apiKey.id, admin_api_key_file: adminKeyFile }, 'local operator ready')
 
+      resources.add('orchestrator', startOrchestrator(config, { db, logger: logFor('orchestrator') }), (w) => w.stop())
       const auth = resources.add('auth-server', await startAuthServer(config, { db, logger: logFor('auth-server') }), (s) => s.stop())
       // The api-server verifies legacy wallet tokens against the auth-server started here.
       const apiConfig = { ...config, AUTH_LEGACY_JWKS_URL: config.AUTH_LEGACY_JWKS_URL ?? `${auth.url}/.well-known/jwks.json` }
@@ -73,7 +75,7 @@ export default class Up extends BaseCommand<typeof Up> {
         pid: process.pid,
         started_at: new Date().toISOString(),
         data_dir: dataDir,
-        daemons: ['auth-server', 'api-server'],
+        daemons: ['orchestrator', 'auth-server', 'api-server'],
         api_url: api.url,
         auth_url: auth.url,
         admin_api_key_file: adminKeyFile,

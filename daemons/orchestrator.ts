@@ -2,20 +2,13 @@
  * The `orchestrator` daemon: runs the durable workflow worker (src/workflows). Any number of
  * orchestrators may share one Postgres; runs are spread between them by leases.
  */
-import { z } from 'zod'
-import { duration, httpEnv, sharedEnv } from '../src/config/env.js'
+import type { z } from 'zod'
+import { orchestratorEnv } from '../src/config/env.js'
 import type { Db } from '../src/db/knex.js'
 import type { Logger } from '../src/log.js'
 import { createWorkflowRegistry, createWorkflowWorker, type WorkflowRegistry, type WorkflowWorker } from '../src/workflows/index.js'
 
-export const orchestratorEnv = z.object({
-  ...sharedEnv,
-  SHUTDOWN_TIMEOUT: httpEnv.SHUTDOWN_TIMEOUT,
-  /** How long a claimed run stays ours without renewal; a dead orchestrator's runs move after this. */
-  WORKFLOW_LEASE: duration('30s'),
-  WORKFLOW_POLL_INTERVAL: duration('1s'),
-  WORKFLOW_CONCURRENCY: z.coerce.number().int().min(1).max(1_000).default(16),
-})
+export { orchestratorEnv }
 
 export type OrchestratorSettings = Pick<z.infer<typeof orchestratorEnv>, 'WORKFLOW_LEASE' | 'WORKFLOW_POLL_INTERVAL' | 'WORKFLOW_CONCURRENCY'>
 

@@ -130,6 +130,14 @@ export const authServerOnlyEnv = {
   AUTH_SIGNING_KEY_FILE: z.string().min(1).optional(),
 }
 
+/** The durable workflow worker (orchestrator). */
+export const workflowEnv = {
+  /** How long a claimed run stays ours without renewal; a dead orchestrator's runs move after this. */
+  WORKFLOW_LEASE: duration('30s'),
+  WORKFLOW_POLL_INTERVAL: duration('1s'),
+  WORKFLOW_CONCURRENCY: z.coerce.number().int().min(1).max(1_000).default(16),
+}
+
 export const databaseCommandEnv = z.object(sharedEnv)
 export const apiServerEnv = z.object({
   ...sharedEnv,
@@ -141,7 +149,8 @@ export const apiServerEnv = z.object({
   AUTH_SERVER_PORT: portsEnv.AUTH_SERVER_PORT,
 })
 export const authServerEnv = z.object({ ...sharedEnv, ...httpEnv, ...authEnv, ...authServerOnlyEnv, AUTH_SERVER_PORT: portsEnv.AUTH_SERVER_PORT })
-export const upEnv = z.object({ ...sharedEnv, ...eventsEnv, ...httpEnv, ...portsEnv, ...authEnv, ...apiAuthEnv, ...authServerOnlyEnv })
+export const orchestratorEnv = z.object({ ...sharedEnv, SHUTDOWN_TIMEOUT: httpEnv.SHUTDOWN_TIMEOUT, ...workflowEnv })
+export const upEnv = z.object({ ...sharedEnv, ...eventsEnv, ...httpEnv, ...portsEnv, ...authEnv, ...apiAuthEnv, ...authServerOnlyEnv, ...workflowEnv })
 
 export type DatabaseCommandConfig = ResolvedPaths<z.infer<typeof databaseCommandEnv>>
 export type ApiServerConfig = ResolvedPaths<z.infer<typeof apiServerEnv>>

@@ -28,7 +28,7 @@ describe('nodeplane up', () => {
     const stackFile = path.join(dir, 'data', 'stack.json')
     const stack = await waitForFile<StackFile>(stackFile, 'stack.json')
     expect(stack).toMatchObject({
-      daemons: ['auth-server', 'api-server'],
+      daemons: ['orchestrator', 'auth-server', 'api-server'],
       api_url: `http://127.0.0.1:${port}`,
       auth_url: `http://127.0.0.1:${ports.AUTH_SERVER_PORT}`,
       bus: 'local',

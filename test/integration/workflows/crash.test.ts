@@ -5,6 +5,7 @@ import { afterEach, describe, expect, it } from 'vitest'
 import { createTestDatabase, DIALECTS, type TestDatabase } from '../../helpers/db.js'
 import { waitFor } from '../../helpers/ports.js'
 import { createWorkflowRegistry, createWorkflowWorker, getRun, listSteps, startWorkflow, type WorkflowFunction } from '../../../src/workflows/index.js'
+import { crashBetweenWorkflow } from './crash-between-workflow.js'
 import { crashWorkflow } from './crash-workflow.js'
 import { createEffectsTable, effects, recordEffect, silentLogger } from './harness.js'
 
@@ -56,6 +57,46 @@ describe.each(DIALECTS)('orchestrator crashes on %s', (dialect) => {
       ['first#0', 1],
       ['second#0', 2],
       ['third#0', 1],
+    ])
+  })
+
+  it('resumes after kill -9 between steps: step 1 is not run again and step 2 runs once', { timeout: 60_000 }, async () => {
+    database = await createTestDatabase(dialect)
+    const db = database.db
+    await createEffectsTable(db)
+    const { run } = await startWorkflow(db, 'crashy-between', { label: 'y' }, { key: 'crash-between-1' })
+
+    const child = execa('node', ['--import', 'tsx', path.join(here, 'crash-between-worker.ts')], {
+      env: { DATABASE_URL: database.url },
+      reject: false,
+      cwd: path.resolve(here, '../../..'),
+    })
+    let output = ''
+    child.stdout?.on('data', (chunk: Buffer) => {
+      output += chunk.toString()
+    })
+    try {
+      await waitFor(async () => output.includes('between'), 'the child to stop between step 1 and step 2', 30_000)
+      // Step 1 is journaled as completed; step 2 has not started: no row, no effect.
+      expect((await listSteps(db, run.id)).map((s) => [s.stepKey, s.status, s.attempt])).toEqual([['first#0', 'completed', 1]])
+      expect(await effects(db, run.id)).toEqual(['first'])
+      expect(await getRun(db, run.id)).toMatchObject({ status: 'running', leaseOwner: 'doomed' })
+    } finally {
+      child.kill('SIGKILL')
+    }
+    const exited = await child
+    expect(exited.signal).toBe('SIGKILL')
+
+    // The child's lease is 60 s: a clock two minutes ahead sees it expired and takes the run over.
+    const later = () => new Date(Date.now() + 120_000)
+    const registry = createWorkflowRegistry().register('crashy-between', crashBetweenWorkflow(db, async () => undefined))
+    const worker = createWorkflowWorker({ db, registry, logger: silentLogger, owner: 'survivor', leaseMs: 60_000, now: later })
+    expect(await worker.tick()).toEqual([{ runId: run.id, outcome: 'completed' }])
+    expect(await getRun(db, run.id)).toMatchObject({ status: 'completed', result: ['y-1', 'y-2'] })
+    expect(await effects(db, run.id)).toEqual(['first', 'second'])
+    expect((await listSteps(db, run.id)).map((s) => [s.stepKey, s.status, s.attempt])).toEqual([
+      ['first#0', 'completed', 1],
+      ['second#0', 'completed', 1],
     ])
   })
 })
