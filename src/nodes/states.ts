@@ -51,19 +51,7 @@ export function canTransition(from: NodeState, to: NodeState): boolean {
 }
 
 /** The combined state shown in API responses (decision recorded in docs/node-health.md). */
-export const DISPLAY_STATES = [
-  'provisioning',
-  'syncing',
-  'healthy',
-  'degraded',
-  'down',
-  'maintenance',
-  'terminating',
-  'terminated',
-  'failed',
-  'critical',
-  'stalled',
-] as const
+export const DISPLAY_STATES = [...NODE_STATES, 'critical', 'stalled'] as const
 export type DisplayState = (typeof DISPLAY_STATES)[number]
 
 const SHOWN_AS_THEMSELVES: readonly NodeState[] = ['provisioning', 'down', 'maintenance', 'terminating', 'terminated', 'failed']

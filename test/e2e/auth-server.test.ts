@@ -1,7 +1,7 @@
 import fs from 'node:fs'
 import path from 'node:path'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
-import { nodeplane, spawnNodeplane, tempDir } from '../helpers/cli.js'
+import { nodeplane, spawnNodeplane, tempDir, jsonLogLines } from '../helpers/cli.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
 import { freePort, waitFor } from '../helpers/ports.js'
 
@@ -47,10 +47,7 @@ describe('nodeplane daemon auth-server (separate process, SQLite, no NATS)', () 
     }
     const result = await child
     expect(result.exitCode).toBe(143)
-    const lines = String(result.all)
-      .split('\n')
-      .filter((l) => l.startsWith('{'))
-      .map((l) => JSON.parse(l) as { daemon?: string; msg?: string; level?: string })
+    const lines = jsonLogLines(result.all)
     expect(lines.every((l) => l.daemon === 'auth-server')).toBe(true)
     expect(lines.some((l) => l.msg === 'ready')).toBe(true)
     expect(lines.some((l) => l.msg === 'stopped')).toBe(true)

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
-import { nodeplane, spawnNodeplane } from '../helpers/cli.js'
+import { nodeplane, spawnNodeplane, jsonLogLines } from '../helpers/cli.js'
 import { startNats, type NatsServer } from '../helpers/nats.js'
 import { freePort, waitFor } from '../helpers/ports.js'
 
@@ -63,10 +63,7 @@ describe('nodeplane daemon api-server (separate process, Postgres + NATS)', () =
     }
     const result = await child
     expect(result.exitCode).toBe(143)
-    const lines = String(result.all)
-      .split('\n')
-      .filter((l) => l.startsWith('{'))
-      .map((l) => JSON.parse(l) as { daemon?: string; msg?: string })
+    const lines = jsonLogLines(result.all)
     expect(lines.length).toBeGreaterThan(0)
     expect(lines.every((l) => l.daemon === 'api-server')).toBe(true)
     expect(lines.some((l) => l.msg === 'ready')).toBe(true)

@@ -3,7 +3,7 @@ import net from 'node:net'
 import path from 'node:path'
 import { afterEach, describe, expect, it } from 'vitest'
 import type { StackFile } from '../../src/daemon/stack-file.js'
-import { nodeplane, spawnNodeplane, tempDir, upPorts, waitForFile } from '../helpers/cli.js'
+import { jsonLogLines, nodeplane, spawnNodeplane, tempDir, upPorts, waitForFile } from '../helpers/cli.js'
 import { freePort } from '../helpers/ports.js'
 
 describe('nodeplane up', () => {
@@ -57,8 +57,7 @@ describe('nodeplane up', () => {
     const result = await child
     expect(result.exitCode).toBe(143)
     expect(fs.existsSync(stackFile)).toBe(false)
-    const logLines = String(result.all).split('\n').filter((l) => l.startsWith('{'))
-    expect(logLines.some((l) => JSON.parse(l).msg === 'stopped')).toBe(true)
+    expect(jsonLogLines(result.all).some((l) => l.msg === 'stopped')).toBe(true)
   })
 
   it('defaults its data directory to ./.nodeplane under the working directory', async () => {

@@ -58,3 +58,18 @@ export function tempDir(prefix = 'nodeplane-e2e-'): string {
 export async function waitForFile<T>(file: string, what: string, timeoutMs = 30_000): Promise<T> {
   return waitFor(async () => (fs.existsSync(file) ? (JSON.parse(fs.readFileSync(file, 'utf8')) as T) : undefined), what, timeoutMs, 100)
 }
+
+export interface DaemonLogLine {
+  daemon?: string
+  msg?: string
+  level?: string
+  [key: string]: unknown
+}
+
+/** The pino JSON lines a daemon printed (stdout and stderr interleaved in `all`). */
+export function jsonLogLines(output: unknown): DaemonLogLine[] {
+  return String(output)
+    .split('\n')
+    .filter((l) => l.startsWith('{'))
+    .map((l) => JSON.parse(l) as DaemonLogLine)
+}
