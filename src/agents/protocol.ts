@@ -1,0 +1,188 @@
+import path from 'node:path'
+import { z } from 'zod'
+
+/**
+ * The command vocabulary shared by the control plane (which stores commands) and the node agent
+ * (which executes them). Payloads travel as JSON in `Command.payload_json` (proto/agent.proto) and
+ * are validated on both sides with these schemas.
+ */
+export const COMMAND_TYPES = [
+  'configure',
+  'start',
+  'stop',
+  'restart',
+  'inject_keys',
+  'capture_keys',
+  'backup',
+  'restore',
+  'upgrade',
+] as const
+export type CommandType = (typeof COMMAND_TYPES)[number]
+
+export const SYNC_STATUSES_REPORTED = ['syncing', 'synced', 'stalled', 'unknown'] as const
+export const PROCESS_STATES = ['running', 'stopped', 'crash_loop', 'unconfigured'] as const
+export type ProcessState = (typeof PROCESS_STATES)[number]
+
+/** Spec: the agent marks a stall after 5 no-progress checks; the orchestrator fails at 20. */
+export const AGENT_STALL_MARK = 5
+export const ORCHESTRATOR_STALL_LIMIT = 20
+
+/** A path inside the node's directory: relative, no `..`, no NUL. */
+export const relativePath = z
+  .string()
+  .min(1)
+  .max(255)
+  .refine(
+    (p) => !path.isAbsolute(p) && !p.includes('\0') && !p.split(/[\\/]/).includes('..'),
+    'must be a relative path inside the node directory',
+  )
+
+export const sha256Hex = z.string().regex(/^[0-9a-f]{64}$/, 'must be a lowercase hex SHA-256')
+
+export const artifactSpec = z.object({
+  version: z.string().min(1).max(64),
+  /** `file://` or `http(s)://` */
+  url: z.string().url().max(2048),
+  sha256: sha256Hex,
+})
+export type ArtifactSpec = z.infer<typeof artifactSpec>
+
+export const configFile = z.object({
+  path: relativePath,
+  content: z.string().max(1_000_000),
+  mode: z.number().int().min(0).max(0o777).optional(),
+})
+export type ConfigFile = z.infer<typeof configFile>
+
+/**
+ * How the chain process is started. `runtime: node` runs the installed artifact with the agent's
+ * own Node.js (for JavaScript chain programs such as `devnet-node`); `native` executes it.
+ * Arguments and environment values may use `{data_dir}`, `{config_dir}` and `{keys_dir}`.
+ */
+export const runSpec = z.object({
+  runtime: z.enum(['native', 'node']).default('native'),
+  args: z.array(z.string().max(4096)).max(256).default([]),
+  env: z.record(z.string().max(4096)).default({}),
+})
+export type RunSpec = z.infer<typeof runSpec>
+
+export const probeSpec = z.discriminatedUnion('type', [
+  z.object({
+    type: z.literal('ethereum_jsonrpc'),
+    url: z.string().url(),
+    timeout_ms: z.number().int().min(100).max(60_000).default(5_000),
+  }),
+  z.object({
+    /** Exit 0 = healthy; stdout may be JSON `{sync_status?, metrics?}`. */
+    type: z.literal('command'),
+    command: z.array(z.string().max(4096)).min(1).max(64),
+    timeout_ms: z.number().int().min(100).max(60_000).default(5_000),
+  }),
+])
+export type ProbeSpec = z.infer<typeof probeSpec>
+
+export const crashLoopSpec = z.object({
+  /** Restarts within the window that make a crash loop (the supervisor then stops restarting). */
+  max_restarts: z.number().int().min(1).max(100).default(5),
+  window_seconds: z.number().int().min(1).max(86_400).default(300),
+})
+
+export const sealedBox = z.object({
+  ephemeral_public_key: z.string().min(1).max(64),
+  nonce: z.string().min(1).max(64),
+  ciphertext: z.string().min(1).max(1_000_000),
+})
+
+const fileUrl = z
+  .string()
+  .url()
+  .refine((u) => u.startsWith('file://'), 'only file:// stores are supported')
+
+export const commandPayloads = {
+  configure: z.object({
+    binary_name: z.string().min(1).max(100).regex(/^[A-Za-z0-9._-]+$/),
+    artifact: artifactSpec,
+    files: z.array(configFile).max(100).default([]),
+    config_version: z.string().max(64).optional(),
+    run: runSpec,
+    probe: probeSpec.optional(),
+    crash_loop: crashLoopSpec.default({}),
+  }),
+  start: z.object({}).strict(),
+  stop: z.object({}).strict(),
+  restart: z.object({}).strict(),
+  inject_keys: z.object({ keys: z.array(z.object({ path: relativePath, sealed: sealedBox })).min(1).max(100) }),
+  capture_keys: z.object({
+    paths: z.array(relativePath).min(1).max(100),
+    /** X25519 public key (base64) the captured keys are sealed to. */
+    recipient_public_key: z.string().min(1).max(64),
+  }),
+  backup: z.object({ backup_id: z.string().regex(/^[A-Za-z0-9._-]{1,100}$/), store_url: fileUrl }),
+  restore: z.object({ backup_id: z.string().regex(/^[A-Za-z0-9._-]{1,100}$/), store_url: fileUrl }),
+  upgrade: z.object({
+    artifact: artifactSpec,
+    config_files: z.array(configFile).max(100).optional(),
+    config_version: z.string().max(64).optional(),
+    run: runSpec.optional(),
+  }),
+} satisfies Record<CommandType, z.ZodTypeAny>
+
+export type CommandPayload<T extends CommandType> = z.infer<(typeof commandPayloads)[T]>
+
+export const UPGRADE_ACTIONS = [
+  'BackupCurrentState',
+  'AcquireArtifact',
+  'VerifyArtifact',
+  'StopNode',
+  'InstallArtifact',
+  'WriteConfigs',
+  'ReloadDaemon',
+  'StartNode',
+] as const
+export type UpgradeAction = (typeof UPGRADE_ACTIONS)[number]
+
+/** The spec's upgrade phases (rollout node `upgrade_phase`). */
+export const UPGRADE_PHASES = [
+  'preparing',
+  'stopped',
+  'mutating',
+  'starting',
+  'verifying',
+  'completed',
+  'rollbacking',
+  'rolled_back',
+  'failed_rollback',
+] as const
+export type UpgradePhase = (typeof UPGRADE_PHASES)[number]
+
+/** Which phase an action runs in (spec: preparing = backup, acquisition, verification…). */
+export const PHASE_OF_ACTION: Record<UpgradeAction, UpgradePhase> = {
+  BackupCurrentState: 'preparing',
+  AcquireArtifact: 'preparing',
+  VerifyArtifact: 'preparing',
+  StopNode: 'stopped',
+  InstallArtifact: 'mutating',
+  WriteConfigs: 'mutating',
+  ReloadDaemon: 'mutating',
+  StartNode: 'starting',
+}
+
+export const upgradeResult = z.object({
+  version: z.string(),
+  previous_version: z.string().nullable(),
+  /** The final phase: `starting` done means the agent's part is over; `verifying` is the control plane's. */
+  phase: z.enum(UPGRADE_PHASES),
+  actions_done: z.array(z.enum(UPGRADE_ACTIONS)),
+  actions_skipped: z.array(z.enum(UPGRADE_ACTIONS)),
+  compensated: z.array(z.enum(UPGRADE_ACTIONS)),
+  compensation_error: z.string().optional(),
+})
+export type UpgradeResult = z.infer<typeof upgradeResult>
+
+export function parseCommandPayload<T extends CommandType>(type: T, payload: unknown): CommandPayload<T> {
+  return commandPayloads[type].parse(payload) as CommandPayload<T>
+}
+
+export function isCommandType(value: string): value is CommandType {
+  return (COMMAND_TYPES as readonly string[]).includes(value)
+}
