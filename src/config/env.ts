@@ -138,6 +138,49 @@ export const workflowEnv = {
   WORKFLOW_CONCURRENCY: z.coerce.number().int().min(1).max(1_000).default(16),
 }
 
+/** The agent-gateway (gRPC for node agents). */
+export const agentGatewayOnlyEnv = {
+  AGENT_GATEWAY_HOST: z.string().min(1).default('127.0.0.1'),
+  /** PEM certificate and key the gateway serves; both unset = the development CA in the data dir. */
+  AGENT_GATEWAY_TLS_CERT_FILE: z.string().min(1).optional(),
+  AGENT_GATEWAY_TLS_KEY_FILE: z.string().min(1).optional(),
+  /** Told to agents at registration (spec: 15 s). */
+  AGENT_HEARTBEAT_INTERVAL: duration('15s'),
+  /** Told to agents: how often they check a running command for progress (spec: 30 s). */
+  AGENT_PROGRESS_CHECK_INTERVAL: duration('30s'),
+  /** How long heartbeats wait in memory before one batched write. */
+  HEARTBEAT_FLUSH_INTERVAL: duration('1s'),
+  AGENT_COMMAND_POLL_INTERVAL: duration('250ms'),
+}
+
+/** The node agent: no database; it talks only to the gateway. */
+export const nodeAgentEnv = z.object({
+  LOG_LEVEL: sharedEnv.LOG_LEVEL,
+  SHUTDOWN_TIMEOUT: httpEnv.SHUTDOWN_TIMEOUT,
+  /** host:port of the agent-gateway */
+  AGENT_GATEWAY_URL: z.string().regex(/^[A-Za-z0-9.\-]+:\d{1,5}$|^\[[0-9A-Fa-f:]+\]:\d{1,5}$/, 'must be host:port, e.g. 127.0.0.1:9090'),
+  AGENT_GATEWAY_CA_FILE: z.string().min(1, 'must name the PEM file of the CA that signed the gateway certificate'),
+  /** The name to check the gateway certificate against, when it differs from the dialled host. */
+  AGENT_GATEWAY_SERVER_NAME: z.string().min(1).optional(),
+  NODE_AGENT_NODE_ID: z.string().uuid('must be the node UUID'),
+  /** File holding the node token (mode 0600); the token never goes in the environment. */
+  NODE_AGENT_TOKEN_FILE: z.string().min(1),
+  NODE_AGENT_STATE_DIR: z.string().min(1),
+  /** Overrides the gateway's intervals (tests, debugging). */
+  NODE_AGENT_HEARTBEAT_INTERVAL: z.string().optional().transform(optionalDuration),
+  NODE_AGENT_PROGRESS_CHECK_INTERVAL: z.string().optional().transform(optionalDuration),
+})
+
+function optionalDuration(text: string | undefined, ctx: z.RefinementCtx): number | undefined {
+  if (text === undefined) return undefined
+  const ms = parseDuration(text)
+  if (ms === null) {
+    ctx.addIssue({ code: z.ZodIssueCode.custom, message: `"${text}" is not a duration such as 30s, 5m, 24h` })
+    return z.NEVER
+  }
+  return ms
+}
+
 export const databaseCommandEnv = z.object(sharedEnv)
 export const apiServerEnv = z.object({
   ...sharedEnv,
@@ -150,7 +193,24 @@ export const apiServerEnv = z.object({
 })
 export const authServerEnv = z.object({ ...sharedEnv, ...httpEnv, ...authEnv, ...authServerOnlyEnv, AUTH_SERVER_PORT: portsEnv.AUTH_SERVER_PORT })
 export const orchestratorEnv = z.object({ ...sharedEnv, SHUTDOWN_TIMEOUT: httpEnv.SHUTDOWN_TIMEOUT, ...workflowEnv })
-export const upEnv = z.object({ ...sharedEnv, ...eventsEnv, ...httpEnv, ...portsEnv, ...authEnv, ...apiAuthEnv, ...authServerOnlyEnv, ...workflowEnv })
+export const agentGatewayEnv = z.object({
+  ...sharedEnv,
+  ...eventsEnv,
+  SHUTDOWN_TIMEOUT: httpEnv.SHUTDOWN_TIMEOUT,
+  AGENT_GATEWAY_PORT: portsEnv.AGENT_GATEWAY_PORT,
+  ...agentGatewayOnlyEnv,
+})
+export const upEnv = z.object({
+  ...sharedEnv,
+  ...eventsEnv,
+  ...httpEnv,
+  ...portsEnv,
+  ...authEnv,
+  ...apiAuthEnv,
+  ...authServerOnlyEnv,
+  ...workflowEnv,
+  ...agentGatewayOnlyEnv,
+})
 
 export type DatabaseCommandConfig = ResolvedPaths<z.infer<typeof databaseCommandEnv>>
 export type ApiServerConfig = ResolvedPaths<z.infer<typeof apiServerEnv>>
@@ -183,6 +243,8 @@ export function loadConfig<S extends z.AnyZodObject>(
     throw new ConfigError(problems)
   }
   const parsed = result.data as z.infer<S> & Shared
+  // The node agent's schema has no data dir or databases.
+  if (parsed.NODEPLANE_DATA_DIR === undefined) return parsed as ResolvedPaths<z.infer<S>>
   const dataDir = path.resolve(parsed.NODEPLANE_DATA_DIR)
   return {
     ...parsed,

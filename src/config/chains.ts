@@ -1,0 +1,352 @@
+/**
+ * The chain catalogue: one `chains/<id>/profile.yaml` per chain in the config dir (format in
+ * docs/chains.md). Loading validates every profile, checks local release artifacts against
+ * their SHA-256 and renders each node type once, so a profile that could not provision a node
+ * stops start-up instead of failing a provisioning workflow later.
+ */
+import { createHash } from 'node:crypto'
+import { createReadStream } from 'node:fs'
+import fs from 'node:fs/promises'
+import path from 'node:path'
+import { fileURLToPath, pathToFileURL } from 'node:url'
+import { parseDocument } from 'yaml'
+import { z } from 'zod'
+import { commandPayloads, crashLoopSpec, relativePath, sha256Hex, type CommandPayload } from '../agents/protocol.js'
+import { ConfigError, ValidationError } from '../errors.js'
+import { packageRoot } from '../package-root.js'
+
+/** Spec: a subscription's duration is one of these. */
+export const DURATIONS = ['1w', '2w', '1m', '3m', '6m'] as const
+export type SubscriptionDuration = (typeof DURATIONS)[number]
+
+/** Template variables every render provides; node types and profiles may add their own `vars`. */
+export const BUILTIN_VARIABLES = ['rpc_port', 'node_id', 'node_type', 'version', 'chain_profile_id'] as const
+
+const VARIABLE = /\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}/g
+
+const identifier = z.string().regex(/^[a-z0-9][a-z0-9_-]{0,63}$/, 'must be lowercase letters, digits, "-" or "_" (at most 64)')
+const label = z.string().min(1).max(100)
+const variables = z.record(
+  z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'variable names are letters, digits and "_"'),
+  z.union([z.string().max(4096), z.number(), z.boolean()]).transform(String),
+)
+
+const placementSchema = z
+  .object({
+    provider: label,
+    region: label,
+    /** Overrides the node type's instance type for this duration. */
+    instance_type: label.optional(),
+    /** Per node type, overrides both of the above. */
+    instance_types: z.record(z.string(), label).optional(),
+  })
+  .strict()
+
+const releaseSchema = z
+  .object({
+    version: z.string({ invalid_type_error: 'must be a string (quote versions in YAML, e.g. "1.10")' }).min(1).max(64),
+    /** A path relative to the profile's folder, or a file:// or http(s):// URL. */
+    artifact: z.string().min(1).max(2048),
+    sha256: sha256Hex,
+  })
+  .strict()
+
+const probeTemplateSchema = z.discriminatedUnion('type', [
+  z.object({ type: z.literal('ethereum_jsonrpc'), url: z.string().min(1).max(2048), timeout_ms: z.number().int().optional() }).strict(),
+  z.object({ type: z.literal('command'), command: z.array(z.string().max(4096)).min(1).max(64), timeout_ms: z.number().int().optional() }).strict(),
+])
+
+export const chainProfileSchema = z
+  .object({
+    id: identifier,
+    name: label,
+    description: z.string().max(2000).optional(),
+    binary_name: z.string().min(1).max(100).regex(/^[A-Za-z0-9._-]+$/, 'must be letters, digits, ".", "_" or "-"'),
+    runtime: z.enum(['native', 'node']).default('native'),
+    node_types: z.record(identifier, z.object({ instance_type: label, vars: variables.default({}) }).strict()),
+    durations: z.record(z.enum(DURATIONS), placementSchema),
+    default_version: z.string({ invalid_type_error: 'must be a string (quote versions in YAML)' }).min(1).max(64),
+    releases: z.array(releaseSchema).min(1),
+    vars: variables.default({}),
+    config_files: z
+      .array(
+        z
+          .object({
+            // The agent replaces its config/ directory as a whole, so every rendered file lives there.
+            path: relativePath.refine((p) => p.startsWith('config/'), 'must be inside config/ (e.g. config/node.json)'),
+            template: z.string().max(1_000_000),
+            mode: z.number().int().min(0).max(0o777).optional(),
+          })
+          .strict(),
+      )
+      .max(100)
+      .default([]),
+    run: z
+      .object({ args: z.array(z.string().max(4096)).max(256).default([]), env: z.record(z.string().max(4096)).default({}) })
+      .strict()
+      .default({}),
+    probe: probeTemplateSchema.optional(),
+    crash_loop: crashLoopSpec.optional(),
+    generated_keys: z.array(relativePath).max(100).default([]),
+  })
+  .strict()
+  .superRefine((profile, ctx) => {
+    const problem = (at: (string | number)[], message: string) => ctx.addIssue({ code: z.ZodIssueCode.custom, path: at, message })
+    const nodeTypes = Object.keys(profile.node_types)
+    if (nodeTypes.length === 0) problem(['node_types'], 'must declare at least one node type')
+    if (Object.keys(profile.durations).length === 0) problem(['durations'], `must offer at least one of ${DURATIONS.join(', ')}`)
+    for (const [duration, placement] of Object.entries(profile.durations)) {
+      for (const nodeType of Object.keys(placement.instance_types ?? {})) {
+        if (!nodeTypes.includes(nodeType)) problem(['durations', duration, 'instance_types', nodeType], 'is not a declared node type')
+      }
+    }
+    const versions = profile.releases.map((r) => r.version)
+    versions.forEach((version, i) => {
+      if (versions.indexOf(version) !== i) problem(['releases', i, 'version'], `${version} is listed twice`)
+    })
+    if (!versions.includes(profile.default_version)) problem(['default_version'], `${profile.default_version} is not one of the releases (${versions.join(', ')})`)
+    const builtins: readonly string[] = BUILTIN_VARIABLES
+    const checkVars = (vars: Record<string, string>, at: string[]) => {
+      for (const name of Object.keys(vars)) {
+        if (builtins.includes(name)) problem([...at, name], `${name} is a built-in variable and cannot be redefined`)
+      }
+    }
+    checkVars(profile.vars, ['vars'])
+    for (const [name, type] of Object.entries(profile.node_types)) checkVars(type.vars, ['node_types', name, 'vars'])
+  })
+
+type ChainProfileFile = z.infer<typeof chainProfileSchema>
+
+export interface ChainRelease {
+  version: string
+  /** Absolute: `file://` for artifacts shipped beside the profile. */
+  url: string
+  sha256: string
+}
+
+export type ChainProfile = Omit<ChainProfileFile, 'releases'> & {
+  releases: ChainRelease[]
+  /** The profile file, absolute. */
+  file: string
+}
+
+export interface ChainCatalogue {
+  configDir: string
+  profiles: ReadonlyMap<string, ChainProfile>
+}
+
+export interface Placement {
+  provider: string
+  region: string
+  instance_type: string
+}
+
+export interface NodeConfigInput {
+  rpc_port: number
+  node_id: string
+  /** Default: the profile's default_version. */
+  version?: string
+}
+
+export type NodeConfiguration = CommandPayload<'configure'>
+
+/** The package root: it holds `chains/` (and `upgrades/`), so it is the config dir for local use. */
+export function defaultConfigDir(): string {
+  return packageRoot()
+}
+
+/** Reads and validates `<configDir>/chains/<id>/profile.yaml` for every chain; throws ConfigError listing every problem. */
+export async function loadChainCatalogue(configDir: string): Promise<ChainCatalogue> {
+  const root = path.resolve(configDir)
+  const chainsDir = path.join(root, 'chains')
+  let entries: string[]
+  try {
+    entries = (await fs.readdir(chainsDir, { withFileTypes: true })).filter((e) => e.isDirectory()).map((e) => e.name).sort()
+  } catch (err) {
+    throw new ConfigError([`cannot read the chain catalogue ${chainsDir}: ${(err as Error).message}`])
+  }
+  const profiles = new Map<string, ChainProfile>()
+  const problems: string[] = []
+  for (const entry of entries) {
+    const file = path.join(chainsDir, entry, 'profile.yaml')
+    if (!(await isFile(file))) continue
+    const shown = path.relative(root, file)
+    const result = await loadProfile(file, entry)
+    if ('problems' in result) problems.push(...result.problems.map((p) => `${shown}: ${p}`))
+    else profiles.set(result.profile.id, result.profile)
+  }
+  if (problems.length > 0) throw new ConfigError(problems)
+  if (profiles.size === 0) throw new ConfigError([`no chain profiles in ${chainsDir} (expected chains/<id>/profile.yaml)`])
+  return { configDir: root, profiles }
+}
+
+async function loadProfile(file: string, folder: string): Promise<{ profile: ChainProfile } | { problems: string[] }> {
+  const doc = parseDocument(await fs.readFile(file, 'utf8'))
+  if (doc.errors.length > 0) return { problems: doc.errors.map((e) => e.message.split('\n')[0] ?? e.message) }
+  const parsed = chainProfileSchema.safeParse(doc.toJS())
+  if (!parsed.success) return { problems: parsed.error.issues.map((issue) => `${fieldPath(issue.path)}: ${issue.message}`) }
+  const data = parsed.data
+  const problems: string[] = []
+  if (data.id !== folder) problems.push(`id: "${data.id}" must match its folder name "${folder}"`)
+
+  const releases: ChainRelease[] = []
+  for (const [i, release] of data.releases.entries()) {
+    const resolved = await resolveArtifact(path.dirname(file), release)
+    if ('problem' in resolved) problems.push(`releases[${i}].${resolved.problem}`)
+    else releases.push({ version: release.version, url: resolved.url, sha256: release.sha256 })
+  }
+  if (problems.length > 0) return { problems }
+
+  const profile: ChainProfile = { ...data, releases, file }
+  for (const nodeType of Object.keys(data.node_types)) {
+    try {
+      renderNodeConfig(profile, nodeType, { rpc_port: 8545, node_id: '00000000-0000-4000-8000-000000000000' })
+    } catch (err) {
+      problems.push(`node type ${nodeType}: ${err instanceof ConfigError ? err.problems.join('; ') : (err as Error).message}`)
+    }
+  }
+  return problems.length > 0 ? { problems } : { profile }
+}
+
+async function resolveArtifact(profileDir: string, release: z.infer<typeof releaseSchema>): Promise<{ url: string } | { problem: string }> {
+  let local: string
+  if (/^[A-Za-z][A-Za-z0-9+.-]*:/.test(release.artifact)) {
+    let url: URL
+    try {
+      url = new URL(release.artifact)
+    } catch {
+      return { problem: `artifact: "${release.artifact}" is not a URL` }
+    }
+    if (url.protocol === 'http:' || url.protocol === 'https:') return { url: url.href }
+    if (url.protocol !== 'file:') return { problem: 'artifact: must be a path, a file:// URL or an http(s):// URL' }
+    local = fileURLToPath(url)
+  } else {
+    local = path.resolve(profileDir, release.artifact)
+  }
+  let actual: string
+  try {
+    actual = await sha256OfFile(local)
+  } catch (err) {
+    return { problem: `artifact: cannot read ${local}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}` }
+  }
+  if (actual !== release.sha256) {
+    return { problem: `sha256: ${release.artifact} does not match the checksum (the file's SHA-256 is ${actual}); a changed artifact needs its new checksum in the profile` }
+  }
+  return { url: pathToFileURL(local).href }
+}
+
+export function findProfile(catalogue: ChainCatalogue, id: string): ChainProfile | undefined {
+  return catalogue.profiles.get(id)
+}
+
+export function getProfile(catalogue: ChainCatalogue, id: string): ChainProfile {
+  const profile = catalogue.profiles.get(id)
+  if (!profile) throw new ValidationError(`unknown chain profile "${id}"`, `chain_profile_id must be one of: ${[...catalogue.profiles.keys()].join(', ')}`)
+  return profile
+}
+
+export function isDuration(value: string): value is SubscriptionDuration {
+  return (DURATIONS as readonly string[]).includes(value)
+}
+
+/** Spec: provider, region and instance type are resolved from the chain profile and the duration. */
+export function resolvePlacement(profile: ChainProfile, nodeType: string, duration: string): Placement {
+  const type = nodeTypeOf(profile, nodeType)
+  const placement = isDuration(duration) ? profile.durations[duration] : undefined
+  if (!placement) {
+    const offered = DURATIONS.filter((d) => profile.durations[d] !== undefined)
+    throw new ValidationError(`chain ${profile.id} is not offered for duration "${duration}"`, `duration must be one of: ${offered.join(', ')}`)
+  }
+  return {
+    provider: placement.provider,
+    region: placement.region,
+    instance_type: placement.instance_types?.[nodeType] ?? placement.instance_type ?? type.instance_type,
+  }
+}
+
+export function releaseFor(profile: ChainProfile, version: string): ChainRelease {
+  const release = profile.releases.find((r) => r.version === version)
+  if (!release) {
+    throw new ValidationError(`chain ${profile.id} has no release ${version}`, `version must be one of: ${profile.releases.map((r) => r.version).join(', ')}`)
+  }
+  return release
+}
+
+/** The `configure` command for one node: the profile's templates rendered with this node's values. */
+export function renderNodeConfig(profile: ChainProfile, nodeType: string, input: NodeConfigInput): NodeConfiguration {
+  const type = nodeTypeOf(profile, nodeType)
+  if (!Number.isInteger(input.rpc_port) || input.rpc_port < 1 || input.rpc_port > 65_535) {
+    throw new ValidationError(`rpc_port ${input.rpc_port} is not a port number`)
+  }
+  if (input.node_id.length === 0) throw new ValidationError('node_id must not be empty')
+  const release = releaseFor(profile, input.version ?? profile.default_version)
+  const vars: Record<string, string> = {
+    ...profile.vars,
+    ...type.vars,
+    rpc_port: String(input.rpc_port),
+    node_id: input.node_id,
+    node_type: nodeType,
+    version: release.version,
+    chain_profile_id: profile.id,
+  }
+  const render = (text: string, where: string) => renderTemplate(text, vars, where)
+  const probe = profile.probe
+  const payload = {
+    binary_name: profile.binary_name,
+    artifact: { version: release.version, url: release.url, sha256: release.sha256 },
+    files: profile.config_files.map((f, i) => ({ path: f.path, content: render(f.template, `config_files[${i}].template`), ...(f.mode === undefined ? {} : { mode: f.mode }) })),
+    run: {
+      runtime: profile.runtime,
+      args: profile.run.args.map((a, i) => render(a, `run.args[${i}]`)),
+      env: Object.fromEntries(Object.entries(profile.run.env).map(([k, v]) => [k, render(v, `run.env.${k}`)])),
+    },
+    probe:
+      probe === undefined
+        ? undefined
+        : probe.type === 'ethereum_jsonrpc'
+          ? { type: probe.type, url: render(probe.url, 'probe.url'), timeout_ms: probe.timeout_ms }
+          : { type: probe.type, command: probe.command.map((c, i) => render(c, `probe.command[${i}]`)), timeout_ms: probe.timeout_ms },
+    crash_loop: profile.crash_loop,
+  }
+  const parsed = commandPayloads.configure.safeParse(payload)
+  if (!parsed.success) {
+    throw new ConfigError(parsed.error.issues.map((issue) => `renders an invalid configure command: ${fieldPath(issue.path)}: ${issue.message}`))
+  }
+  return parsed.data
+}
+
+/** Replaces `{{name}}`; an unknown name is an error, so a typo never reaches a node's config. */
+export function renderTemplate(text: string, vars: Readonly<Record<string, string>>, where = 'template'): string {
+  return text.replace(VARIABLE, (_, name: string) => {
+    const value = Object.hasOwn(vars, name) ? vars[name] : undefined
+    if (value === undefined) throw new ConfigError([`${where}: unknown variable {{${name}}} (known: ${Object.keys(vars).sort().join(', ')})`])
+    return value
+  })
+}
+
+function nodeTypeOf(profile: ChainProfile, nodeType: string): ChainProfile['node_types'][string] {
+  const type = Object.hasOwn(profile.node_types, nodeType) ? profile.node_types[nodeType] : undefined
+  if (!type) {
+    throw new ValidationError(`chain ${profile.id} has no node type "${nodeType}"`, `node_type must be one of: ${Object.keys(profile.node_types).join(', ')}`)
+  }
+  return type
+}
+
+function fieldPath(at: (string | number)[]): string {
+  if (at.length === 0) return '(top level)'
+  return at.map((part, i) => (typeof part === 'number' ? `[${part}]` : i === 0 ? part : `.${part}`)).join('')
+}
+
+async function isFile(file: string): Promise<boolean> {
+  try {
+    return (await fs.stat(file)).isFile()
+  } catch {
+    return false
+  }
+}
+
+async function sha256OfFile(file: string): Promise<string> {
+  const hash = createHash('sha256')
+  for await (const chunk of createReadStream(file)) hash.update(chunk as Buffer)
+  return hash.digest('hex')
+}
