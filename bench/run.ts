@@ -10,6 +10,7 @@ import { startNats } from '../test/helpers/nats.js'
 import { startPostgres } from '../test/helpers/postgres.js'
 import { benchAuth } from './auth.js'
 import { benchEvents } from './events.js'
+import { benchHeartbeats } from './heartbeats.js'
 import type { Bench, BenchFigure } from './lib.js'
 import { benchStateMachine } from './state-machine.js'
 import { benchWorkflows } from './workflows.js'
@@ -19,6 +20,7 @@ const BENCHES: Record<string, Bench> = {
   events: benchEvents,
   auth: benchAuth,
   workflows: benchWorkflows,
+  heartbeats: benchHeartbeats,
 }
 
 const resultsDir = path.join(path.dirname(fileURLToPath(import.meta.url)), 'results')

@@ -1,4 +1,5 @@
 import fs from 'node:fs'
+import { startAgentGateway } from '../daemons/agent-gateway.js'
 import { startApiServer } from '../daemons/api-server.js'
 import { startAuthServer } from '../daemons/auth-server.js'
 import { startOrchestrator } from '../daemons/orchestrator.js'
@@ -63,6 +64,7 @@ export default class Up extends BaseCommand<typeof Up> {
       logger.info({ user_id: operator.user.id, api_key_id: operator.issued.apiKey.id, admin_api_key_file: adminKeyFile }, 'local operator ready')
 
       resources.add('orchestrator', startOrchestrator(config, { db, logger: logFor('orchestrator') }), (w) => w.stop())
+      const agents = resources.add('agent-gateway', await startAgentGateway(config, { db, logger: logFor('agent-gateway') }), (g) => g.stop())
       const auth = resources.add('auth-server', await startAuthServer(config, { db, logger: logFor('auth-server') }), (s) => s.stop())
       // The api-server verifies legacy wallet tokens against the auth-server started here.
       const apiConfig = { ...config, AUTH_LEGACY_JWKS_URL: config.AUTH_LEGACY_JWKS_URL ?? `${auth.url}/.well-known/jwks.json` }
@@ -75,9 +77,11 @@ export default class Up extends BaseCommand<typeof Up> {
         pid: process.pid,
         started_at: new Date().toISOString(),
         data_dir: dataDir,
-        daemons: ['orchestrator', 'auth-server', 'api-server'],
+        daemons: ['orchestrator', 'agent-gateway', 'auth-server', 'api-server'],
         api_url: api.url,
         auth_url: auth.url,
+        agent_gateway: agents.target,
+        agent_ca_file: agents.caFile ?? null,
         admin_api_key_file: adminKeyFile,
         database_url: redactDatabaseUrl(config.DATABASE_URL),
         payments_database_url: redactDatabaseUrl(config.PAYMENTS_DATABASE_URL),

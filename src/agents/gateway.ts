@@ -78,6 +78,8 @@ export class AgentGateway {
   private polls = 0
   private polling = false
   private closed = false
+  /** Disconnect records still being written; close() waits for them before the database goes. */
+  private readonly background = new Set<Promise<void>>()
 
   constructor(private readonly options: AgentGatewayOptions) {
     this.gatewayId = options.gatewayId ?? `${os.hostname()}:${process.pid}:${crypto.randomBytes(3).toString('hex')}`
@@ -128,6 +130,7 @@ export class AgentGateway {
     })
     await Promise.all([...this.sessions.values()].map((s) => s.queue))
     this.sessions.clear()
+    await Promise.all([...this.background])
     await this.heartbeats.stop()
   }
 
@@ -197,9 +200,11 @@ export class AgentGateway {
     const closeSession = () => {
       if (this.sessions.get(session.nodeId) !== session) return
       this.sessions.delete(session.nodeId)
-      void markDisconnected(this.options.db, session.nodeId, this.gatewayId, this.now()).catch((err: unknown) =>
+      const write = markDisconnected(this.options.db, session.nodeId, this.gatewayId, this.now()).catch((err: unknown) =>
         this.options.logger.warn({ err, node_id: session.nodeId }, 'could not record the agent disconnect'),
       )
+      this.background.add(write)
+      void write.finally(() => this.background.delete(write))
       this.options.logger.info({ node_id: session.nodeId }, 'agent stream closed')
     }
     call.on('end', () => {

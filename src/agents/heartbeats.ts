@@ -38,8 +38,11 @@ export interface HeartbeatBatcherOptions {
   onFlushed?: (latenciesMs: Float64Array) => void
 }
 
-/** Rows per statement: stays under SQLite's and Postgres's bind-parameter limits. */
-const ROWS_PER_STATEMENT = 2_000
+/**
+ * Rows per statement: under SQLite's 500-term compound SELECT (knex's multi-row insert on
+ * SQLite) and both databases' bind-parameter limits.
+ */
+const ROWS_PER_STATEMENT = 400
 
 export class HeartbeatBatcher {
   private pending = new Map<string, Entry>()

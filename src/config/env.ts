@@ -149,7 +149,7 @@ export const agentGatewayOnlyEnv = {
   /** Told to agents: how often they check a running command for progress (spec: 30 s). */
   AGENT_PROGRESS_CHECK_INTERVAL: duration('30s'),
   /** How long heartbeats wait in memory before one batched write. */
-  HEARTBEAT_FLUSH_INTERVAL: duration('1s'),
+  HEARTBEAT_FLUSH_INTERVAL: duration('25ms'),
   AGENT_COMMAND_POLL_INTERVAL: duration('250ms'),
 }
 

@@ -21,6 +21,10 @@ export interface StackFile {
   database_url: string
   payments_database_url: string
   bus: 'local' | 'nats'
+  /** host:port node agents dial. */
+  agent_gateway?: string
+  /** The development CA agents must trust; null when the gateway serves configured certificates. */
+  agent_ca_file?: string | null
   [extra: string]: unknown
 }
 

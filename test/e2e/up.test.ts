@@ -28,13 +28,15 @@ describe('nodeplane up', () => {
     const stackFile = path.join(dir, 'data', 'stack.json')
     const stack = await waitForFile<StackFile>(stackFile, 'stack.json')
     expect(stack).toMatchObject({
-      daemons: ['orchestrator', 'auth-server', 'api-server'],
+      daemons: ['orchestrator', 'agent-gateway', 'auth-server', 'api-server'],
       api_url: `http://127.0.0.1:${port}`,
       auth_url: `http://127.0.0.1:${ports.AUTH_SERVER_PORT}`,
       bus: 'local',
       pid: child.pid,
     })
     expect(stack.database_url).toBe(`sqlite://${path.join(dir, 'data', 'control-plane.db')}`)
+    expect(stack.agent_gateway).toBe(`127.0.0.1:${ports.AGENT_GATEWAY_PORT}`)
+    expect(fs.readFileSync(stack.agent_ca_file as string, 'utf8')).toContain('BEGIN CERTIFICATE')
 
     const health = await fetch(`${stack.api_url}/health`)
     expect(health.status).toBe(200)

@@ -27,7 +27,7 @@ export function cleanEnv(extra: Record<string, string> = {}): Record<string, str
 
 /** Free ports for every server `nodeplane up` starts, so parallel tests never collide on defaults. */
 export async function upPorts(): Promise<Record<string, string>> {
-  return { API_SERVER_PORT: String(await freePort()), AUTH_SERVER_PORT: String(await freePort()) }
+  return { API_SERVER_PORT: String(await freePort()), AUTH_SERVER_PORT: String(await freePort()), AGENT_GATEWAY_PORT: String(await freePort()) }
 }
 
 export async function nodeplane(args: string[], options: { env?: Record<string, string>; cwd?: string } = {}): Promise<CliResult> {

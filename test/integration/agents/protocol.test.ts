@@ -161,7 +161,8 @@ describe.each(DIALECTS)('agent protocol over gRPC with TLS on %s', (dialect) => 
       await released
       return { binary_version: '1.0.0' }
     })
-    const { client } = agent(g.target, nodeId, token, runner)
+    // No stall checks while the test holds the command: this test is about the report sequence.
+    const { client } = agent(g.target, nodeId, token, runner, { progressCheckIntervalMs: 60_000 })
     await client.start()
 
     const command = await enqueueCommand(db, { nodeId, type: 'configure', payload: START })

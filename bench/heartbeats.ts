@@ -1,0 +1,234 @@
+/**
+ * Heartbeat ingest at one gateway (issue 4). Two parts, on each database:
+ *
+ * 1. Capacity: heartbeats/s written by the gateway's batcher (last_heartbeat update + agent_status
+ *    upsert, one transaction per batch) for a 50,000-node fleet, against a bare batched upsert loop
+ *    (multi-row INSERT … ON CONFLICT into agent_status) on the same database, same run.
+ * 2. The target load over real gRPC with TLS: simulated agents (one authenticated stream each)
+ *    send heartbeats at 3,333/s in total (50,000 agents at 15 s); reports the p99
+ *    receive-to-commit latency, and that every heartbeat sent was received and written.
+ */
+import crypto from 'node:crypto'
+import path from 'node:path'
+import os from 'node:os'
+import fs from 'node:fs'
+import * as grpc from '@grpc/grpc-js'
+import pino from 'pino'
+import { AgentGateway } from '../src/agents/gateway.js'
+import { agentGatewayService, agentMetadata, type AgentMessageOut, type GatewayMessage } from '../src/agents/grpc.js'
+import { HeartbeatBatcher, type HeartbeatRecord } from '../src/agents/heartbeats.js'
+import { ensureDevCertificates, readTlsMaterial } from '../src/agents/tls.js'
+import { AGENT_TOKEN_PREFIX, hashAgentToken } from '../src/agents/tokens.js'
+import type { Db } from '../src/db/knex.js'
+import { toJson } from '../src/db/dialect.js'
+import { uuidv7 } from '../src/db/ids.js'
+import { benchDatabase, type Dialect } from './databases.js'
+import { figure, interleaved, type Bench, type BenchFigure } from './lib.js'
+
+const FLEET = 50_000
+const TARGET_RATE = FLEET / 15
+const BATCH = 1_000
+/** knex writes a multi-row insert on SQLite as a compound SELECT, limited to 500 terms. */
+const INSERT_CHUNK = 400
+const quiet = pino({ level: 'silent' })
+
+export const benchHeartbeats: Bench = async (ctx) => {
+  const figures: BenchFigure[] = []
+  const tlsDir = fs.mkdtempSync(path.join(os.tmpdir(), 'nodeplane-bench-tls-'))
+  const tls = readTlsMaterial(ensureDevCertificates(tlsDir))
+  try {
+    for (const dialect of ['sqlite', 'postgres'] as Dialect[]) {
+      const { db, drop } = await benchDatabase(dialect, ctx.postgresUrl)
+      try {
+        const fleet = Math.max(2_000, Math.round(FLEET * ctx.scale))
+        ctx.log(`${dialect}: creating ${fleet} nodes`)
+        const nodeIds = await insertFleet(db, fleet)
+        figures.push(await capacity(db, dialect, nodeIds, ctx.scale))
+        figures.push(...(await overGrpc(db, dialect, nodeIds, tls, ctx)))
+      } finally {
+        await drop()
+      }
+    }
+  } finally {
+    fs.rmSync(tlsDir, { recursive: true, force: true })
+  }
+  return figures
+}
+
+async function insertFleet(db: Db, count: number): Promise<string[]> {
+  const now = new Date()
+  const userId = crypto.randomUUID()
+  await db('users').insert({ id: userId, email: `${userId}@bench.test`, is_admin: false, created_at: now, updated_at: now })
+  const ids: string[] = []
+  for (let start = 0; start < count; start += INSERT_CHUNK) {
+    const subscriptions: Record<string, unknown>[] = []
+    const nodes: Record<string, unknown>[] = []
+    for (let i = start; i < Math.min(count, start + INSERT_CHUNK); i++) {
+      const subscriptionId = uuidv7()
+      const nodeId = uuidv7()
+      subscriptions.push({
+        id: subscriptionId, user_id: userId, chain_profile_id: 'devnet', node_type: 'full', duration: '1m', provider: 'local', region: 'local',
+        instance_type: 'local.small', status: 'active', expires_at: new Date(now.getTime() + 30 * 86_400_000), created_at: now, updated_at: now,
+      })
+      nodes.push({
+        id: nodeId, subscription_id: subscriptionId, chain_profile_id: 'devnet', node_type: 'full', state: 'healthy', sync_status: 'synced',
+        application_health: 'ok', consecutive_failures: 0, state_changed_at: now, version: 1, created_at: now, updated_at: now,
+      })
+      ids.push(nodeId)
+    }
+    await db.transaction(async (trx) => {
+      await trx('subscriptions').insert(subscriptions)
+      await trx('nodes').insert(nodes)
+    })
+  }
+  return ids
+}
+
+function heartbeat(nodeId: string, now: Date): HeartbeatRecord {
+  return {
+    nodeId,
+    receivedAt: now,
+    agentVersion: '0.1.0',
+    binaryVersion: '1.0.0',
+    syncStatus: 'synced',
+    processState: 'running',
+    restartsInWindow: 0,
+    metrics: { block_height: 1234567, peer_count: 12, rpc_latency_ms: 3, rpc_up: 1 },
+    runningCommandIds: [],
+  }
+}
+
+async function capacity(db: Db, dialect: Dialect, nodeIds: string[], scale: number): Promise<BenchFigure> {
+  const batcher = new HeartbeatBatcher({ db, logger: quiet, flushIntervalMs: 1_000_000, maxBatch: Number.MAX_SAFE_INTEGER })
+  let a = 0
+  let b = 0
+  const { bare, batched } = await interleaved(
+    {
+      // The baseline: one multi-row upsert of BATCH rows per commit, nothing else.
+      bare: async () => {
+        const now = new Date()
+        const rows = []
+        for (let i = 0; i < BATCH; i++) {
+          const r = heartbeat(nodeIds[a++ % nodeIds.length]!, now)
+          rows.push({
+            node_id: r.nodeId, reported_at: now, agent_version: r.agentVersion, binary_version: r.binaryVersion, sync_status: r.syncStatus,
+            process_state: r.processState, restarts_in_window: 0, metrics: toJson(r.metrics), running_command_ids: toJson([]),
+          })
+        }
+        for (let i = 0; i < rows.length; i += INSERT_CHUNK) await db('agent_status').insert(rows.slice(i, i + INSERT_CHUNK)).onConflict('node_id').merge()
+      },
+      // The gateway's path: record BATCH heartbeats, one flush (nodes.last_heartbeat + agent_status).
+      batched: async () => {
+        const now = new Date()
+        for (let i = 0; i < BATCH; i++) batcher.record(heartbeat(nodeIds[b++ % nodeIds.length]!, now))
+        await batcher.flush()
+      },
+    },
+    { msPerRound: 500 * scale },
+  )
+  return figure({
+    name: `heartbeat ingest capacity, gateway batcher flat out, ${nodeIds.length} nodes, batches of ${BATCH} (${dialect})`,
+    baseline: `bare batched upsert loop into agent_status (${dialect})`,
+    unit: 'heartbeats/s',
+    value: bare === 0 ? 0 : batched * BATCH,
+    baselineValue: bare * BATCH,
+    aim: `>= ${Math.round(TARGET_RATE)}/s absolute`,
+    notes: 'the batcher writes two tables per batch (nodes.last_heartbeat and agent_status); the baseline one',
+  })
+}
+
+async function overGrpc(db: Db, dialect: Dialect, nodeIds: string[], tls: { ca: Buffer; cert: Buffer; key: Buffer }, ctx: { scale: number; log(l: string): void }): Promise<BenchFigure[]> {
+  // Simulated agents: each one authenticated stream; together they send at the 50,000-agent rate.
+  const agents = Math.min(nodeIds.length, Math.max(500, Math.round(5_000 * ctx.scale)))
+  const seconds = Math.max(5, Math.round(15 * ctx.scale))
+  const tokens = await issueTokens(db, nodeIds.slice(0, agents))
+  const latencies: number[] = []
+  const gateway = new AgentGateway({
+    db,
+    logger: quiet,
+    heartbeatIntervalSeconds: 15,
+    progressCheckIntervalSeconds: 30,
+    heartbeatFlushIntervalMs: 25,
+    commandPollIntervalMs: 1_000,
+    onHeartbeatsFlushed: (l) => {
+      for (const v of l) latencies.push(v)
+    },
+  })
+  const port = await gateway.listen('127.0.0.1', 0, grpc.ServerCredentials.createSsl(null, [{ private_key: tls.key, cert_chain: tls.cert }], false))
+  const Service = agentGatewayService()
+  const channels = Array.from({ length: 8 }, () => new Service(`127.0.0.1:${port}`, grpc.credentials.createSsl(tls.ca)) as unknown as grpc.Client & { Connect(m: grpc.Metadata): grpc.ClientDuplexStream<AgentMessageOut, GatewayMessage> })
+  const streams: grpc.ClientDuplexStream<AgentMessageOut, GatewayMessage>[] = []
+  try {
+    ctx.log(`${dialect}: connecting ${agents} agents over gRPC/TLS`)
+    for (let i = 0; i < agents; i += 200) {
+      const opened = await Promise.all(
+        tokens.slice(i, i + 200).map(({ nodeId, token }, j) => {
+          const stream = channels[(i + j) % channels.length]!.Connect(agentMetadata(nodeId, token))
+          return new Promise<grpc.ClientDuplexStream<AgentMessageOut, GatewayMessage>>((resolve, reject) => {
+            stream.once('metadata', () => resolve(stream))
+            stream.once('error', reject)
+          })
+        }),
+      )
+      streams.push(...opened)
+    }
+    const started = Date.now()
+    ctx.log(`${dialect}: sending ${Math.round(TARGET_RATE)} heartbeats/s for ${seconds}s`)
+    let sent = 0
+    let next = 0
+    await new Promise<void>((resolve) => {
+      const timer = setInterval(() => {
+        const elapsed = (Date.now() - started) / 1_000
+        const due = Math.min(Math.floor(elapsed * TARGET_RATE), Math.floor(seconds * TARGET_RATE))
+        for (; sent < due; sent++) {
+          const stream = streams[next++ % streams.length]!
+          stream.write({
+            heartbeat: {
+              sent_at_unix_ms: Date.now(), agent_version: '0.1.0', binary_version: '1.0.0', running_command_ids: [], sync_status: 'synced',
+              metrics: { block_height: 1234567, peer_count: 12, rpc_latency_ms: 3, rpc_up: 1 }, process_state: 'running', restarts_in_window: 0,
+            },
+          })
+        }
+        if (elapsed >= seconds) {
+          clearInterval(timer)
+          resolve()
+        }
+      }, 5)
+    })
+    const achievedRate = sent / ((Date.now() - started) / 1_000)
+    // Everything sent must arrive and be written.
+    const deadline = Date.now() + 10_000
+    while (gateway.heartbeats.stats.received < sent && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20))
+    await gateway.heartbeats.flush()
+    const stats = gateway.heartbeats.stats
+    const lost = sent - stats.received
+    const unwritten = (await db('nodes').whereIn('id', nodeIds.slice(0, agents)).whereNull('last_heartbeat').count<{ n: number }[]>({ n: '*' }))[0]
+    const sorted = [...latencies].sort((x, y) => x - y)
+    const p99 = sorted[Math.floor(sorted.length * 0.99)] ?? 0
+    const p50 = sorted[Math.floor(sorted.length * 0.5)] ?? 0
+    ctx.log(`${dialect}: sent ${sent}, received ${stats.received}, coalesced ${stats.coalesced}, failed flushes ${stats.failedFlushes}, p50 ${p50.toFixed(1)} ms, p99 ${p99.toFixed(1)} ms`)
+    return [
+      figure({
+        name: `heartbeats over gRPC/TLS from ${agents} simulated agents at the 50,000-agent rate (${dialect}); p99 receive-to-commit ${p99.toFixed(1)} ms, p50 ${p50.toFixed(1)} ms; lost ${lost}; nodes never written ${Number(unwritten?.n ?? 0)}`,
+        baseline: 'target rate (50,000 agents / 15 s)',
+        unit: 'heartbeats/s',
+        value: achievedRate,
+        baselineValue: TARGET_RATE,
+        aim: '>= 1.0, p99 < 50 ms, 0 lost',
+      }),
+    ]
+  } finally {
+    for (const s of streams) s.end()
+    for (const c of channels) c.close()
+    await gateway.close(500)
+  }
+}
+
+async function issueTokens(db: Db, nodeIds: string[]): Promise<{ nodeId: string; token: string }[]> {
+  const now = new Date()
+  const out = nodeIds.map((nodeId) => ({ nodeId, token: AGENT_TOKEN_PREFIX + crypto.randomBytes(32).toString('base64url') }))
+  for (let i = 0; i < out.length; i += INSERT_CHUNK) {
+    await db('agent_tokens').insert(out.slice(i, i + INSERT_CHUNK).map((t) => ({ node_id: t.nodeId, token_hash: hashAgentToken(t.token), created_at: now, revoked_at: null })))
+  }
+  return out
+}

@@ -1,0 +1,77 @@
+/**
+ * The `node-agent` daemon: runs on a node's host, keeps its state in NODE_AGENT_STATE_DIR,
+ * supervises the chain process and dials out to the agent-gateway.
+ */
+import fs from 'node:fs'
+import type { z } from 'zod'
+import { AgentClient } from '../src/agent/client.js'
+import { createExecutor } from '../src/agent/executor.js'
+import { HostReporter } from '../src/agent/host.js'
+import { loadOrCreateAgentKey } from '../src/agent/keys.js'
+import { openStateDir } from '../src/agent/state-dir.js'
+import { ChainSupervisor } from '../src/agent/supervisor.js'
+import type { nodeAgentEnv } from '../src/config/env.js'
+import { ConfigError } from '../src/errors.js'
+import type { Logger } from '../src/log.js'
+
+export const AGENT_VERSION = '0.1.0'
+
+export type NodeAgentSettings = z.infer<typeof nodeAgentEnv>
+
+export interface RunningNodeAgent {
+  client: AgentClient
+  supervisor: ChainSupervisor
+  stop(): Promise<void>
+}
+
+function readSecretFile(variable: string, file: string, logger: Logger): string {
+  let stat: fs.Stats
+  try {
+    stat = fs.statSync(file)
+  } catch {
+    throw new ConfigError([`${variable}=${JSON.stringify(file)}: file not found`])
+  }
+  if ((stat.mode & 0o077) !== 0) logger.warn({ file }, 'the token file is readable by other users; it should be mode 0600')
+  const value = fs.readFileSync(file, 'utf8').trim()
+  if (!value) throw new ConfigError([`${variable}=${JSON.stringify(file)}: file is empty`])
+  return value
+}
+
+export async function startNodeAgent(settings: NodeAgentSettings, deps: { logger: Logger; onFatal: (reason: string) => void }): Promise<RunningNodeAgent> {
+  const { logger } = deps
+  const token = readSecretFile('NODE_AGENT_TOKEN_FILE', settings.NODE_AGENT_TOKEN_FILE, logger)
+  if (!fs.existsSync(settings.AGENT_GATEWAY_CA_FILE)) throw new ConfigError([`AGENT_GATEWAY_CA_FILE=${JSON.stringify(settings.AGENT_GATEWAY_CA_FILE)}: file not found`])
+  const ca = fs.readFileSync(settings.AGENT_GATEWAY_CA_FILE)
+  const stateDir = openStateDir(settings.NODE_AGENT_STATE_DIR)
+  const keyPair = loadOrCreateAgentKey(stateDir)
+  const supervisor = new ChainSupervisor({ stateDir, logger: logger.child({ component: 'supervisor' }) })
+  await supervisor.reapOrphan()
+  await supervisor.resumeIfWanted().catch((err: unknown) => logger.error({ err }, 'could not start the chain process again after the agent restarted'))
+  const executor = createExecutor({ stateDir, supervisor, logger })
+  const client = new AgentClient({
+    target: settings.AGENT_GATEWAY_URL,
+    ca,
+    ...(settings.AGENT_GATEWAY_SERVER_NAME ? { serverName: settings.AGENT_GATEWAY_SERVER_NAME } : {}),
+    nodeId: settings.NODE_AGENT_NODE_ID,
+    token,
+    agentVersion: AGENT_VERSION,
+    publicKey: keyPair.publicKey,
+    host: new HostReporter(stateDir, supervisor),
+    runner: executor,
+    logger,
+    ...(settings.NODE_AGENT_HEARTBEAT_INTERVAL ? { heartbeatIntervalMs: settings.NODE_AGENT_HEARTBEAT_INTERVAL } : {}),
+    ...(settings.NODE_AGENT_PROGRESS_CHECK_INTERVAL ? { progressCheckIntervalMs: settings.NODE_AGENT_PROGRESS_CHECK_INTERVAL } : {}),
+    reconnect: { initialMs: 500, maxMs: 30_000 },
+    onFatal: deps.onFatal,
+  })
+  // Connection happens in the background: an agent started before its gateway keeps trying.
+  void client.start()
+  return {
+    client,
+    supervisor,
+    async stop() {
+      await client.stop()
+      await supervisor.close()
+    },
+  }
+}

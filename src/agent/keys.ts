@@ -1,0 +1,113 @@
+/**
+ * Key material on the node host: the agent's own X25519 key (`agent-key`), keys injected by the
+ * control plane (sealed to the agent key, written to `keys/`) and keys captured from the node
+ * (sealed to a key the control plane names). Plaintext key material is never logged nor
+ * returned; results list paths only.
+ */
+import fs from 'node:fs'
+import path from 'node:path'
+import { boxKeyPairFromSecret, generateBoxKeyPair, open, seal, type BoxKeyPair, type SealedBox } from '../secrets/sealed-box.js'
+import { resolveInside, UnsafePathError, writeFileAtomic, type StateDir } from './state-dir.js'
+
+const SECRET_KEY_BYTES = 32
+
+/** The agent's key pair, created (0600) on first use. */
+export function loadOrCreateAgentKey(dir: StateDir): BoxKeyPair {
+  try {
+    const encoded = fs.readFileSync(dir.agentKeyFile, 'utf8').trim()
+    const secret = Buffer.from(encoded, 'base64')
+    if (secret.length !== SECRET_KEY_BYTES) throw new Error(`${dir.agentKeyFile} does not hold a ${SECRET_KEY_BYTES}-byte key`)
+    return boxKeyPairFromSecret(new Uint8Array(secret))
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err
+  }
+  const pair = generateBoxKeyPair()
+  try {
+    // 'wx': two agent processes racing on a fresh directory must not end up with two keys.
+    fs.writeFileSync(dir.agentKeyFile, `${Buffer.from(pair.secretKey).toString('base64')}\n`, { mode: 0o600, flag: 'wx' })
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'EEXIST') return loadOrCreateAgentKey(dir)
+    throw err
+  }
+  return pair
+}
+
+/** The agent's public key, base64 (what the agent registers with). */
+export function agentPublicKey(dir: StateDir): string {
+  return Buffer.from(loadOrCreateAgentKey(dir).publicKey).toString('base64')
+}
+
+export interface InjectedKey {
+  /** Relative to `keys/`. */
+  path: string
+  sealed: SealedBox
+}
+
+/**
+ * Opens every box first (nothing is written when one of them cannot be opened), then writes each
+ * to `keys/<path>` with mode 0600 (parent directories 0700). Returns the paths written.
+ */
+export function injectKeys(dir: StateDir, keys: readonly InjectedKey[], agentSecretKey: Uint8Array): { paths: string[] } {
+  const opened = keys.map((key) => {
+    const target = resolveInside(dir.keysDir, key.path, 'key path')
+    let plaintext: Uint8Array
+    try {
+      plaintext = open(key.sealed, agentSecretKey)
+    } catch (err) {
+      throw new Error(`key ${key.path}: ${(err as Error).message}; was it sealed to this agent's public key?`)
+    }
+    return { path: key.path, target, plaintext }
+  })
+  try {
+    for (const key of opened) {
+      mkdirPrivate(dir.keysDir, path.dirname(key.target))
+      writeFileAtomic(key.target, key.plaintext, 0o600)
+    }
+  } finally {
+    for (const key of opened) key.plaintext.fill(0)
+  }
+  return { paths: opened.map((k) => k.path) }
+}
+
+function mkdirPrivate(base: string, target: string): void {
+  const rel = path.relative(base, target)
+  let current = base
+  for (const part of rel === '' ? [] : rel.split(path.sep)) {
+    current = path.join(current, part)
+    try {
+      fs.mkdirSync(current, { mode: 0o700 })
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err
+    }
+  }
+}
+
+/** Files that never leave the host, whatever the recipient. */
+const NEVER_CAPTURED = ['agent-key']
+
+/**
+ * Reads each file (relative to the state directory, e.g. `data/nodekey`) and seals it to
+ * `recipientPublicKey` (base64 X25519). A missing file fails the whole capture, naming it.
+ */
+export function captureKeys(dir: StateDir, paths: readonly string[], recipientPublicKey: string): { keys: { path: string; sealed: SealedBox }[] } {
+  const recipient = Buffer.from(recipientPublicKey, 'base64')
+  if (recipient.length !== 32) throw new Error('recipient_public_key must be a base64 X25519 public key (32 bytes)')
+  return {
+    keys: paths.map((p) => {
+      const file = resolveInside(dir.root, p, 'capture path')
+      if (NEVER_CAPTURED.includes(path.relative(dir.root, file))) throw new UnsafePathError(`${p} cannot be captured`)
+      let content: Buffer
+      try {
+        content = fs.readFileSync(file)
+      } catch (err) {
+        const code = (err as NodeJS.ErrnoException).code
+        throw new Error(code === 'ENOENT' ? `key file ${p} does not exist on the node` : `cannot read key file ${p}: ${code ?? (err as Error).message}`)
+      }
+      try {
+        return { path: p, sealed: seal(content, recipient) }
+      } finally {
+        content.fill(0)
+      }
+    }),
+  }
+}

@@ -1,0 +1,2 @@
+export type { AgentBootstrap, Host, HostSpec, HostStatus, InfrastructureProvider } from './types.js'
+export { LocalInfrastructureProvider, type LocalProviderOptions } from './local.js'

@@ -1,0 +1,162 @@
+/**
+ * The `local` infrastructure provider: a host is a directory under the data dir plus a detached
+ * `nodeplane daemon node-agent` process, tracked by pid. Destroying a host stops the agent's
+ * whole process group (the agent and the chain process it supervises) and removes the directory.
+ */
+import fs from 'node:fs'
+import path from 'node:path'
+import { execa } from 'execa'
+import { z } from 'zod'
+import type { Logger } from '../../log.js'
+import { packageRoot } from '../../package-root.js'
+import type { Host, HostSpec, HostStatus, InfrastructureProvider } from './types.js'
+
+export interface LocalProviderOptions {
+  /** Where host directories live, e.g. `<data dir>/hosts`. */
+  root: string
+  logger: Logger
+  /** The agent program; default: this package's `bin/run.js daemon node-agent` on this Node. */
+  agentCommand?: readonly string[]
+  /** Extra environment for agents (LOG_LEVEL, test intervals). */
+  agentEnv?: Record<string, string>
+  stopGraceMs?: number
+}
+
+const hostRecord = z.object({
+  host_id: z.string(),
+  node_id: z.string().uuid(),
+  pid: z.number().int().positive(),
+  region: z.string(),
+  instance_type: z.string(),
+  created_at: z.string(),
+})
+type HostRecord = z.infer<typeof hostRecord>
+
+const HOST_ID = /^local-[A-Za-z0-9_-]{1,100}$/
+
+export class LocalInfrastructureProvider implements InfrastructureProvider {
+  readonly name = 'local'
+
+  constructor(private readonly options: LocalProviderOptions) {
+    fs.mkdirSync(options.root, { recursive: true, mode: 0o700 })
+  }
+
+  hostDir(hostId: string): string {
+    if (!HOST_ID.test(hostId)) throw new Error(`"${hostId.slice(0, 60)}" is not a local host id`)
+    return path.join(this.options.root, hostId)
+  }
+
+  async createHost(spec: HostSpec): Promise<Host> {
+    const hostId = `local-${spec.hostKey.replace(/[^A-Za-z0-9_-]/g, '_')}`
+    const dir = this.hostDir(hostId)
+    const existing = this.readRecord(hostId)
+    if (existing && isAlive(existing.pid)) return this.toHost(existing)
+
+    fs.mkdirSync(path.join(dir, 'state'), { recursive: true, mode: 0o700 })
+    const tokenFile = path.join(dir, 'agent-token')
+    writePrivate(tokenFile, spec.agent.token)
+    const caFile = path.join(dir, 'gateway-ca.pem')
+    fs.writeFileSync(caFile, spec.agent.caPem, { mode: 0o644 })
+    const logTarget = { file: path.join(dir, 'agent.log'), append: true } as const
+    const [command, ...args] = this.options.agentCommand ?? [process.execPath, path.join(packageRoot(), 'bin', 'run.js'), 'daemon', 'node-agent']
+    const env: Record<string, string> = {
+      PATH: process.env.PATH ?? '/usr/bin:/bin',
+      ...this.options.agentEnv,
+      AGENT_GATEWAY_URL: spec.agent.gatewayTarget,
+      AGENT_GATEWAY_CA_FILE: caFile,
+      ...(spec.agent.serverName ? { AGENT_GATEWAY_SERVER_NAME: spec.agent.serverName } : {}),
+      NODE_AGENT_NODE_ID: spec.nodeId,
+      NODE_AGENT_TOKEN_FILE: tokenFile,
+      NODE_AGENT_STATE_DIR: path.join(dir, 'state'),
+    }
+    {
+      const child = execa(command as string, args, { cwd: dir, env, extendEnv: false, detached: true, cleanup: false, stdin: 'ignore', stdout: logTarget, stderr: logTarget })
+      // The agent outlives this process; its exit is observed through hostStatus, not here.
+      child.catch(() => undefined)
+      child.unref()
+      if (!child.pid) throw new Error('the agent process did not start')
+      const record: HostRecord = {
+        host_id: hostId,
+        node_id: spec.nodeId,
+        pid: child.pid,
+        region: spec.region,
+        instance_type: spec.instanceType,
+        created_at: new Date().toISOString(),
+      }
+      writePrivate(path.join(dir, 'host.json'), JSON.stringify(record, null, 2))
+      this.options.logger.info({ host_id: hostId, node_id: spec.nodeId, pid: child.pid }, 'local host created')
+      return this.toHost(record)
+    }
+  }
+
+  async destroyHost(hostId: string): Promise<void> {
+    const dir = this.hostDir(hostId)
+    const record = this.readRecord(hostId)
+    if (record && isAlive(record.pid)) await this.stopGroup(record.pid)
+    fs.rmSync(dir, { recursive: true, force: true })
+    this.options.logger.info({ host_id: hostId }, 'local host destroyed')
+  }
+
+  async hostStatus(hostId: string): Promise<HostStatus> {
+    if (!fs.existsSync(this.hostDir(hostId))) return 'missing'
+    const record = this.readRecord(hostId)
+    return record && isAlive(record.pid) ? 'running' : 'stopped'
+  }
+
+  private async stopGroup(pid: number): Promise<void> {
+    signalGroup(pid, 'SIGTERM')
+    const deadline = Date.now() + (this.options.stopGraceMs ?? 15_000)
+    while (isAlive(pid) && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50))
+    if (isAlive(pid)) {
+      this.options.logger.warn({ pid }, 'agent did not stop in time; killing its process group')
+      signalGroup(pid, 'SIGKILL')
+      while (isAlive(pid)) await new Promise((resolve) => setTimeout(resolve, 20))
+    }
+  }
+
+  private readRecord(hostId: string): HostRecord | undefined {
+    const file = path.join(this.hostDir(hostId), 'host.json')
+    if (!fs.existsSync(file)) return undefined
+    const parsed = hostRecord.safeParse(JSON.parse(fs.readFileSync(file, 'utf8')))
+    return parsed.success ? parsed.data : undefined
+  }
+
+  private toHost(record: HostRecord): Host {
+    return { host_id: record.host_id, host_ip: '127.0.0.1', provider: this.name, instance_type: record.instance_type, region: record.region }
+  }
+}
+
+function writePrivate(file: string, content: string): void {
+  const tmp = `${file}.tmp`
+  fs.rmSync(tmp, { force: true })
+  fs.writeFileSync(tmp, content, { mode: 0o600 })
+  fs.renameSync(tmp, file)
+}
+
+/** Alive and not a zombie; a pid reused by another program after a reboot is not our agent. */
+export function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0)
+  } catch {
+    return false
+  }
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8')
+    if (/\) Z /.test(stat)) return false
+    return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('node-agent')
+  } catch {
+    return true
+  }
+}
+
+function signalGroup(pid: number, signal: NodeJS.Signals): void {
+  try {
+    process.kill(-pid, signal)
+  } catch {
+    try {
+      process.kill(pid, signal)
+    } catch {
+      // already gone
+    }
+  }
+}

@@ -1,0 +1,139 @@
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import { afterEach, describe, expect, it } from 'vitest'
+import { snapshotState } from '../../../src/agent/backup.js'
+import { createExecutor, type Executor } from '../../../src/agent/executor.js'
+import { pruneBackups, readActiveDeployment, type StateDir } from '../../../src/agent/state-dir.js'
+import { ChainSupervisor, isProcessAlive } from '../../../src/agent/supervisor.js'
+import { activateFixture, fileUrl, killAll, removeStateDir, silentLogger, tempStateDir } from '../../fixtures/agent/helpers.js'
+
+const quiet = { progress: () => undefined }
+const HOUR = 60 * 60 * 1000
+
+function writeFiles(root: string, files: Record<string, string>): void {
+  for (const [rel, content] of Object.entries(files)) {
+    fs.mkdirSync(path.dirname(path.join(root, rel)), { recursive: true })
+    fs.writeFileSync(path.join(root, rel), content)
+  }
+}
+
+function readTree(root: string): Record<string, string> {
+  const out: Record<string, string> = {}
+  const walk = (d: string) => {
+    for (const e of fs.readdirSync(d, { withFileTypes: true })) {
+      const p = path.join(d, e.name)
+      if (e.isDirectory()) walk(p)
+      else out[path.relative(root, p)] = fs.readFileSync(p, 'utf8')
+    }
+  }
+  walk(root)
+  return out
+}
+
+describe('backup and restore', () => {
+  const dirs: StateDir[] = []
+  const supervisors: ChainSupervisor[] = []
+  const pids = new Set<number>()
+  let store: string | undefined
+
+  afterEach(async () => {
+    await Promise.all(supervisors.splice(0).map((s) => s.close()))
+    killAll(pids)
+    pids.clear()
+    for (const d of dirs.splice(0)) removeStateDir(d)
+    if (store) fs.rmSync(store, { recursive: true, force: true })
+    store = undefined
+  })
+
+  function node(): { dir: StateDir; supervisor: ChainSupervisor; executor: Executor } {
+    const dir = tempStateDir()
+    dirs.push(dir)
+    const supervisor = new ChainSupervisor({ stateDir: dir, logger: silentLogger, settleMs: 100, stopGraceMs: 2_000 })
+    supervisors.push(supervisor)
+    return { dir, supervisor, executor: createExecutor({ stateDir: dir, supervisor, logger: silentLogger }) }
+  }
+
+  function storeUrl(): string {
+    store ??= fs.mkdtempSync(path.join(os.tmpdir(), 'nodeplane-store-'))
+    return fileUrl(path.join(store, 'backups'))
+  }
+
+  const chainData = { 'chain.json': '{"height":42}\n', nodekey: 'abc\n', 'db/blocks/000001.log': 'block data' }
+
+  it('backs up data/, config/ and active.json, then restores data over changed data with the process stopped', async () => {
+    const { dir, supervisor, executor } = node()
+    activateFixture(dir, 'sleeper.mjs')
+    supervisor.reload()
+    writeFiles(dir.dataDir, chainData)
+    writeFiles(dir.configDir, { 'node.json': '{"port":1}' })
+    const url = storeUrl()
+
+    const backup = (await executor.execute({ id: 'backup-1', type: 'backup', payload: { backup_id: 'b-1', store_url: url } }, quiet)) as Record<string, unknown>
+    const activeSize = fs.statSync(dir.activeFile).size
+    const dataBytes = Object.values(chainData).reduce((n, c) => n + Buffer.byteLength(c), 0)
+    expect(backup).toEqual({
+      backup_id: 'b-1',
+      location: path.join(store!, 'backups', 'b-1'),
+      file_count: 5,
+      size_bytes: dataBytes + Buffer.byteLength('{"port":1}') + activeSize,
+    })
+    expect(readTree(path.join(store!, 'backups', 'b-1', 'data'))).toEqual(chainData)
+    expect(readTree(path.join(store!, 'backups', 'b-1', 'config'))).toEqual({ 'node.json': '{"port":1}' })
+
+    // The chain moves on, then the node is restored while running.
+    await supervisor.start()
+    const pid = supervisor.status().pid!
+    pids.add(pid)
+    writeFiles(dir.dataDir, { 'chain.json': '{"height":99}\n', 'db/blocks/000002.log': 'newer block' })
+    writeFiles(dir.configDir, { 'node.json': '{"port":2}' })
+    const restore = await executor.execute({ id: 'restore-1', type: 'restore', payload: { backup_id: 'b-1', store_url: url } }, quiet)
+    expect(restore).toEqual({ backup_id: 'b-1', restored: ['data'], file_count: 3, size_bytes: dataBytes })
+    expect(readTree(dir.dataDir)).toEqual(chainData)
+    // A configured node keeps its own configuration; restore does not start the process.
+    expect(readTree(dir.configDir)).toEqual({ 'node.json': '{"port":2}' })
+    expect(isProcessAlive(pid)).toBe(false)
+    expect(supervisor.status().process_state).toBe('stopped')
+  })
+
+  it('restores config/ and active.json too onto an unconfigured node', async () => {
+    const source = node()
+    activateFixture(source.dir, 'sleeper.mjs', { version: '2.0.0' })
+    writeFiles(source.dir.dataDir, chainData)
+    writeFiles(source.dir.configDir, { 'node.json': '{"port":1}' })
+    const url = storeUrl()
+    await source.executor.execute({ id: 'backup-1', type: 'backup', payload: { backup_id: 'b-1', store_url: url } }, quiet)
+
+    const target = node()
+    const restore = await target.executor.execute({ id: 'restore-1', type: 'restore', payload: { backup_id: 'b-1', store_url: url } }, quiet)
+    expect(restore).toMatchObject({ restored: ['data', 'config', 'active.json'], file_count: 5 })
+    expect(readTree(target.dir.dataDir)).toEqual(chainData)
+    expect(readTree(target.dir.configDir)).toEqual({ 'node.json': '{"port":1}' })
+    expect(readActiveDeployment(target.dir)?.version).toBe('2.0.0')
+    expect(target.supervisor.status()).toMatchObject({ process_state: 'stopped', version: '2.0.0' })
+  })
+
+  it('fails clearly for a missing backup and leaves the data alone', async () => {
+    const { dir, executor } = node()
+    writeFiles(dir.dataDir, chainData)
+    const url = storeUrl()
+    await expect(executor.execute({ id: 'restore-1', type: 'restore', payload: { backup_id: 'nope', store_url: url } }, quiet)).rejects.toThrow(
+      `backup nope not found in ${path.join(store!, 'backups')}`,
+    )
+    await expect(executor.execute({ id: 'restore-2', type: 'restore', payload: { backup_id: 'nope', store_url: 'https://example.com/x' } }, quiet)).rejects.toThrow(
+      /store_url: only file:\/\/ stores are supported/,
+    )
+    expect(readTree(dir.dataDir)).toEqual(chainData)
+  })
+
+  it('prunes upgrade backups once they are 24 hours old (injected clock)', async () => {
+    const { dir } = node()
+    const t0 = new Date('2026-03-01T00:00:00Z')
+    await snapshotState(dir, path.join(dir.backupsDir, 'upgrade-old'), t0)
+    await snapshotState(dir, path.join(dir.backupsDir, 'upgrade-new'), new Date(t0.getTime() + 2 * HOUR))
+    expect(await pruneBackups(dir, new Date(t0.getTime() + 24 * HOUR - 1))).toEqual([])
+    expect(await pruneBackups(dir, new Date(t0.getTime() + 24 * HOUR))).toEqual(['upgrade-old'])
+    expect(fs.readdirSync(dir.backupsDir)).toEqual(['upgrade-new'])
+    expect(await pruneBackups(dir, new Date(t0.getTime() + 26 * HOUR))).toEqual(['upgrade-new'])
+  })
+})

@@ -1,0 +1,127 @@
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import { afterEach, describe, expect, it } from 'vitest'
+import { CommandError, createExecutor, type Executor } from '../../../src/agent/executor.js'
+import { agentPublicKey, captureKeys, injectKeys, loadOrCreateAgentKey } from '../../../src/agent/keys.js'
+import type { StateDir } from '../../../src/agent/state-dir.js'
+import { ChainSupervisor } from '../../../src/agent/supervisor.js'
+import { generateBoxKeyPair, open, seal, type SealedBox } from '../../../src/secrets/sealed-box.js'
+import { removeStateDir, silentLogger, tempStateDir } from '../../fixtures/agent/helpers.js'
+
+const modeOf = (file: string) => fs.statSync(file).mode & 0o777
+const quiet = { progress: () => undefined }
+
+describe('agent keys', () => {
+  let dir: StateDir | undefined
+  let supervisor: ChainSupervisor | undefined
+  const outside: string[] = []
+
+  afterEach(async () => {
+    await supervisor?.close()
+    supervisor = undefined
+    removeStateDir(dir)
+    dir = undefined
+    for (const p of outside.splice(0)) fs.rmSync(p, { recursive: true, force: true })
+  })
+
+  function node(): { dir: StateDir; executor: Executor; sealToAgent: (text: string) => SealedBox } {
+    const stateDir = tempStateDir()
+    dir = stateDir
+    supervisor = new ChainSupervisor({ stateDir, logger: silentLogger })
+    const executor = createExecutor({ stateDir, supervisor, logger: silentLogger })
+    const publicKey = Buffer.from(agentPublicKey(stateDir), 'base64')
+    return { dir: stateDir, executor, sealToAgent: (text) => seal(Buffer.from(text), publicKey) }
+  }
+
+  it('creates the agent key once, mode 0600, and keeps it', () => {
+    const { dir } = node()
+    expect(modeOf(dir.agentKeyFile)).toBe(0o600)
+    const first = loadOrCreateAgentKey(dir)
+    const second = loadOrCreateAgentKey(dir)
+    expect(Buffer.from(second.publicKey)).toEqual(Buffer.from(first.publicKey))
+    expect(agentPublicKey(dir)).toBe(Buffer.from(first.publicKey).toString('base64'))
+  })
+
+  it('injects sealed keys into keys/ with mode 0600 in 0700 directories, returning only the paths', async () => {
+    const { dir, executor, sealToAgent } = node()
+    const result = await executor.execute(
+      {
+        id: 'inject-1',
+        type: 'inject_keys',
+        payload: {
+          keys: [
+            { path: 'validator.key', sealed: sealToAgent('validator secret') },
+            { path: 'p2p/node.key', sealed: sealToAgent('p2p secret') },
+          ],
+        },
+      },
+      quiet,
+    )
+    expect(result).toEqual({ paths: ['validator.key', 'p2p/node.key'] })
+    expect(JSON.stringify(result)).not.toContain('secret')
+    expect(modeOf(dir.keysDir)).toBe(0o700)
+    expect(modeOf(path.join(dir.keysDir, 'p2p'))).toBe(0o700)
+    expect(modeOf(path.join(dir.keysDir, 'validator.key'))).toBe(0o600)
+    expect(modeOf(path.join(dir.keysDir, 'p2p/node.key'))).toBe(0o600)
+    expect(fs.readFileSync(path.join(dir.keysDir, 'validator.key'), 'utf8')).toBe('validator secret')
+    expect(fs.readFileSync(path.join(dir.keysDir, 'p2p/node.key'), 'utf8')).toBe('p2p secret')
+    // The journal records the outcome, never the key material.
+    expect(fs.readFileSync(path.join(dir.commandsDir, 'inject-1.json'), 'utf8')).not.toContain('secret')
+  })
+
+  it('refuses a box sealed to another key and writes nothing', async () => {
+    const { dir, executor, sealToAgent } = node()
+    const stranger = generateBoxKeyPair()
+    const command = {
+      id: 'inject-1',
+      type: 'inject_keys',
+      payload: {
+        keys: [
+          { path: 'good.key', sealed: sealToAgent('fine') },
+          { path: 'wrong.key', sealed: seal(Buffer.from('not for this agent'), stranger.publicKey) },
+        ],
+      },
+    }
+    await expect(executor.execute(command, quiet)).rejects.toThrow(
+      /key wrong\.key: sealed box cannot be opened with this key \(wrong recipient or altered\); was it sealed to this agent's public key\?/,
+    )
+    expect(fs.readdirSync(dir.keysDir)).toEqual([])
+  })
+
+  it('rejects key paths that leave keys/, by .. or through a symlink', async () => {
+    const { dir, executor, sealToAgent } = node()
+    await expect(executor.execute({ id: 'inject-1', type: 'inject_keys', payload: { keys: [{ path: '../active.json', sealed: sealToAgent('x') }] } }, quiet)).rejects.toThrow(
+      /invalid inject_keys payload: keys\.0\.path: must be a relative path inside the node directory/,
+    )
+    await expect(executor.execute({ id: 'inject-2', type: 'inject_keys', payload: { keys: [{ path: '/etc/x', sealed: sealToAgent('x') }] } }, quiet)).rejects.toThrow(
+      /keys\.0\.path: must be a relative path/,
+    )
+    const elsewhere = fs.mkdtempSync(path.join(os.tmpdir(), 'nodeplane-outside-'))
+    outside.push(elsewhere)
+    fs.symlinkSync(elsewhere, path.join(dir.keysDir, 'escape'))
+    const key = loadOrCreateAgentKey(dir)
+    expect(() => injectKeys(dir, [{ path: 'escape/stolen.key', sealed: sealToAgent('x') }], key.secretKey)).toThrow(/leads outside .* through a symlink/)
+    expect(fs.readdirSync(elsewhere)).toEqual([])
+  })
+
+  it('captures files sealed to the recipient, and names a missing file', async () => {
+    const { dir, executor } = node()
+    fs.writeFileSync(path.join(dir.dataDir, 'nodekey'), 'chain generated node key\n', { mode: 0o600 })
+    const recipient = generateBoxKeyPair()
+    const recipientKey = Buffer.from(recipient.publicKey).toString('base64')
+    const result = (await executor.execute(
+      { id: 'capture-1', type: 'capture_keys', payload: { paths: ['data/nodekey'], recipient_public_key: recipientKey } },
+      quiet,
+    )) as { keys: Array<{ path: string; sealed: SealedBox }> }
+    expect(result.keys.map((k) => k.path)).toEqual(['data/nodekey'])
+    expect(Buffer.from(open(result.keys[0]!.sealed, recipient.secretKey)).toString('utf8')).toBe('chain generated node key\n')
+    expect(() => open(result.keys[0]!.sealed, loadOrCreateAgentKey(dir).secretKey)).toThrow()
+
+    await expect(
+      executor.execute({ id: 'capture-2', type: 'capture_keys', payload: { paths: ['data/nodekey', 'data/missing.key'], recipient_public_key: recipientKey } }, quiet),
+    ).rejects.toThrow(new CommandError('key file data/missing.key does not exist on the node'))
+    expect(() => captureKeys(dir, ['agent-key'], recipientKey)).toThrow(/agent-key cannot be captured/)
+    expect(() => captureKeys(dir, ['data/nodekey'], 'c2hvcnQ=')).toThrow(/recipient_public_key must be a base64 X25519 public key/)
+  })
+})
