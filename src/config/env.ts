@@ -181,6 +181,14 @@ function optionalDuration(text: string | undefined, ctx: z.RefinementCtx): numbe
   return ms
 }
 
+/** The key hierarchy's master key (docs/secrets.md). */
+export const secretsEnv = {
+  /** `local` keeps the master key in a file (`nodeplane secrets init`); other adapters plug in here. */
+  SECRETS_PROVIDER: z.enum(['local']).default('local'),
+  /** Default: <data dir>/master.key */
+  SECRETS_MASTER_KEY_FILE: z.string().min(1).optional(),
+}
+
 export const databaseCommandEnv = z.object(sharedEnv)
 export const apiServerEnv = z.object({
   ...sharedEnv,
