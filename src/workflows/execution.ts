@@ -11,17 +11,19 @@ import { errorMessage, LeaseLostError, StepFailedError, StepTimeoutError, Workfl
 import { resolveStepPolicy, retryDelayMs, type StepOptions, type StepPolicy } from './policy.js'
 import {
   consumeSignal,
-  getStep,
   getTimer,
   insertTimer,
+  journal,
+  journalStep,
+  loadJournal,
   markTimerFired,
   oldestUnconsumedSignal,
   recordHeartbeat,
-  journal,
   renewLease,
   upsertStep,
   writeUnderLease,
   type Lease,
+  type StepRecord,
   type WorkflowRun,
 } from './store.js'
 import type { Saga, StepContext, WorkflowContext, WorkflowFunction } from './types.js'
@@ -50,6 +52,8 @@ export class RunExecution {
   private interrupt: Interrupt | null = null
   private readonly occurrences = new Map<string, number>()
   private currentHeartbeat: (() => void) | null = null
+  /** The run's step rows, read once at the start and kept current by this execution's writes. */
+  private journaled = new Map<string, StepRecord>()
   /** Serialises this run's database writes and lease renewals (both check the version). */
   private queue: Promise<unknown> = Promise.resolve()
 
@@ -71,6 +75,7 @@ export class RunExecution {
 
   async execute(): Promise<ExecutionOutcome> {
     let returned: { ok: true; value: unknown } | { ok: false; error: unknown }
+    this.journaled = await loadJournal(this.o.db, this.o.run.id)
     try {
       returned = { ok: true, value: await this.o.workflow(this.context(), this.o.run.input) }
     } catch (err) {
@@ -121,9 +126,13 @@ export class RunExecution {
   }
 
   /** A lease-checked write; a lost lease interrupts the workflow for good. */
-  private async write(runChanges: Record<string, unknown>, more?: (trx: Knex.Transaction) => Promise<void>): Promise<void> {
+  private write(runChanges: Record<string, unknown>, more?: (trx: Knex.Transaction) => Promise<void>): Promise<void> {
+    return this.guard(() => writeUnderLease(this.o.db, this.o.lease, this.o.now(), runChanges, more))
+  }
+
+  private async guard(write: () => Promise<void>): Promise<void> {
     try {
-      await this.exclusive(() => writeUnderLease(this.o.db, this.o.lease, this.o.now(), runChanges, more))
+      await this.exclusive(write)
     } catch (err) {
       if (err instanceof LeaseLostError) {
         this.o.logger.warn('lease lost; abandoning the run')
@@ -132,6 +141,12 @@ export class RunExecution {
       }
       throw err
     }
+  }
+
+  /** Journals a step row under the lease (one statement on Postgres) and keeps the copy current. */
+  private async record(key: string, step: StepRecord): Promise<void> {
+    await this.guard(() => journalStep(this.o.db, this.o.lease, this.o.now(), key, step))
+    this.journaled.set(key, step)
   }
 
   private checkInterrupted(): void {
@@ -165,18 +180,21 @@ export class RunExecution {
       waitForSignal: <T>(name: string, options: { timeoutMs?: number } = {}) => this.waitForSignal(name, options.timeoutMs) as Promise<T | undefined>,
       heartbeat: () => this.currentHeartbeat?.(),
       saga: () => createSaga(ctx),
-      now: async () => new Date(await this.step('~now', async () => this.o.now().toISOString())),
+      now: async () => new Date(await this.step('~now', async () => this.o.now().toISOString(), undefined, false)),
     }
     return ctx
   }
 
-  private async step<T>(name: string, fn: (step: StepContext) => Promise<T>, options?: StepOptions): Promise<T> {
+  /**
+   * `journalStart: false` is for the engine's own pure steps (`~now`): nothing outside the
+   * process happens while they run, so their attempt needs no "running" row before it.
+   */
+  private async step<T>(name: string, fn: (step: StepContext) => Promise<T>, options?: StepOptions, journalStart = true): Promise<T> {
     this.checkInterrupted()
     const key = this.nextKey(name)
     const policy = resolveStepPolicy(options)
-    const { db, run } = this.o
     for (;;) {
-      const existing = await getStep(db, run.id, key)
+      const existing = this.journaled.get(key)
       if (existing?.status === 'completed') return existing.result as T
       if (existing?.status === 'failed') throw new StepFailedError(key, existing.attempt, existing.error ?? 'failed')
       this.checkInterrupted()
@@ -186,7 +204,7 @@ export class RunExecution {
         // Found running on replay: the process running it died or lost its lease mid-attempt.
         lastError = INTERRUPTED_ATTEMPT
         if (previous >= policy.retry.maxAttempts) {
-          await this.write({ current_step: key }, (trx) => upsertStep(trx, run.id, key, { status: 'failed', error: lastError, finished_at: this.o.now() }))
+          await this.record(key, { ...existing, status: 'failed', error: lastError, finishedAt: this.o.now() })
           throw new StepFailedError(key, previous, lastError)
         }
       } else if (existing?.status === 'retrying' && existing.nextAttemptAt && existing.nextAttemptAt > this.o.now()) {
@@ -194,34 +212,34 @@ export class RunExecution {
       }
       const attempt = previous + 1
       const startedAt = this.o.now()
-      await this.write({ current_step: key }, (trx) =>
-        upsertStep(trx, run.id, key, {
-          status: 'running',
-          attempt,
-          error: lastError,
-          started_at: startedAt,
-          heartbeat_at: null,
-          timeout_at: new Date(startedAt.getTime() + policy.timeoutMs),
-          next_attempt_at: null,
-          finished_at: null,
-        }),
-      )
+      const started: StepRecord = {
+        status: 'running',
+        attempt,
+        result: undefined,
+        error: lastError,
+        startedAt,
+        timeoutAt: new Date(startedAt.getTime() + policy.timeoutMs),
+        nextAttemptAt: null,
+        finishedAt: null,
+      }
+      // The "running" row is what counts this attempt if the process dies during it (retry
+      // exhaustion across crashes), and shows the step as current while it runs. It is committed
+      // before `fn` starts; the result below is a second commit, and both check the lease.
+      if (journalStart) await this.record(key, started)
       const outcome = await this.attempt(key, attempt, policy, fn)
       this.checkLease()
       const finishedAt = this.o.now()
       if (outcome.ok) {
-        await this.write({ current_step: key }, (trx) => upsertStep(trx, run.id, key, { status: 'completed', result: outcome.value, finished_at: finishedAt }))
+        await this.record(key, { ...started, status: 'completed', result: outcome.value, finishedAt })
         return outcome.value as T
       }
       this.o.logger.warn({ step: key, attempt, error: outcome.error }, 'step attempt failed')
       if (attempt >= policy.retry.maxAttempts) {
-        await this.write({ current_step: key }, (trx) => upsertStep(trx, run.id, key, { status: 'failed', error: outcome.error, finished_at: finishedAt }))
+        await this.record(key, { ...started, status: 'failed', error: outcome.error, finishedAt })
         throw new StepFailedError(key, attempt, outcome.error)
       }
       const nextAttemptAt = new Date(finishedAt.getTime() + retryDelayMs(policy.retry, attempt))
-      await this.write({ current_step: key }, (trx) =>
-        upsertStep(trx, run.id, key, { status: 'retrying', error: outcome.error, finished_at: finishedAt, next_attempt_at: nextAttemptAt }),
-      )
+      await this.record(key, { ...started, status: 'retrying', error: outcome.error, finishedAt, nextAttemptAt })
       if (nextAttemptAt > this.o.now()) this.suspend(nextAttemptAt)
     }
   }
@@ -293,29 +311,31 @@ export class RunExecution {
     this.checkInterrupted()
     const key = this.nextKey(`~signal:${name}`)
     const { db, run } = this.o
-    const wait = await getStep(db, run.id, key)
+    let wait = this.journaled.get(key)
     if (wait?.status === 'completed') return (wait.result as { payload?: unknown }).payload
-    let timeoutAt = wait?.timeoutAt ?? null
     if (!wait) {
       // The deadline is journaled on first reach, so a replay waits for the same instant.
       const startedAt = this.o.now()
-      timeoutAt = timeoutMs === undefined ? null : new Date(startedAt.getTime() + timeoutMs)
-      await this.write({ current_step: key }, (trx) => upsertStep(trx, run.id, key, { status: 'waiting', attempt: 1, started_at: startedAt, timeout_at: timeoutAt }))
+      const timeoutAt = timeoutMs === undefined ? null : new Date(startedAt.getTime() + timeoutMs)
+      wait = { status: 'waiting', attempt: 1, result: undefined, error: null, startedAt, timeoutAt, nextAttemptAt: null, finishedAt: null }
+      await this.record(key, wait)
     }
     const signal = await oldestUnconsumedSignal(db, run.id, name)
     const now = this.o.now()
     if (signal) {
+      const result = { payload: signal.payload }
       await this.write({ current_step: key }, async (trx) => {
         await consumeSignal(trx, signal.id, now)
-        await upsertStep(trx, run.id, key, { status: 'completed', result: { payload: signal.payload }, finished_at: now })
+        await upsertStep(trx, run.id, key, { status: 'completed', result, finished_at: now })
       })
+      this.journaled.set(key, { ...wait, status: 'completed', result, finishedAt: now })
       return signal.payload
     }
-    if (timeoutAt && timeoutAt <= now) {
-      await this.write({ current_step: key }, (trx) => upsertStep(trx, run.id, key, { status: 'completed', result: { timedOut: true }, finished_at: now }))
+    if (wait.timeoutAt && wait.timeoutAt <= now) {
+      await this.record(key, { ...wait, status: 'completed', result: { timedOut: true }, finishedAt: now })
       return undefined
     }
-    this.suspend(timeoutAt, name)
+    this.suspend(wait.timeoutAt, name)
   }
 }
 

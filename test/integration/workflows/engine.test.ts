@@ -93,6 +93,42 @@ describe.each(DIALECTS)('workflow engine on %s', (dialect) => {
     expect(steps[1]?.error).toMatch(/interrupted/)
   })
 
+  it('counts an attempt cut short by a dead or stalled worker, so retry exhaustion holds across crashes', async () => {
+    const db = await setup()
+    const releases: Array<() => void> = []
+    const wf: WorkflowFunction<unknown, string> = async (ctx) => {
+      await ctx.step('before', () => recordEffect(db, ctx.runId, 'before'))
+      return ctx.step('stuck', async ({ attempt }) => {
+        await recordEffect(db, ctx.runId, `stuck-${attempt}`)
+        await new Promise<void>((r) => releases.push(r))
+        return `finished ${attempt}`
+      }, { retry: { maxAttempts: 2, initialIntervalMs: 0 } })
+    }
+    const { run } = await startWorkflow(db, 'stuck', {}, { key: 'k', now: clock.now() })
+    // Two workers in turn start the step and never come back from it (killed, or hung past
+    // their lease); each time the lease runs out and the next worker, on its own pool, takes over.
+    const ticks: Array<Promise<unknown>> = []
+    for (const [i, owner] of ['w1', 'w2'].entries()) {
+      const w = createWorkflowWorker({ db: database!.connect(), registry: createWorkflowRegistry().register('stuck', wf), logger: silentLogger, owner, leaseMs: 30_000, now: () => clock.now() })
+      ticks.push(w.tick())
+      await waitFor(async () => releases.length === i + 1, `attempt ${i + 1} to start on ${owner}`)
+      expect((await listSteps(db, run.id)).find((s) => s.stepKey === 'stuck#0')).toMatchObject({ status: 'running', attempt: i + 1 })
+      clock.advance(31_000)
+    }
+    // The third worker finds the second attempt interrupted too: both count, none are left.
+    expect(await worker({ stuck: wf }, { owner: 'w3' }).tick()).toEqual([{ runId: run.id, outcome: 'failed' }])
+    for (const release of releases) release()
+    expect(await Promise.all(ticks)).toEqual([[{ runId: run.id, outcome: 'lease-lost' }], [{ runId: run.id, outcome: 'lease-lost' }]])
+    expect(await effects(db, run.id)).toEqual(['before', 'stuck-1', 'stuck-2'])
+    const steps = await listSteps(db, run.id)
+    expect(steps.map((s) => [s.stepKey, s.status, s.attempt])).toEqual([
+      ['before#0', 'completed', 1],
+      ['stuck#0', 'failed', 2],
+    ])
+    expect(steps[1]?.error).toMatch(/interrupted/)
+    expect((await getRun(db, run.id))?.error).toMatch(/^step stuck#0 failed after 2 attempt\(s\): attempt interrupted/)
+  })
+
   it('retries a failing step with backoff on the injected clock and fails the run when attempts run out', async () => {
     const db = await setup()
     const wf: WorkflowFunction<unknown, string> = async (ctx) => {
