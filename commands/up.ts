@@ -2,7 +2,7 @@ import fs from 'node:fs'
 import { startAgentGateway } from '../daemons/agent-gateway.js'
 import { startApiServer } from '../daemons/api-server.js'
 import { startAuthServer } from '../daemons/auth-server.js'
-import { startOrchestrator } from '../daemons/orchestrator.js'
+import { lifecycleDeps, orchestratorWorkflows, startOrchestrator } from '../daemons/orchestrator.js'
 import { openDatabase, startHousekeeping, startRelay } from '../daemons/runtime.js'
 import { BaseCommand } from '../src/cli/base-command.js'
 import { ensureLocalOperator, LOCAL_OPERATOR_EMAIL } from '../src/cli/operator.js'
@@ -63,8 +63,13 @@ export default class Up extends BaseCommand<typeof Up> {
       const adminKeyFile = writeAdminApiKeyFile(dataDir, operator.issued.key)
       logger.info({ user_id: operator.user.id, api_key_id: operator.issued.apiKey.id, admin_api_key_file: adminKeyFile }, 'local operator ready')
 
-      resources.add('orchestrator', startOrchestrator(config, { db, logger: logFor('orchestrator') }), (w) => w.stop())
       const agents = resources.add('agent-gateway', await startAgentGateway(config, { db, logger: logFor('agent-gateway') }), (g) => g.stop())
+      // New nodes' agents dial the gateway started here and trust its CA.
+      const lifecycle = await lifecycleDeps(
+        { ...config, AGENT_GATEWAY_URL: config.AGENT_GATEWAY_URL ?? agents.target, AGENT_GATEWAY_CA_FILE: config.AGENT_GATEWAY_CA_FILE ?? agents.caFile },
+        { db, logger: logFor('orchestrator') },
+      )
+      resources.add('orchestrator', startOrchestrator(config, { db, logger: logFor('orchestrator'), registry: orchestratorWorkflows(lifecycle) }), (w) => w.stop())
       const auth = resources.add('auth-server', await startAuthServer(config, { db, logger: logFor('auth-server') }), (s) => s.stop())
       // The api-server verifies legacy wallet tokens against the auth-server started here.
       const apiConfig = { ...config, AUTH_LEGACY_JWKS_URL: config.AUTH_LEGACY_JWKS_URL ?? `${auth.url}/.well-known/jwks.json` }

@@ -1,20 +1,61 @@
 /**
- * The `orchestrator` daemon: runs the durable workflow worker (src/workflows). Any number of
- * orchestrators may share one Postgres; runs are spread between them by leases.
+ * The `orchestrator` daemon: runs the durable workflow worker (src/workflows) with the node
+ * lifecycle workflows. Any number of orchestrators may share one Postgres; runs are spread
+ * between them by leases.
  */
+import fs from 'node:fs'
+import path from 'node:path'
 import type { z } from 'zod'
-import { orchestratorEnv } from '../src/config/env.js'
+import { defaultConfigDir, loadChainCatalogue } from '../src/config/chains.js'
+import { lifecycleEnv, orchestratorEnv } from '../src/config/env.js'
 import type { Db } from '../src/db/knex.js'
+import { ConfigError } from '../src/errors.js'
 import type { Logger } from '../src/log.js'
+import { registerLifecycleWorkflows, type LifecycleDeps } from '../src/provisioning/index.js'
+import { LocalInfrastructureProvider } from '../src/provisioning/infrastructure/local.js'
 import { createWorkflowRegistry, createWorkflowWorker, type WorkflowRegistry, type WorkflowWorker } from '../src/workflows/index.js'
+import { devCaDir } from './agent-gateway.js'
 
 export { orchestratorEnv }
 
 export type OrchestratorSettings = Pick<z.infer<typeof orchestratorEnv>, 'WORKFLOW_LEASE' | 'WORKFLOW_POLL_INTERVAL' | 'WORKFLOW_CONCURRENCY'>
+export type LifecycleSettings = z.infer<z.ZodObject<typeof lifecycleEnv>> & { NODEPLANE_DATA_DIR: string; AGENT_GATEWAY_PORT: number; LOG_LEVEL: string }
 
-/** The workflows this orchestrator runs; later issues register provision, migrate, terminate… */
-export function orchestratorWorkflows(): WorkflowRegistry {
-  return createWorkflowRegistry()
+/** Chains, the local provider and how new agents reach the gateway, from the settings. */
+export async function lifecycleDeps(settings: LifecycleSettings, deps: { db: Db; logger: Logger; now?: () => Date }): Promise<LifecycleDeps> {
+  const catalogue = await loadChainCatalogue(settings.NODEPLANE_CONFIG_DIR ?? defaultConfigDir())
+  const caFile = settings.AGENT_GATEWAY_CA_FILE ?? path.join(devCaDir(settings.NODEPLANE_DATA_DIR), 'ca.pem')
+  if (!fs.existsSync(caFile)) {
+    throw new ConfigError([
+      `AGENT_GATEWAY_CA_FILE=${JSON.stringify(caFile)}: file not found; set it to the CA that signed the agent-gateway's certificate (the gateway creates the development CA there on its first start)`,
+    ])
+  }
+  const local = new LocalInfrastructureProvider({
+    root: settings.LOCAL_HOSTS_DIR ?? path.join(settings.NODEPLANE_DATA_DIR, 'hosts'),
+    logger: deps.logger.child({ component: 'local-provider' }),
+    agentEnv: { LOG_LEVEL: settings.LOG_LEVEL },
+  })
+  return {
+    db: deps.db,
+    logger: deps.logger,
+    catalogue,
+    providers: new Map([[local.name, local]]),
+    agentBootstrap: {
+      gatewayTarget: settings.AGENT_GATEWAY_URL ?? `127.0.0.1:${settings.AGENT_GATEWAY_PORT}`,
+      caPem: fs.readFileSync(caFile, 'utf8'),
+      ...(settings.AGENT_GATEWAY_SERVER_NAME ? { serverName: settings.AGENT_GATEWAY_SERVER_NAME } : {}),
+    },
+    agentReadyWaitMs: settings.AGENT_READY_WAIT,
+    commandTimeoutMs: settings.AGENT_COMMAND_TIMEOUT,
+    pollIntervalMs: 250,
+    ...(deps.now ? { now: deps.now } : {}),
+  }
+}
+
+/** The workflows this orchestrator runs. */
+export function orchestratorWorkflows(lifecycle?: LifecycleDeps): WorkflowRegistry {
+  const registry = createWorkflowRegistry()
+  return lifecycle ? registerLifecycleWorkflows(registry, lifecycle) : registry
 }
 
 export interface OrchestratorDeps {

@@ -1,4 +1,4 @@
-import { orchestratorEnv, startOrchestrator } from '../../daemons/orchestrator.js'
+import { lifecycleDeps, orchestratorEnv, orchestratorWorkflows, startOrchestrator } from '../../daemons/orchestrator.js'
 import { openDatabase } from '../../daemons/runtime.js'
 import { BaseCommand } from '../../src/cli/base-command.js'
 import { loadConfig } from '../../src/config/env.js'
@@ -21,7 +21,8 @@ export default class DaemonOrchestrator extends BaseCommand<typeof DaemonOrchest
       const db = resources.add('database', await openDatabase(config.DATABASE_URL, 'nodeplane-orchestrator', logger), (d) => d.destroy())
       await assertSchemaCurrent(db, 'control-plane')
       // Added after the database, so it is stopped (drained) before the database closes.
-      const worker = resources.add('workflow worker', startOrchestrator(config, { db, logger }), (w) => w.stop())
+      const registry = orchestratorWorkflows(await lifecycleDeps(config, { db, logger }))
+      const worker = resources.add('workflow worker', startOrchestrator(config, { db, logger, registry }), (w) => w.stop())
       return worker.owner
     })
     installShutdown({ logger, timeoutMs: config.SHUTDOWN_TIMEOUT, stop: () => resources.closeAll() })

@@ -153,12 +153,31 @@ export const agentGatewayOnlyEnv = {
   AGENT_COMMAND_POLL_INTERVAL: duration('250ms'),
 }
 
+const gatewayTarget = z.string().regex(/^[A-Za-z0-9.\-]+:\d{1,5}$|^\[[0-9A-Fa-f:]+\]:\d{1,5}$/, 'must be host:port, e.g. 127.0.0.1:9090')
+
+/** The node lifecycle workflows (orchestrator): chains, infrastructure, how agents reach the gateway. */
+export const lifecycleEnv = {
+  /** Holds `chains/` (and later `upgrades/`); default: the installed package's own. */
+  NODEPLANE_CONFIG_DIR: z.string().min(1).optional(),
+  /** host:port new agents dial; default 127.0.0.1:$AGENT_GATEWAY_PORT. */
+  AGENT_GATEWAY_URL: gatewayTarget.optional(),
+  /** The CA new agents trust; default the development CA, <data dir>/agent-ca/ca.pem. */
+  AGENT_GATEWAY_CA_FILE: z.string().min(1).optional(),
+  AGENT_GATEWAY_SERVER_NAME: z.string().min(1).optional(),
+  /** Spec: agent ready wait, 5 minutes. */
+  AGENT_READY_WAIT: duration('5m'),
+  /** How long one agent command may run before its step gives up. */
+  AGENT_COMMAND_TIMEOUT: duration('10m'),
+  /** Where the local infrastructure provider keeps hosts; default <data dir>/hosts. */
+  LOCAL_HOSTS_DIR: z.string().min(1).optional(),
+}
+
 /** The node agent: no database; it talks only to the gateway. */
 export const nodeAgentEnv = z.object({
   LOG_LEVEL: sharedEnv.LOG_LEVEL,
   SHUTDOWN_TIMEOUT: httpEnv.SHUTDOWN_TIMEOUT,
   /** host:port of the agent-gateway */
-  AGENT_GATEWAY_URL: z.string().regex(/^[A-Za-z0-9.\-]+:\d{1,5}$|^\[[0-9A-Fa-f:]+\]:\d{1,5}$/, 'must be host:port, e.g. 127.0.0.1:9090'),
+  AGENT_GATEWAY_URL: gatewayTarget,
   AGENT_GATEWAY_CA_FILE: z.string().min(1, 'must name the PEM file of the CA that signed the gateway certificate'),
   /** The name to check the gateway certificate against, when it differs from the dialled host. */
   AGENT_GATEWAY_SERVER_NAME: z.string().min(1).optional(),
@@ -200,7 +219,13 @@ export const apiServerEnv = z.object({
   AUTH_SERVER_PORT: portsEnv.AUTH_SERVER_PORT,
 })
 export const authServerEnv = z.object({ ...sharedEnv, ...httpEnv, ...authEnv, ...authServerOnlyEnv, AUTH_SERVER_PORT: portsEnv.AUTH_SERVER_PORT })
-export const orchestratorEnv = z.object({ ...sharedEnv, SHUTDOWN_TIMEOUT: httpEnv.SHUTDOWN_TIMEOUT, ...workflowEnv })
+export const orchestratorEnv = z.object({
+  ...sharedEnv,
+  SHUTDOWN_TIMEOUT: httpEnv.SHUTDOWN_TIMEOUT,
+  ...workflowEnv,
+  ...lifecycleEnv,
+  AGENT_GATEWAY_PORT: portsEnv.AGENT_GATEWAY_PORT,
+})
 export const agentGatewayEnv = z.object({
   ...sharedEnv,
   ...eventsEnv,
@@ -218,6 +243,8 @@ export const upEnv = z.object({
   ...authServerOnlyEnv,
   ...workflowEnv,
   ...agentGatewayOnlyEnv,
+  ...lifecycleEnv,
+  ...secretsEnv,
 })
 
 export type DatabaseCommandConfig = ResolvedPaths<z.infer<typeof databaseCommandEnv>>

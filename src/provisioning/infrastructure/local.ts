@@ -49,8 +49,10 @@ export class LocalInfrastructureProvider implements InfrastructureProvider {
   async createHost(spec: HostSpec): Promise<Host> {
     const hostId = `local-${spec.hostKey.replace(/[^A-Za-z0-9_-]/g, '_')}`
     const dir = this.hostDir(hostId)
+    // Same key again (a retried step): the same host, re-bootstrapped with this token — the
+    // previous attempt's token was replaced when this one was created.
     const existing = this.readRecord(hostId)
-    if (existing && isAlive(existing.pid)) return this.toHost(existing)
+    if (existing && isAlive(existing.pid)) await this.stopGroup(existing.pid)
 
     fs.mkdirSync(path.join(dir, 'state'), { recursive: true, mode: 0o700 })
     const tokenFile = path.join(dir, 'agent-token')

@@ -96,10 +96,13 @@ describe.each(DIALECTS)('local infrastructure provider with a real node agent on
     const dir = provider.hostDir(host.host_id)
     expect(fs.statSync(path.join(dir, 'agent-token')).mode & 0o777).toBe(0o600)
     expect(await provider.hostStatus(host.host_id)).toBe('running')
-    // Idempotent by host key: a retried step gets the same host, not a second agent.
+    // Idempotent by host key: a retried step gets the same host (its agent restarted), not a second one.
+    const firstPid = (JSON.parse(fs.readFileSync(path.join(dir, 'host.json'), 'utf8')) as { pid: number }).pid
     const again = await createHost(node.id, token)
     expect(again.host_id).toBe(host.host_id)
     hosts.pop()
+    expect(isAlive(firstPid)).toBe(false)
+    expect(fs.readdirSync(root)).toEqual([host.host_id])
 
     const registration = await waitFor(async () => findRegistration(db, node.id), 'agent registration', 30_000)
     expect(registration.agent_version).toBe('0.1.0')

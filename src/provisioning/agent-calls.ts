@@ -1,0 +1,53 @@
+/**
+ * How a workflow step talks to a node's agent: enqueue a command (idempotent by key, so a
+ * retried step gets the command it already sent) and wait for its outcome.
+ */
+import { awaitCommand, cancelCommand, enqueueCommand } from '../agents/commands.js'
+import type { CommandType } from '../agents/protocol.js'
+import { registeredSince, type AgentRegistration } from '../agents/registrations.js'
+import type { LifecycleDeps } from './deps.js'
+
+export class AgentCommandError extends Error {
+  constructor(
+    message: string,
+    readonly result: unknown,
+  ) {
+    super(message)
+    this.name = 'AgentCommandError'
+  }
+}
+
+export async function runAgentCommand(
+  deps: LifecycleDeps,
+  command: { nodeId: string; type: CommandType; payload: unknown; key: string },
+  heartbeat?: () => void,
+): Promise<unknown> {
+  const now = deps.now ?? (() => new Date())
+  const enqueued = await enqueueCommand(deps.db, { nodeId: command.nodeId, type: command.type, payload: command.payload, idempotencyKey: command.key }, now())
+  const deadline = now().getTime() + deps.commandTimeoutMs
+  for (;;) {
+    heartbeat?.()
+    const outcome = await awaitCommand(deps.db, enqueued.id, { timeoutMs: Math.min(10_000, Math.max(0, deadline - now().getTime())), pollIntervalMs: deps.pollIntervalMs, now })
+    if (outcome.status === 'completed') return outcome.result
+    if (outcome.status === 'failed' || outcome.status === 'cancelled') {
+      throw new AgentCommandError(`${command.type} on node ${command.nodeId} ${outcome.status}: ${outcome.error ?? 'no reason given'}`, outcome.result)
+    }
+    if (now().getTime() >= deadline) {
+      await cancelCommand(deps.db, enqueued.id, `no outcome within ${Math.round(deps.commandTimeoutMs / 1000)} s`, now())
+      throw new AgentCommandError(`${command.type} on node ${command.nodeId}: no outcome within ${Math.round(deps.commandTimeoutMs / 1000)} s`, null)
+    }
+  }
+}
+
+/** Waits for an agent that registered at or after `since`. */
+export async function waitForAgent(deps: LifecycleDeps, nodeId: string, since: Date, heartbeat?: () => void): Promise<AgentRegistration> {
+  const now = deps.now ?? (() => new Date())
+  const deadline = since.getTime() + deps.agentReadyWaitMs
+  for (;;) {
+    heartbeat?.()
+    const registration = await registeredSince(deps.db, nodeId, since)
+    if (registration) return registration
+    if (now().getTime() >= deadline) throw new Error(`the agent of node ${nodeId} did not register within ${Math.round(deps.agentReadyWaitMs / 1000)} s`)
+    await new Promise((resolve) => setTimeout(resolve, deps.pollIntervalMs))
+  }
+}

@@ -1,0 +1,33 @@
+/** What the node lifecycle workflows need, wired by the orchestrator (daemons/orchestrator.ts). */
+import type { ChainCatalogue } from '../config/chains.js'
+import type { Db } from '../db/knex.js'
+import type { Logger } from '../log.js'
+import type { InfrastructureProvider } from './infrastructure/types.js'
+
+export interface AgentBootstrapSettings {
+  /** host:port agents dial (a load balancer in front of the gateways in production). */
+  gatewayTarget: string
+  caPem: string
+  serverName?: string
+}
+
+export interface LifecycleDeps {
+  db: Db
+  logger: Logger
+  catalogue: ChainCatalogue
+  providers: ReadonlyMap<string, InfrastructureProvider>
+  agentBootstrap: AgentBootstrapSettings
+  /** Spec: "wait for agent registration (5 minute limit)". */
+  agentReadyWaitMs: number
+  /** How long one agent command may take before the step gives up on it. */
+  commandTimeoutMs: number
+  /** Poll interval while waiting on the agent (tests shorten it). */
+  pollIntervalMs: number
+  now?: () => Date
+}
+
+export function providerFor(deps: LifecycleDeps, name: string | null): InfrastructureProvider {
+  const provider = name ? deps.providers.get(name) : undefined
+  if (!provider) throw new Error(`no infrastructure provider "${name ?? '(none)'}" is configured (have: ${[...deps.providers.keys()].join(', ') || 'none'})`)
+  return provider
+}

@@ -1,0 +1,173 @@
+/**
+ * The `provision` workflow (spec: "Provisioning sequence"; workflow key = the node id, so a
+ * redelivered trigger cannot start a second one). On any failure the host and the node's keys
+ * are removed and the node ends `failed`: no orphaned host or key is left behind.
+ */
+import net from 'node:net'
+import { createAgentToken, revokeAgentToken } from '../agents/tokens.js'
+import { getProfile, renderNodeConfig } from '../config/chains.js'
+import type { Queryable } from '../db/knex.js'
+import { applyHealthUpdate, forceNodeState } from '../nodes/health-state-machine.js'
+import { findNode, type NodeRecord } from '../nodes/node-store.js'
+import { isTerminalState } from '../nodes/states.js'
+import type { WorkflowContext } from '../workflows/index.js'
+import { runAgentCommand, waitForAgent } from './agent-calls.js'
+import { providerFor, type LifecycleDeps } from './deps.js'
+import type { Host } from './infrastructure/types.js'
+
+export const PROVISION_WORKFLOW = 'provision'
+
+export interface ProvisionInput {
+  nodeId: string
+}
+
+export interface ProvisionResult {
+  node_id: string
+  outcome: 'provisioned' | 'skipped'
+  host_id?: string
+  binary_version?: string
+  reason?: string
+}
+
+interface Plan {
+  node: Pick<NodeRecord, 'id' | 'subscription_id' | 'chain_profile_id' | 'node_type'>
+  provider: string
+  region: string
+  instance_type: string
+  duration: string
+}
+
+export function provisionWorkflow(deps: LifecycleDeps) {
+  return async (ctx: WorkflowContext, input: ProvisionInput): Promise<ProvisionResult> => {
+    const plan = await ctx.step('load-node', () => loadPlan(deps, input.nodeId))
+    if ('skip' in plan) return { node_id: input.nodeId, outcome: 'skipped', reason: plan.skip }
+
+    const saga = ctx.saga()
+    try {
+      const createdAt = await ctx.now()
+      // The token is created inside the step that hands it to the host, so its plaintext is
+      // never journaled; a retry creates a new one and re-bootstraps the same host.
+      const host = await ctx.step(
+        'create-infrastructure',
+        async () => {
+          const token = await createAgentToken(deps.db, plan.node.id)
+          const created = await providerFor(deps, plan.provider).createHost({
+            nodeId: plan.node.id,
+            hostKey: plan.node.id,
+            chainProfileId: plan.node.chain_profile_id,
+            nodeType: plan.node.node_type,
+            region: plan.region,
+            instanceType: plan.instance_type,
+            agent: { ...deps.agentBootstrap, token },
+          })
+          await recordHost(deps.db, plan.node.id, created)
+          return created
+        },
+        { preset: 'infrastructure' },
+      )
+      saga.add('destroy-infrastructure', () => providerFor(deps, host.provider).destroyHost(host.host_id), { preset: 'infrastructure' })
+
+      await ctx.step('wait-for-agent', (step) => waitForAgent(deps, plan.node.id, createdAt, step.heartbeat), {
+        preset: 'agentWait',
+        timeoutMs: deps.agentReadyWaitMs + 60_000,
+        retry: { maxAttempts: 1 },
+      })
+
+      const configured = await ctx.step(
+        'configure',
+        async (step) => {
+          const profile = getProfile(deps.catalogue, plan.node.chain_profile_id)
+          const rpcPort = host.provider === 'local' ? await freePort() : 8545
+          const payload = renderNodeConfig(profile, plan.node.node_type, { rpc_port: rpcPort, node_id: plan.node.id })
+          const result = (await runAgentCommand(deps, { nodeId: plan.node.id, type: 'configure', payload, key: `${ctx.runId}:configure` }, step.heartbeat)) as {
+            binary_version: string
+            config_version: string | null
+          }
+          // Spec: binary_version is written after the first configuration.
+          await writeConfigState(deps.db, plan.node.id, result.binary_version, result.config_version)
+          return result
+        },
+        { preset: 'agentWait', timeoutMs: deps.commandTimeoutMs + 60_000, retry: { maxAttempts: 3 } },
+      )
+
+      await ctx.step('start', (step) => runAgentCommand(deps, { nodeId: plan.node.id, type: 'start', payload: {}, key: `${ctx.runId}:start` }, step.heartbeat), {
+        preset: 'agentWait',
+        timeoutMs: deps.commandTimeoutMs + 60_000,
+        retry: { maxAttempts: 3 },
+      })
+
+      await ctx.step('mark-syncing', () =>
+        deps.db.transaction((trx) =>
+          applyHealthUpdate(trx, { nodeId: plan.node.id, change: { writer: 'provisioning', state: 'syncing' }, reason: 'provisioned', now: (deps.now ?? (() => new Date()))() }),
+        ).then(() => true),
+      )
+      return { node_id: plan.node.id, outcome: 'provisioned', host_id: host.host_id, binary_version: configured.binary_version }
+    } catch (err) {
+      await saga.compensate()
+      await ctx.step('revoke-agent-token', () => revokeAgentToken(deps.db, input.nodeId).then(() => true))
+      const reason = err instanceof Error ? err.message : String(err)
+      await ctx.step('mark-failed', () => markFailed(deps, input.nodeId, `provisioning failed: ${reason}`))
+      throw err
+    }
+  }
+}
+
+async function loadPlan(deps: LifecycleDeps, nodeId: string): Promise<Plan | { skip: string }> {
+  const node = await findNode(deps.db, nodeId)
+  if (!node) return { skip: `node ${nodeId} does not exist` }
+  if (node.state !== 'provisioning') return { skip: `node is ${node.state}, not provisioning` }
+  const subscription = (await deps.db('subscriptions').where({ id: node.subscription_id }).first('duration', 'provider', 'region', 'instance_type')) as
+    | { duration: string; provider: string | null; region: string | null; instance_type: string | null }
+    | undefined
+  if (!subscription) return { skip: `subscription ${node.subscription_id} does not exist` }
+  const provider = node.provider ?? subscription.provider
+  const region = node.region ?? subscription.region
+  const instanceType = node.instance_type ?? subscription.instance_type
+  if (!provider || !region || !instanceType) throw new Error(`node ${nodeId} has no resolved placement (provider, region, instance type)`)
+  return {
+    node: { id: node.id, subscription_id: node.subscription_id, chain_profile_id: node.chain_profile_id, node_type: node.node_type },
+    provider,
+    region,
+    instance_type: instanceType,
+    duration: subscription.duration,
+  }
+}
+
+export async function recordHost(db: Queryable, nodeId: string, host: Host): Promise<void> {
+  await db('nodes')
+    .where({ id: nodeId })
+    .update({ provider: host.provider, instance_type: host.instance_type, host_id: host.host_id, host_ip: host.host_ip, region: host.region, updated_at: new Date() })
+}
+
+export async function writeConfigState(db: Queryable, nodeId: string, binaryVersion: string, configVersion: string | null): Promise<void> {
+  await db('node_config_state')
+    .insert({ node_id: nodeId, binary_version: binaryVersion, config_version: configVersion, updated_at: new Date() })
+    .onConflict('node_id')
+    .merge(['binary_version', 'config_version', 'updated_at'])
+}
+
+/** `failed` through the table from provisioning, the forced path from anywhere else. */
+async function markFailed(deps: LifecycleDeps, nodeId: string, reason: string): Promise<boolean> {
+  const now = (deps.now ?? (() => new Date()))()
+  return deps.db.transaction(async (trx) => {
+    const node = await findNode(trx, nodeId)
+    if (!node || isTerminalState(node.state)) return false
+    if (node.state === 'provisioning') {
+      await applyHealthUpdate(trx, { nodeId, current: node, change: { writer: 'provisioning', state: 'failed' }, reason, now })
+    } else {
+      await forceNodeState(trx, { nodeId, state: 'failed', reason, now })
+    }
+    return true
+  })
+}
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer()
+    server.once('error', reject)
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address()
+      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))))
+    })
+  })
+}

@@ -1,0 +1,97 @@
+/**
+ * The `terminate` workflow (spec: "Termination sequence (best effort, only the final state
+ * update is critical)"; workflow key = the node id). Each middle step is tried with its retry
+ * budget; one that still fails is recorded and skipped, so a node always ends `terminated`.
+ */
+import { revokeAgentToken } from '../agents/tokens.js'
+import { applyHealthUpdate } from '../nodes/health-state-machine.js'
+import { findNode } from '../nodes/node-store.js'
+import { isTerminalState } from '../nodes/states.js'
+import { StepFailedError, type WorkflowContext } from '../workflows/index.js'
+import { runAgentCommand } from './agent-calls.js'
+import { providerFor, type LifecycleDeps } from './deps.js'
+
+export const TERMINATE_WORKFLOW = 'terminate'
+
+export interface TerminateInput {
+  nodeId: string
+  reason?: string
+}
+
+export interface TerminateResult {
+  node_id: string
+  outcome: 'terminated' | 'skipped'
+  /** Best-effort steps that failed and were skipped, with why. */
+  skipped_steps: { step: string; error: string }[]
+  reason?: string
+}
+
+/** Extra work a later issue hooks in (e.g. deleting keys once the key hierarchy exists). */
+export interface TerminationHooks {
+  deleteKeys?: (nodeId: string) => Promise<void>
+}
+
+export function terminateWorkflow(deps: LifecycleDeps, hooks: TerminationHooks = {}) {
+  return async (ctx: WorkflowContext, input: TerminateInput): Promise<TerminateResult> => {
+    const now = () => (deps.now ?? (() => new Date()))()
+    const target = await ctx.step('load-node', async () => {
+      const node = await findNode(deps.db, input.nodeId)
+      if (!node) return { skip: `node ${input.nodeId} does not exist` }
+      if (isTerminalState(node.state)) return { skip: `node is already ${node.state}` }
+      return { provider: node.provider, host_id: node.host_id }
+    })
+    if ('skip' in target) return { node_id: input.nodeId, outcome: 'skipped', skipped_steps: [], reason: target.skip }
+
+    await ctx.step('mark-terminating', () =>
+      deps.db
+        .transaction((trx) =>
+          applyHealthUpdate(trx, { nodeId: input.nodeId, change: { writer: 'termination', state: 'terminating' }, reason: input.reason ?? 'terminated', now: now() }),
+        )
+        .then(() => true),
+    )
+
+    const skipped: { step: string; error: string }[] = []
+    const bestEffort = async (name: string, fn: (heartbeat: () => void) => Promise<unknown>) => {
+      try {
+        await ctx.step(name, (step) => fn(step.heartbeat).then(() => true), { retry: { maxAttempts: 3 } })
+      } catch (err) {
+        // Only a step's own failure is skipped; the engine's interruptions pass through.
+        if (!(err instanceof StepFailedError)) throw err
+        skipped.push({ step: name, error: err.message })
+        deps.logger.warn({ node_id: input.nodeId, step: name, err: err.message }, 'termination step failed; skipped (best effort)')
+      }
+    }
+
+    await bestEffort('stop-node', async (heartbeat) => {
+      const agent = await deps.db('agent_registrations').where({ node_id: input.nodeId }).first('disconnected_at', 'connected_at')
+      // No agent ever registered, or it is gone: nothing to stop; the host goes next anyway.
+      if (!agent || agent.disconnected_at) return
+      await runAgentCommand({ ...deps, commandTimeoutMs: Math.min(deps.commandTimeoutMs, 60_000) }, { nodeId: input.nodeId, type: 'stop', payload: {}, key: `${ctx.runId}:stop` }, heartbeat)
+    })
+    await bestEffort('delete-keys', async () => {
+      await revokeAgentToken(deps.db, input.nodeId, now())
+      await hooks.deleteKeys?.(input.nodeId)
+    })
+    await bestEffort('destroy-infrastructure', async () => {
+      if (target.host_id) await providerFor(deps, target.provider).destroyHost(target.host_id)
+    })
+    await bestEffort('verify-cleanup', async () => {
+      if (!target.host_id) return
+      const status = await providerFor(deps, target.provider).hostStatus(target.host_id)
+      if (status !== 'missing') throw new Error(`host ${target.host_id} is still ${status}`)
+    })
+
+    // The one critical step: retried until it lands.
+    await ctx.step(
+      'mark-terminated',
+      () =>
+        deps.db
+          .transaction((trx) =>
+            applyHealthUpdate(trx, { nodeId: input.nodeId, change: { writer: 'termination', state: 'terminated' }, reason: input.reason ?? 'terminated', now: now() }),
+          )
+          .then(() => true),
+      { retry: { maxAttempts: 1_000, initialIntervalMs: 1_000, backoffCoefficient: 2, maximumIntervalMs: 60_000 } },
+    )
+    return { node_id: input.nodeId, outcome: 'terminated', skipped_steps: skipped }
+  }
+}

@@ -1,0 +1,144 @@
+import fs from 'node:fs'
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
+import { findRegistration } from '../../../src/agents/registrations.js'
+import { defaultConfigDir, loadChainCatalogue } from '../../../src/config/chains.js'
+import type { Db } from '../../../src/db/knex.js'
+import { toDateOrNull } from '../../../src/db/dialect.js'
+import { findNode } from '../../../src/nodes/node-store.js'
+import { registerLifecycleWorkflows, requestProvision, requestTermination, type LifecycleDeps } from '../../../src/provisioning/index.js'
+import { LocalInfrastructureProvider } from '../../../src/provisioning/infrastructure/local.js'
+import { createWorkflowRegistry, createWorkflowWorker, getRun, type WorkflowRun, type WorkflowWorker } from '../../../src/workflows/index.js'
+import { tempDir } from '../../helpers/cli.js'
+import { createTestDatabase, DIALECTS, type TestDatabase } from '../../helpers/db.js'
+import { insertTestNode } from '../../helpers/fixtures.js'
+import { waitFor } from '../../helpers/ports.js'
+import { devTls, otherCa, quiet, startGateway, type RunningGateway } from '../agents/harness.js'
+
+describe.each(DIALECTS)('node lifecycle workflows on the local provider on %s', (dialect) => {
+  let t: TestDatabase
+  let db: Db
+  let gateway: RunningGateway
+  let provider: LocalInfrastructureProvider
+  let deps: LifecycleDeps
+  let worker: WorkflowWorker
+  let root: string
+
+  beforeAll(async () => {
+    t = await createTestDatabase(dialect)
+    db = t.db
+    gateway = await startGateway(db, { heartbeatFlushIntervalMs: 50, commandPollIntervalMs: 50 })
+    root = tempDir('nodeplane-lifecycle-hosts-')
+    provider = new LocalInfrastructureProvider({ root, logger: quiet, agentEnv: { LOG_LEVEL: 'info', NODE_AGENT_HEARTBEAT_INTERVAL: '200ms' } })
+    deps = {
+      db,
+      logger: quiet,
+      catalogue: await loadChainCatalogue(defaultConfigDir()),
+      providers: new Map([[provider.name, provider]]),
+      agentBootstrap: { gatewayTarget: gateway.target, caPem: devTls().ca.toString() },
+      agentReadyWaitMs: 30_000,
+      commandTimeoutMs: 60_000,
+      pollIntervalMs: 50,
+    }
+    worker = createWorkflowWorker({ db, registry: registerLifecycleWorkflows(createWorkflowRegistry(), deps), logger: quiet, leaseMs: 30_000, pollIntervalMs: 50, concurrency: 4 })
+    worker.start()
+  })
+  afterEach(async () => {
+    for (const host of fs.readdirSync(root)) await provider.destroyHost(host)
+  })
+  afterAll(async () => {
+    await worker.stop()
+    await gateway.stop()
+    await t.destroy()
+  })
+
+  async function finished(runId: string, timeoutMs = 90_000): Promise<WorkflowRun> {
+    return waitFor(async () => {
+      const run = await getRun(db, runId)
+      return run && (run.status === 'completed' || run.status === 'failed') ? run : undefined
+    }, `run ${runId} to finish`, timeoutMs, 100)
+  }
+
+  it('provisions a node end to end (host, agent, configure, start, syncing) and terminates it (host gone, token revoked)', async () => {
+    const node = await insertTestNode(db)
+    const started = await requestProvision(db, node.id)
+    expect(started.created).toBe(true)
+    // Idempotent: the same node's provision is the same run.
+    const again = await requestProvision(db, node.id)
+    expect(again).toMatchObject({ created: false, run: { id: started.run.id } })
+
+    const run = await finished(started.run.id)
+    expect(run.status, run.error ?? '').toBe('completed')
+    expect(run.result).toMatchObject({ node_id: node.id, outcome: 'provisioned', binary_version: '1.0.0' })
+    const provisioned = await findNode(db, node.id)
+    expect(provisioned).toMatchObject({ state: 'syncing', provider: 'local', host_ip: '127.0.0.1', region: 'local', instance_type: 'process' })
+    expect(provisioned?.host_id).toBe(`local-${node.id}`)
+    expect(await db('node_config_state').where({ node_id: node.id }).first()).toMatchObject({ binary_version: '1.0.0' })
+    expect(await findRegistration(db, node.id)).toBeDefined()
+    expect(fs.readdirSync(root)).toEqual([`local-${node.id}`])
+    // The chain runs and the probe reports through heartbeats.
+    await waitFor(async () => (await findNode(db, node.id))?.sync_status === 'synced', 'sync_status synced', 30_000, 100)
+
+    const termination = await requestTermination(db, node.id, 'test')
+    const terminated = await finished(termination.run.id)
+    expect(terminated.status, terminated.error ?? '').toBe('completed')
+    expect(terminated.result).toEqual({ node_id: node.id, outcome: 'terminated', skipped_steps: [] })
+    expect(await findNode(db, node.id)).toMatchObject({ state: 'terminated', sync_status: 'unknown', application_health: 'unknown' })
+    expect(fs.readdirSync(root)).toEqual([])
+    const token = await db('agent_tokens').where({ node_id: node.id }).first()
+    expect(toDateOrNull(token.revoked_at)).not.toBeNull()
+    // A second termination request finds the same run.
+    expect((await requestTermination(db, node.id, 'again')).created).toBe(false)
+  })
+
+  it('a node whose agent never registers ends failed with its host destroyed and its token revoked', async () => {
+    const node = await insertTestNode(db)
+    const shortWait: LifecycleDeps = { ...deps, agentReadyWaitMs: 1_500, agentBootstrap: { ...deps.agentBootstrap, caPem: otherCa().toString() } }
+    const isolated = createWorkflowWorker({ db, registry: registerLifecycleWorkflows(createWorkflowRegistry(), shortWait), logger: quiet, leaseMs: 30_000, pollIntervalMs: 50, concurrency: 1 })
+    await worker.stop()
+    isolated.start()
+    try {
+      const started = await requestProvision(db, node.id)
+      const run = await finished(started.run.id)
+      expect(run.status).toBe('failed')
+      expect(run.error).toMatch(/did not register within 2 s|did not register within 1 s/)
+    } finally {
+      await isolated.stop()
+      worker = createWorkflowWorker({ db, registry: registerLifecycleWorkflows(createWorkflowRegistry(), deps), logger: quiet, leaseMs: 30_000, pollIntervalMs: 50, concurrency: 4 })
+      worker.start()
+    }
+    expect((await findNode(db, node.id))?.state).toBe('failed')
+    expect(fs.readdirSync(root)).toEqual([])
+    expect(toDateOrNull((await db('agent_tokens').where({ node_id: node.id }).first()).revoked_at)).not.toBeNull()
+  })
+
+  it('a node placed on a provider that does not exist ends failed without a host', async () => {
+    const node = await insertTestNode(db)
+    await db('nodes').where({ id: node.id }).update({ provider: 'nowhere' })
+    const run = await finished((await requestProvision(db, node.id)).run.id)
+    expect(run.status).toBe('failed')
+    expect(run.error).toContain('no infrastructure provider "nowhere"')
+    expect((await findNode(db, node.id))?.state).toBe('failed')
+    expect(fs.readdirSync(root)).toEqual([])
+  })
+
+  it('termination with failing middle steps still ends terminated, and says which steps were skipped', async () => {
+    const node = await insertTestNode(db)
+    await db('nodes').where({ id: node.id }).update({ state: 'healthy', provider: 'nowhere', host_id: 'vm-123' })
+    const run = await finished((await requestTermination(db, node.id, 'test')).run.id)
+    expect(run.status, run.error ?? '').toBe('completed')
+    const result = run.result as { outcome: string; skipped_steps: { step: string; error: string }[] }
+    expect(result.outcome).toBe('terminated')
+    expect(result.skipped_steps.map((s) => s.step)).toEqual(['destroy-infrastructure', 'verify-cleanup'])
+    expect(result.skipped_steps[0]?.error).toContain('no infrastructure provider "nowhere"')
+    expect((await findNode(db, node.id))?.state).toBe('terminated')
+  })
+
+  it('provisioning a node that is not in state provisioning is skipped, and unknown nodes are refused', async () => {
+    const node = await insertTestNode(db)
+    await db('nodes').where({ id: node.id }).update({ state: 'healthy' })
+    const run = await finished((await requestProvision(db, node.id)).run.id)
+    expect(run.result).toMatchObject({ outcome: 'skipped', reason: 'node is healthy, not provisioning' })
+    await expect(requestProvision(db, '0190f5c2-0000-7000-8000-000000000000')).rejects.toThrow(/not found/)
+    await expect(requestProvision(db, 'not-a-uuid')).rejects.toThrow(/not a node id/)
+  })
+})
