@@ -5,6 +5,7 @@
  */
 import fs from 'node:fs'
 import path from 'node:path'
+import { pathToFileURL } from 'node:url'
 import type { z } from 'zod'
 import { defaultConfigDir, loadChainCatalogue } from '../src/config/chains.js'
 import { lifecycleEnv, orchestratorEnv } from '../src/config/env.js'
@@ -45,6 +46,8 @@ export async function lifecycleDeps(settings: LifecycleSettings, deps: { db: Db;
       caPem: fs.readFileSync(caFile, 'utf8'),
       ...(settings.AGENT_GATEWAY_SERVER_NAME ? { serverName: settings.AGENT_GATEWAY_SERVER_NAME } : {}),
     },
+    backupStoreUrl: pathToFileURL(settings.BACKUP_STORE_DIR ?? path.join(settings.NODEPLANE_DATA_DIR, 'backups')).href,
+    migrationCooldownMs: settings.MIGRATION_COOLDOWN,
     agentReadyWaitMs: settings.AGENT_READY_WAIT,
     commandTimeoutMs: settings.AGENT_COMMAND_TIMEOUT,
     pollIntervalMs: 250,

@@ -168,6 +168,10 @@ export const lifecycleEnv = {
   AGENT_READY_WAIT: duration('5m'),
   /** How long one agent command may run before its step gives up. */
   AGENT_COMMAND_TIMEOUT: duration('10m'),
+  /** Where node snapshots are kept for migrations (a directory, file:// store); default <data dir>/backups. */
+  BACKUP_STORE_DIR: z.string().min(1).optional(),
+  /** Spec: migration cooldown between attempts, 1 hour. */
+  MIGRATION_COOLDOWN: duration('1h'),
   /** Where the local infrastructure provider keeps hosts; default <data dir>/hosts. */
   LOCAL_HOSTS_DIR: z.string().min(1).optional(),
 }

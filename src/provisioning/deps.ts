@@ -21,6 +21,10 @@ export interface LifecycleDeps {
   agentReadyWaitMs: number
   /** How long one agent command may take before the step gives up on it. */
   commandTimeoutMs: number
+  /** `file://` store node snapshots are backed up to and restored from (migration). */
+  backupStoreUrl: string
+  /** Spec: migration cooldown between attempts, 1 hour. */
+  migrationCooldownMs: number
   /** Poll interval while waiting on the agent (tests shorten it). */
   pollIntervalMs: number
   now?: () => Date

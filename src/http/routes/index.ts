@@ -1,9 +1,13 @@
 /** Every control-plane route the api-server serves under /api/v1, for createApiApp({ routes }). */
 import type { Db } from '../../db/knex.js'
 import type { Logger } from '../../log.js'
+import type { MasterKey } from '../../secrets/master-key.js'
 import type { ApiRoute } from '../route.js'
 import { apiKeyRoutes } from './api-keys.js'
+import { cryptoRoutes } from './crypto.js'
 import { meRoutes } from './me.js'
+import { nodeKeyRoutes } from './node-keys.js'
+import { nodeRoutes } from './nodes.js'
 import { walletRoutes } from './wallet.js'
 
 export interface ControlPlaneRouteDeps {
@@ -11,8 +15,10 @@ export interface ControlPlaneRouteDeps {
   logger?: Logger
   /** Injected clock (tests move it); the wall clock otherwise. */
   now?: () => Date
+  /** The key hierarchy's master key; absent until `nodeplane secrets init` (key export then answers 503). */
+  masterKey?: MasterKey
 }
 
 export function controlPlaneRoutes(deps: ControlPlaneRouteDeps): ApiRoute[] {
-  return [...meRoutes(deps), ...apiKeyRoutes(deps), ...walletRoutes(deps)]
+  return [...meRoutes(deps), ...apiKeyRoutes(deps), ...walletRoutes(deps), ...nodeRoutes(deps), ...cryptoRoutes(deps), ...nodeKeyRoutes(deps)]
 }

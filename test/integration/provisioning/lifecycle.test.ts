@@ -1,4 +1,5 @@
 import fs from 'node:fs'
+import { pathToFileURL } from 'node:url'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { findRegistration } from '../../../src/agents/registrations.js'
 import { defaultConfigDir, loadChainCatalogue } from '../../../src/config/chains.js'
@@ -35,6 +36,8 @@ describe.each(DIALECTS)('node lifecycle workflows on the local provider on %s', 
       catalogue: await loadChainCatalogue(defaultConfigDir()),
       providers: new Map([[provider.name, provider]]),
       agentBootstrap: { gatewayTarget: gateway.target, caPem: devTls().ca.toString() },
+      backupStoreUrl: pathToFileURL(tempDir('nodeplane-backups-')).href,
+      migrationCooldownMs: 3_600_000,
       agentReadyWaitMs: 30_000,
       commandTimeoutMs: 60_000,
       pollIntervalMs: 50,
