@@ -8,6 +8,7 @@ import { AgentClient } from '../src/agent/client.js'
 import { createExecutor } from '../src/agent/executor.js'
 import { HostReporter } from '../src/agent/host.js'
 import { loadOrCreateAgentKey } from '../src/agent/keys.js'
+import { claimStateDir } from '../src/agent/lock.js'
 import { openStateDir } from '../src/agent/state-dir.js'
 import { ChainSupervisor } from '../src/agent/supervisor.js'
 import type { nodeAgentEnv } from '../src/config/env.js'
@@ -43,6 +44,7 @@ export async function startNodeAgent(settings: NodeAgentSettings, deps: { logger
   if (!fs.existsSync(settings.AGENT_GATEWAY_CA_FILE)) throw new ConfigError([`AGENT_GATEWAY_CA_FILE=${JSON.stringify(settings.AGENT_GATEWAY_CA_FILE)}: file not found`])
   const ca = fs.readFileSync(settings.AGENT_GATEWAY_CA_FILE)
   const stateDir = openStateDir(settings.NODE_AGENT_STATE_DIR)
+  const claim = claimStateDir(stateDir)
   const keyPair = loadOrCreateAgentKey(stateDir)
   const supervisor = new ChainSupervisor({ stateDir, logger: logger.child({ component: 'supervisor' }) })
   await supervisor.reapOrphan()
@@ -72,6 +74,7 @@ export async function startNodeAgent(settings: NodeAgentSettings, deps: { logger
     async stop() {
       await client.stop()
       await supervisor.close()
+      claim.release()
     },
   }
 }

@@ -23,7 +23,7 @@ export async function runAgentCommand(
   heartbeat?: () => void,
 ): Promise<unknown> {
   const now = deps.now ?? (() => new Date())
-  const enqueued = await enqueueCommand(deps.db, { nodeId: command.nodeId, type: command.type, payload: command.payload, idempotencyKey: command.key }, now())
+  const enqueued = await enqueueCommand(deps.db, { nodeId: command.nodeId, type: command.type, payload: command.payload, idempotencyKey: await attemptKey(deps, command.key) }, now())
   const deadline = now().getTime() + deps.commandTimeoutMs
   for (;;) {
     heartbeat?.()
@@ -37,6 +37,26 @@ export async function runAgentCommand(
       throw new AgentCommandError(`${command.type} on node ${command.nodeId}: no outcome within ${Math.round(deps.commandTimeoutMs / 1000)} s`, null)
     }
   }
+}
+
+/**
+ * A step resumed after a crash finds the command it already sent (running or done) instead of
+ * sending a second one; a step retried after a failed command sends a fresh one (`key#2`, …).
+ */
+async function attemptKey(deps: LifecycleDeps, base: string): Promise<string> {
+  const previous = (await deps.db('agent_commands')
+    .where('idempotency_key', base)
+    .orWhere('idempotency_key', 'like', `${base}#%`)
+    .select('idempotency_key', 'status')) as { idempotency_key: string; status: string }[]
+  if (previous.length === 0) return base
+  const latest = previous.reduce((a, b) => (sequence(b.idempotency_key) > sequence(a.idempotency_key) ? b : a))
+  if (latest.status !== 'failed' && latest.status !== 'cancelled') return latest.idempotency_key
+  return `${base}#${sequence(latest.idempotency_key) + 1}`
+}
+
+function sequence(key: string): number {
+  const match = /#(\d+)$/.exec(key)
+  return match ? Number(match[1]) : 1
 }
 
 /** Waits for an agent that registered at or after `since`. */

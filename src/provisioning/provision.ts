@@ -44,12 +44,13 @@ export function provisionWorkflow(deps: LifecycleDeps) {
 
     const saga = ctx.saga()
     try {
-      const createdAt = await ctx.now()
       // The token is created inside the step that hands it to the host, so its plaintext is
       // never journaled; a retry creates a new one and re-bootstraps the same host.
       const host = await ctx.step(
         'create-infrastructure',
         async () => {
+          // Registrations from before this token (a previous attempt's agent) do not count.
+          const bootstrappedAt = (deps.now ?? (() => new Date()))()
           const token = await createAgentToken(deps.db, plan.node.id)
           const created = await providerFor(deps, plan.provider).createHost({
             nodeId: plan.node.id,
@@ -61,13 +62,13 @@ export function provisionWorkflow(deps: LifecycleDeps) {
             agent: { ...deps.agentBootstrap, token },
           })
           await recordHost(deps.db, plan.node.id, created)
-          return created
+          return { ...created, bootstrapped_at: bootstrappedAt.toISOString() }
         },
         { preset: 'infrastructure' },
       )
       saga.add('destroy-infrastructure', () => providerFor(deps, host.provider).destroyHost(host.host_id), { preset: 'infrastructure' })
 
-      await ctx.step('wait-for-agent', (step) => waitForAgent(deps, plan.node.id, createdAt, step.heartbeat), {
+      await ctx.step('wait-for-agent', (step) => waitForAgent(deps, plan.node.id, new Date(host.bootstrapped_at), step.heartbeat), {
         preset: 'agentWait',
         timeoutMs: deps.agentReadyWaitMs + 60_000,
         retry: { maxAttempts: 1 },

@@ -8,6 +8,7 @@ import path from 'node:path'
 import { execa } from 'execa'
 import { z } from 'zod'
 import type { Logger } from '../../log.js'
+import { isNodeAgentProcess as isAlive, readAgentPid } from '../../agent/lock.js'
 import { packageRoot } from '../../package-root.js'
 import type { Host, HostSpec, HostStatus, InfrastructureProvider } from './types.js'
 
@@ -51,8 +52,7 @@ export class LocalInfrastructureProvider implements InfrastructureProvider {
     const dir = this.hostDir(hostId)
     // Same key again (a retried step): the same host, re-bootstrapped with this token — the
     // previous attempt's token was replaced when this one was created.
-    const existing = this.readRecord(hostId)
-    if (existing && isAlive(existing.pid)) await this.stopGroup(existing.pid)
+    await this.stopAgents(hostId)
 
     fs.mkdirSync(path.join(dir, 'state'), { recursive: true, mode: 0o700 })
     const tokenFile = path.join(dir, 'agent-token')
@@ -93,16 +93,31 @@ export class LocalInfrastructureProvider implements InfrastructureProvider {
 
   async destroyHost(hostId: string): Promise<void> {
     const dir = this.hostDir(hostId)
-    const record = this.readRecord(hostId)
-    if (record && isAlive(record.pid)) await this.stopGroup(record.pid)
+    await this.stopAgents(hostId)
     fs.rmSync(dir, { recursive: true, force: true })
     this.options.logger.info({ host_id: hostId }, 'local host destroyed')
   }
 
   async hostStatus(hostId: string): Promise<HostStatus> {
     if (!fs.existsSync(this.hostDir(hostId))) return 'missing'
+    return this.agentPids(hostId).some(isAlive) ? 'running' : 'stopped'
+  }
+
+  /**
+   * Every agent that may run on the host: the one recorded in host.json and the one that wrote
+   * `state/agent.pid` (an agent started by a creator killed before it could record the pid).
+   */
+  private async stopAgents(hostId: string): Promise<void> {
+    for (const pid of this.agentPids(hostId)) if (isAlive(pid)) await this.stopGroup(pid)
+  }
+
+  private agentPids(hostId: string): number[] {
+    const pids = new Set<number>()
     const record = this.readRecord(hostId)
-    return record && isAlive(record.pid) ? 'running' : 'stopped'
+    if (record) pids.add(record.pid)
+    const own = readAgentPid(path.join(this.hostDir(hostId), 'state'))
+    if (own !== undefined) pids.add(own)
+    return [...pids]
   }
 
   private async stopGroup(pid: number): Promise<void> {
@@ -133,22 +148,6 @@ function writePrivate(file: string, content: string): void {
   fs.rmSync(tmp, { force: true })
   fs.writeFileSync(tmp, content, { mode: 0o600 })
   fs.renameSync(tmp, file)
-}
-
-/** Alive and not a zombie; a pid reused by another program after a reboot is not our agent. */
-export function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0)
-  } catch {
-    return false
-  }
-  try {
-    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8')
-    if (/\) Z /.test(stat)) return false
-    return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('node-agent')
-  } catch {
-    return true
-  }
 }
 
 function signalGroup(pid: number, signal: NodeJS.Signals): void {

@@ -1,0 +1,24 @@
+import { BaseCommand } from '../../src/cli/base-command.js'
+import { withControlPlaneDatabase } from '../../src/cli/control-plane-db.js'
+import { loadConfig } from '../../src/config/env.js'
+import { openMasterKey } from '../../src/secrets/master-key.js'
+import { rotateServerKeyPair, type ServerPublicKey } from '../../src/secrets/server-key.js'
+import { secretsCommandEnv } from '../../src/secrets/setup.js'
+
+export default class SecretsRotateServerKey extends BaseCommand<typeof SecretsRotateServerKey> {
+  static override summary = 'Make a new server X25519 key pair the active one'
+  static override description =
+    'Clients seal secret inputs to the new key from now on; the previous pairs are kept (retired), so inputs sealed to them still open. Also creates the first pair when there is none.'
+  static override examples = ['<%= config.bin %> secrets rotate-server-key', '<%= config.bin %> secrets rotate-server-key --json']
+
+  async run(): Promise<ServerPublicKey & { retired: string[] }> {
+    const config = loadConfig(secretsCommandEnv, this.env())
+    const masterKey = await openMasterKey(config)
+    const { publicKey, retired } = await withControlPlaneDatabase(this.env(), (db) => rotateServerKeyPair(db, masterKey))
+    if (!this.jsonEnabled()) {
+      this.log(`Server key ${publicKey.key_id} is now active: ${publicKey.public_key}`)
+      if (retired.length > 0) this.log(`Retired (still opens earlier inputs): ${retired.join(', ')}`)
+    }
+    return { ...publicKey, retired }
+  }
+}

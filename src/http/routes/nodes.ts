@@ -1,0 +1,114 @@
+/**
+ * `/api/v1/nodes` (scope `nodes:read`): a user reads the nodes of their own subscriptions; a
+ * caller holding `admin` reads every node. Another user's node answers 404 with exactly the body
+ * of a node that does not exist. The internal fields (provider, instance_type, host_id, host_ip,
+ * region) are in no answer, for admins neither (docs/http.md, Nodes).
+ */
+import { ADMIN_SCOPE, hasScope } from '../../auth/scopes.js'
+import type { Db } from '../../db/knex.js'
+import { ForbiddenError, NotFoundError } from '../../errors.js'
+import { APPLICATION_HEALTH_VALUES, DISPLAY_STATES, NODE_STATES, SYNC_STATUSES } from '../../nodes/states.js'
+import { findNodeView, NODE_LIST_ORDER, NODE_VIEW_COLUMNS, nodeViewFromRow, nodeViewQuery, type NodeVisibility } from '../../nodes/views.js'
+import type { Principal } from '../context.js'
+import { paginateKeyset, paginationQuery, pageSchema } from '../pagination.js'
+import { defineRoute, errorResponse, type ApiRoute } from '../route.js'
+import { z } from '../zod.js'
+
+export interface NodeRouteDeps {
+  db: Db
+}
+
+const SCOPE = { scope: 'nodes:read' } as const
+const TAGS = ['nodes']
+
+const timestamp = z.string().openapi({ format: 'date-time', example: '2025-01-31T12:00:00.000Z' })
+
+const nodeView = z
+  .object({
+    id: z.string().uuid(),
+    subscription_id: z.string().uuid().openapi({ description: 'A node belongs to exactly one subscription' }),
+    chain_profile_id: z.string().openapi({ example: 'devnet' }),
+    node_type: z.string().openapi({ example: 'full' }),
+    state: z.enum(NODE_STATES).openapi({ description: 'Infrastructure state' }),
+    sync_status: z.enum(SYNC_STATUSES),
+    application_health: z.enum(APPLICATION_HEALTH_VALUES),
+    display_state: z.enum(DISPLAY_STATES).openapi({
+      description: 'Combined state: infrastructure state first, then application_health, then sync_status (docs/node-health.md)',
+    }),
+    binary_version: z.string().nullable().openapi({ description: 'Installed chain binary version; null until the first configuration' }),
+    config_version: z.string().nullable(),
+    last_heartbeat: timestamp.nullable().openapi({ description: 'Last agent heartbeat' }),
+    last_migration_triggered_at: timestamp.nullable(),
+    created_at: timestamp,
+    updated_at: timestamp,
+  })
+  .openapi('Node')
+
+const uuidFilter = (what: string) => z.string().uuid(`must be a ${what} id (UUID)`)
+
+const listQuery = paginationQuery.extend({
+  subscription_id: uuidFilter('subscription').optional().openapi({ description: 'Only the node(s) of this subscription' }),
+  state: z.enum(NODE_STATES).optional().openapi({ description: 'Only nodes in this infrastructure state' }),
+  user_id: uuidFilter('user').optional().openapi({ description: 'Admin only: the nodes of this user; a user may give only their own id' }),
+})
+
+// Not `.uuid()`: a malformed id answers the same 404 as an unknown one (checked in the handler).
+const idParams = z.object({ id: z.string() })
+const isUuid = (value: string) => z.string().uuid().safeParse(value).success
+
+const NOT_FOUND = (): NotFoundError => new NotFoundError('not found', 'no node with this id among the nodes you can see')
+
+function visibilityOf(principal: Principal): NodeVisibility {
+  return hasScope(principal.scopes, ADMIN_SCOPE) ? { kind: 'all' } : { kind: 'owner', userId: principal.userId }
+}
+
+export function nodeRoutes(deps: NodeRouteDeps): ApiRoute[] {
+  const { db } = deps
+  return [
+    defineRoute({
+      method: 'get',
+      path: '/api/v1/nodes',
+      summary: "List nodes, newest first: the caller's own, or every node for an admin",
+      tags: TAGS,
+      auth: SCOPE,
+      request: { query: listQuery },
+      responses: {
+        200: pageSchema(nodeView).openapi('NodePage'),
+        403: errorResponse('The credential lacks nodes:read, or a non-admin filters by another user'),
+      },
+    }).handle(async ({ query, principal }) => {
+      const visibility = visibilityOf(principal)
+      const userId = query.user_id?.toLowerCase()
+      // Refused rather than answered with an empty list, so a script using a non-admin key by
+      // mistake learns it instead of concluding the user has no nodes.
+      if (visibility.kind === 'owner' && userId !== undefined && userId !== principal.userId) {
+        throw new ForbiddenError('forbidden', 'query.user_id: listing another user\'s nodes needs the scope "admin"')
+      }
+      const filters = { subscriptionId: query.subscription_id?.toLowerCase(), state: query.state, userId }
+      const page = await paginateKeyset(db, nodeViewQuery(db, visibility, filters), {
+        ...NODE_LIST_ORDER,
+        direction: 'desc',
+        limit: query.limit,
+        cursor: query.cursor,
+        columns: NODE_VIEW_COLUMNS,
+        map: nodeViewFromRow,
+      })
+      return { status: 200, body: page }
+    }),
+
+    defineRoute({
+      method: 'get',
+      path: '/api/v1/nodes/{id}',
+      summary: 'One node of the caller (any node for an admin)',
+      tags: TAGS,
+      auth: SCOPE,
+      request: { params: idParams },
+      responses: { 200: nodeView, 404: errorResponse('No such node, or not yours (the same answer for both)') },
+    }).handle(async ({ params, principal }) => {
+      if (!isUuid(params.id)) throw NOT_FOUND()
+      const node = await findNodeView(db, visibilityOf(principal), params.id.toLowerCase())
+      if (!node) throw NOT_FOUND()
+      return { status: 200, body: node }
+    }),
+  ]
+}

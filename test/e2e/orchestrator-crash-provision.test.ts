@@ -1,0 +1,79 @@
+import fs from 'node:fs'
+import path from 'node:path'
+import { afterEach, describe, expect, it } from 'vitest'
+import { findNode } from '../../src/nodes/node-store.js'
+import { LocalInfrastructureProvider } from '../../src/provisioning/infrastructure/local.js'
+import { requestProvision } from '../../src/provisioning/index.js'
+import { getRun, listSteps } from '../../src/workflows/index.js'
+import { spawnNodeplane, tempDir } from '../helpers/cli.js'
+import { createTestDatabase, DIALECTS, type TestDatabase } from '../helpers/db.js'
+import { insertTestNode } from '../helpers/fixtures.js'
+import { waitFor } from '../helpers/ports.js'
+import { devTls, quiet, startGateway, type RunningGateway } from '../integration/agents/harness.js'
+
+/**
+ * `nodeplane daemon orchestrator` processes provisioning a node on the local provider; the first
+ * is killed with SIGKILL mid-provision, the second takes the run over after the lease expires.
+ */
+describe.each(DIALECTS)('orchestrator killed mid-provision on %s', (dialect) => {
+  let database: TestDatabase | undefined
+  let gateway: RunningGateway | undefined
+  let hostsDir: string | undefined
+
+  afterEach(async () => {
+    if (hostsDir) {
+      const provider = new LocalInfrastructureProvider({ root: hostsDir, logger: quiet })
+      for (const host of fs.readdirSync(hostsDir)) await provider.destroyHost(host)
+    }
+    await gateway?.stop()
+    await database?.destroy()
+    database = undefined
+    gateway = undefined
+  })
+
+  it('resumes on another orchestrator and never creates a second host for the node', { timeout: 120_000 }, async () => {
+    database = await createTestDatabase(dialect)
+    const db = database.db
+    gateway = await startGateway(db, { heartbeatFlushIntervalMs: 50, commandPollIntervalMs: 50 })
+    const dir = tempDir()
+    hostsDir = path.join(dir, 'hosts')
+    const caFile = path.join(dir, 'ca.pem')
+    fs.writeFileSync(caFile, devTls().ca)
+    const env = {
+      DATABASE_URL: database.url,
+      NODEPLANE_DATA_DIR: path.join(dir, 'data'),
+      LOCAL_HOSTS_DIR: hostsDir,
+      AGENT_GATEWAY_URL: gateway.target,
+      AGENT_GATEWAY_CA_FILE: caFile,
+      WORKFLOW_LEASE: '3s',
+      WORKFLOW_POLL_INTERVAL: '100ms',
+    }
+
+    const node = await insertTestNode(db)
+    const { run } = await requestProvision(db, node.id)
+    const doomed = spawnNodeplane(['daemon', 'orchestrator'], { env })
+    // Killed once the host exists but before the run finished: inside or right after the step.
+    await waitFor(async () => fs.existsSync(hostsDir!) && fs.readdirSync(hostsDir!).length > 0, 'the first host', 60_000, 20)
+    doomed.kill('SIGKILL')
+    expect((await doomed).signal).toBe('SIGKILL')
+    expect((await getRun(db, run.id))?.status).not.toBe('completed')
+
+    const survivor = spawnNodeplane(['daemon', 'orchestrator'], { env })
+    try {
+      const done = await waitFor(async () => {
+        const r = await getRun(db, run.id)
+        return r && (r.status === 'completed' || r.status === 'failed') ? r : undefined
+      }, 'the run to finish on the second orchestrator', 90_000, 100)
+      expect(done.status, done.error ?? '').toBe('completed')
+    } finally {
+      survivor.kill('SIGTERM')
+      await survivor
+    }
+    expect(fs.readdirSync(hostsDir)).toEqual([`local-${node.id}`])
+    expect((await findNode(db, node.id))?.state).toBe('syncing')
+    const steps = await listSteps(db, run.id)
+    // Every step completed exactly once in the journal; the infrastructure step at most twice.
+    expect(steps.every((s) => s.status === 'completed')).toBe(true)
+    expect(steps.find((s) => s.stepKey === 'create-infrastructure#0')?.attempt).toBeLessThanOrEqual(2)
+  })
+})
