@@ -14,6 +14,7 @@ import { z } from 'zod'
 import { commandPayloads, crashLoopSpec, relativePath, sha256Hex, type CommandPayload } from '../agents/protocol.js'
 import { ConfigError, ValidationError } from '../errors.js'
 import { packageRoot } from '../package-root.js'
+import { INPUT_PHASES, INPUT_TYPES, legacyKeysToInputSpecs, type InputSpec } from '../secrets/input-specs.js'
 
 /** Spec: a subscription's duration is one of these. */
 export const DURATIONS = ['1w', '2w', '1m', '3m', '6m'] as const
@@ -56,6 +57,40 @@ const probeTemplateSchema = z.discriminatedUnion('type', [
   z.object({ type: z.literal('command'), command: z.array(z.string().max(4096)).min(1).max(64), timeout_ms: z.number().int().optional() }).strict(),
 ])
 
+/** Spec: "Provisioning input spec (declared per chain)". */
+const inputSpecSchema = z
+  .object({
+    name: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$/, 'must be 1 to 100 letters, digits, ".", "_" or "-"'),
+    type: z.enum(INPUT_TYPES),
+    required: z.boolean().default(false),
+    validation: z.string().min(1).max(1000).optional(),
+    phase: z.enum(INPUT_PHASES).default('pre_provision'),
+    source: z.enum(['generated', 'chain_generated', 'user_provided']).optional(),
+    key_type: z.string().min(1).max(64).optional(),
+    /** chain_generated: the file the chain writes, relative to the node's state directory (e.g. data/nodekey). */
+    path: relativePath.optional(),
+  })
+  .strict()
+  .superRefine((input, ctx) => {
+    const problem = (field: string, message: string) => ctx.addIssue({ code: z.ZodIssueCode.custom, path: [field], message })
+    if (input.validation !== undefined) {
+      try {
+        new RegExp(input.validation)
+      } catch {
+        problem('validation', 'is not a valid regular expression')
+      }
+    }
+    if (input.type !== 'secret') {
+      if (input.source || input.key_type || input.path) problem('type', `${input.type} inputs take no source, key_type or path (secrets only)`)
+      return
+    }
+    if (!input.source) return problem('source', 'a secret needs a source: generated, chain_generated or user_provided')
+    if (input.source === 'generated' && input.key_type !== 'ed25519' && input.key_type !== 'secp256k1') problem('key_type', 'a generated secret needs key_type ed25519 or secp256k1')
+    if (input.source === 'chain_generated' && !input.path) problem('path', 'a chain_generated secret needs the path the chain writes it to')
+    if (input.source !== 'chain_generated' && input.path) problem('path', 'only chain_generated secrets have a path')
+    if (input.source !== 'user_provided' && input.validation) problem('validation', 'only text, proof and user_provided inputs are validated')
+  })
+
 export const chainProfileSchema = z
   .object({
     id: identifier,
@@ -87,7 +122,9 @@ export const chainProfileSchema = z
       .default({}),
     probe: probeTemplateSchema.optional(),
     crash_loop: crashLoopSpec.optional(),
-    generated_keys: z.array(relativePath).max(100).default([]),
+    inputs: z.array(inputSpecSchema).max(50).default([]),
+    /** Legacy: names of keys the service generates; converted to generated secret inputs. */
+    keys: z.array(z.string()).max(50).optional(),
   })
   .strict()
   .superRefine((profile, ctx) => {
@@ -111,11 +148,18 @@ export const chainProfileSchema = z
         if (builtins.includes(name)) problem([...at, name], `${name} is a built-in variable and cannot be redefined`)
       }
     }
+    const names = profile.inputs.map((i) => i.name)
+    names.forEach((name, i) => {
+      if (names.indexOf(name) !== i) problem(['inputs', i, 'name'], `${name} is declared twice`)
+    })
     checkVars(profile.vars, ['vars'])
     for (const [name, type] of Object.entries(profile.node_types)) checkVars(type.vars, ['node_types', name, 'vars'])
   })
 
-type ChainProfileFile = z.infer<typeof chainProfileSchema>
+type ChainProfileFile = Omit<z.infer<typeof chainProfileSchema>, 'keys' | 'inputs'> & { inputs: ProfileInput[] }
+
+/** An input spec as a profile declares it (the spec's fields plus `path` for chain-generated secrets). */
+export type ProfileInput = InputSpec & { path?: string }
 
 export interface ChainRelease {
   version: string
@@ -197,7 +241,15 @@ async function loadProfile(file: string, folder: string): Promise<{ profile: Cha
   }
   if (problems.length > 0) return { problems }
 
-  const profile: ChainProfile = { ...data, releases, file }
+  let inputs: ProfileInput[]
+  try {
+    const declared: ProfileInput[] = data.inputs.map((i) => ({ ...i, ...(i.source ? { source: i.source } : {}) }))
+    inputs = legacyKeysToInputSpecs(data.id, data.keys ?? [], declared)
+  } catch (err) {
+    return { problems: err instanceof ConfigError ? err.problems.map((p) => `keys: ${p}`) : [(err as Error).message] }
+  }
+  const { keys: _legacy, ...rest } = data
+  const profile: ChainProfile = { ...rest, inputs, releases, file }
   for (const nodeType of Object.keys(data.node_types)) {
     try {
       renderNodeConfig(profile, nodeType, { rpc_port: 8545, node_id: '00000000-0000-4000-8000-000000000000' })

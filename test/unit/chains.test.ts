@@ -68,7 +68,7 @@ describe('the chain catalogue', () => {
     expect(devnet.binary_name).toBe('devnet-node')
     expect(devnet.runtime).toBe('node')
     expect(devnet.default_version).toBe('1.0.0')
-    expect(devnet.generated_keys).toEqual(['data/nodekey'])
+    expect(devnet.inputs.filter((i) => i.source === 'chain_generated').map((i) => i.path)).toEqual(['data/nodekey'])
     expect(devnet.releases.map((r) => r.version)).toEqual(['1.0.0', '1.1.0'])
     for (const release of devnet.releases) {
       expect(release.url).toMatch(/^file:\/\//)
