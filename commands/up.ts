@@ -24,6 +24,7 @@ import { redactDatabaseUrl } from '../src/db/url.js'
 import { ConflictError } from '../src/errors.js'
 import { openEventBus } from '../src/events/open-bus.js'
 import { createLogger } from '../src/log.js'
+import { ensureSecrets } from '../src/secrets/setup.js'
 
 export default class Up extends BaseCommand<typeof Up> {
   static override summary = 'Run the whole stack in one process (SQLite by default): migrate, start every daemon, write stack.json'
@@ -58,6 +59,8 @@ export default class Up extends BaseCommand<typeof Up> {
       const bus = resources.add('bus', await openEventBus({ natsUrl: config.NATS_URL, singleProcess: true, logger: logFor('event-bus'), name: 'up' }), (b) => b.close())
       resources.add('outbox relay', startRelay(db, bus, config, logFor('outbox-relay')), (r) => r.stop())
       resources.add('housekeeping', startHousekeeping(db, config, logFor('housekeeping')), (j) => j.stop())
+      // The key hierarchy: the master key file and the server key pair, created on the first start.
+      const secrets = await ensureSecrets(db, config, logFor('secrets'))
       // A fresh admin key on every start; the plaintext goes to the 0600 file only, never to a log.
       const operator = await ensureLocalOperator(db)
       const adminKeyFile = writeAdminApiKeyFile(dataDir, operator.issued.key)
@@ -67,7 +70,7 @@ export default class Up extends BaseCommand<typeof Up> {
       // New nodes' agents dial the gateway started here and trust its CA.
       const lifecycle = await lifecycleDeps(
         { ...config, AGENT_GATEWAY_URL: config.AGENT_GATEWAY_URL ?? agents.target, AGENT_GATEWAY_CA_FILE: config.AGENT_GATEWAY_CA_FILE ?? agents.caFile },
-        { db, logger: logFor('orchestrator') },
+        { db, logger: logFor('orchestrator'), masterKey: secrets.masterKey },
       )
       resources.add('orchestrator', startOrchestrator(config, { db, logger: logFor('orchestrator'), registry: orchestratorWorkflows(lifecycle) }), (w) => w.stop())
       const auth = resources.add('auth-server', await startAuthServer(config, { db, logger: logFor('auth-server') }), (s) => s.stop())
@@ -75,7 +78,7 @@ export default class Up extends BaseCommand<typeof Up> {
       const apiConfig = { ...config, AUTH_LEGACY_JWKS_URL: config.AUTH_LEGACY_JWKS_URL ?? `${auth.url}/.well-known/jwks.json` }
       const api = resources.add(
         'api-server',
-        await startApiServer(apiConfig, { db, bus, logger: logFor('api-server') }),
+        await startApiServer(apiConfig, { db, bus, logger: logFor('api-server'), masterKey: secrets.masterKey }),
         (s) => s.stop(),
       )
       const file: StackFile = {

@@ -10,6 +10,7 @@ import { controlPlaneRoutes } from '../src/http/routes/index.js'
 import { startHttpServer } from '../src/http/server.js'
 import type { Logger } from '../src/log.js'
 import { createMetrics } from '../src/metrics.js'
+import type { MasterKey } from '../src/secrets/master-key.js'
 
 /**
  * What the daemon reads from its configuration (apiServerEnv or upEnv, parsed). The auth fields
@@ -30,6 +31,8 @@ export interface ApiServerDeps {
   now?: () => Date
   /** Key set caching of the token verifiers (tests shorten the refetch cooldown). */
   keySet?: KeySetOptions
+  /** The key hierarchy's master key; without it key export and secret inputs answer 503. */
+  masterKey?: MasterKey
 }
 
 export interface RunningServer {
@@ -55,7 +58,7 @@ export async function startApiServer(settings: ApiServerSettings, deps: ApiServe
     bodyLimitBytes: settings.HTTP_BODY_LIMIT_BYTES,
     authenticate,
     rateLimit: limiter.rateLimit,
-    routes: controlPlaneRoutes({ db: deps.db, logger: deps.logger, now }),
+    routes: controlPlaneRoutes({ db: deps.db, logger: deps.logger, now, ...(deps.masterKey ? { masterKey: deps.masterKey } : {}) }),
   })
   const server = await startHttpServer(app, { host: settings.HTTP_HOST, port: settings.API_SERVER_PORT }).catch((err: NodeJS.ErrnoException) => {
     if (err.code !== 'EADDRINUSE' && err.code !== 'EACCES') throw err

@@ -12,6 +12,7 @@ import { lifecycleEnv, orchestratorEnv } from '../src/config/env.js'
 import type { Db } from '../src/db/knex.js'
 import { ConfigError } from '../src/errors.js'
 import type { Logger } from '../src/log.js'
+import type { MasterKey } from '../src/secrets/master-key.js'
 import { registerLifecycleWorkflows, type LifecycleDeps } from '../src/provisioning/index.js'
 import { LocalInfrastructureProvider } from '../src/provisioning/infrastructure/local.js'
 import { createWorkflowRegistry, createWorkflowWorker, type WorkflowRegistry, type WorkflowWorker } from '../src/workflows/index.js'
@@ -23,7 +24,7 @@ export type OrchestratorSettings = Pick<z.infer<typeof orchestratorEnv>, 'WORKFL
 export type LifecycleSettings = z.infer<z.ZodObject<typeof lifecycleEnv>> & { NODEPLANE_DATA_DIR: string; AGENT_GATEWAY_PORT: number; LOG_LEVEL: string }
 
 /** Chains, the local provider and how new agents reach the gateway, from the settings. */
-export async function lifecycleDeps(settings: LifecycleSettings, deps: { db: Db; logger: Logger; now?: () => Date }): Promise<LifecycleDeps> {
+export async function lifecycleDeps(settings: LifecycleSettings, deps: { db: Db; logger: Logger; masterKey: MasterKey; now?: () => Date }): Promise<LifecycleDeps> {
   const catalogue = await loadChainCatalogue(settings.NODEPLANE_CONFIG_DIR ?? defaultConfigDir())
   const caFile = settings.AGENT_GATEWAY_CA_FILE ?? path.join(devCaDir(settings.NODEPLANE_DATA_DIR), 'ca.pem')
   if (!fs.existsSync(caFile)) {
@@ -40,6 +41,7 @@ export async function lifecycleDeps(settings: LifecycleSettings, deps: { db: Db;
     db: deps.db,
     logger: deps.logger,
     catalogue,
+    masterKey: deps.masterKey,
     providers: new Map([[local.name, local]]),
     agentBootstrap: {
       gatewayTarget: settings.AGENT_GATEWAY_URL ?? `127.0.0.1:${settings.AGENT_GATEWAY_PORT}`,

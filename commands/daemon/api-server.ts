@@ -7,6 +7,7 @@ import { installShutdown } from '../../src/daemon/shutdown.js'
 import { assertSchemaCurrent } from '../../src/db/schema-check.js'
 import { openEventBus } from '../../src/events/open-bus.js'
 import { createLogger } from '../../src/log.js'
+import { MasterKeyMissingError, openMasterKey } from '../../src/secrets/master-key.js'
 
 export default class DaemonApiServer extends BaseCommand<typeof DaemonApiServer> {
   static override summary = 'Run the api-server daemon: the REST API under /api/v1 (port API_SERVER_PORT, 8080)'
@@ -27,7 +28,12 @@ export default class DaemonApiServer extends BaseCommand<typeof DaemonApiServer>
       await assertSchemaCurrent(db, 'control-plane')
       resources.add('outbox relay', startRelay(db, bus, config, logger), (r) => r.stop())
       resources.add('housekeeping', startHousekeeping(db, config, logger), (j) => j.stop())
-      const server = resources.add('http server', await startApiServer(config, { db, bus, logger }), (s) => s.stop())
+      const masterKey = await openMasterKey(config).catch((err: unknown) => {
+        if (!(err instanceof MasterKeyMissingError)) throw err
+        logger.warn({ file: err.file }, 'no master key: key export and secret inputs answer 503 until `nodeplane secrets init`')
+        return undefined
+      })
+      const server = resources.add('http server', await startApiServer(config, { db, bus, logger, ...(masterKey ? { masterKey } : {}) }), (s) => s.stop())
       return server.url
     })
     installShutdown({ logger, timeoutMs: config.SHUTDOWN_TIMEOUT, stop: () => resources.closeAll() })

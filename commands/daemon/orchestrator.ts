@@ -6,6 +6,7 @@ import { Resources } from '../../src/daemon/resources.js'
 import { installShutdown } from '../../src/daemon/shutdown.js'
 import { assertSchemaCurrent } from '../../src/db/schema-check.js'
 import { createLogger } from '../../src/log.js'
+import { openMasterKey } from '../../src/secrets/master-key.js'
 
 export default class DaemonOrchestrator extends BaseCommand<typeof DaemonOrchestrator> {
   static override summary = 'Run the orchestrator daemon: executes durable workflows (provisioning, migrations, rollouts)'
@@ -21,7 +22,9 @@ export default class DaemonOrchestrator extends BaseCommand<typeof DaemonOrchest
       const db = resources.add('database', await openDatabase(config.DATABASE_URL, 'nodeplane-orchestrator', logger), (d) => d.destroy())
       await assertSchemaCurrent(db, 'control-plane')
       // Added after the database, so it is stopped (drained) before the database closes.
-      const registry = orchestratorWorkflows(await lifecycleDeps(config, { db, logger }))
+      // Provisioning generates and wraps keys: without the master key it cannot run at all.
+      const masterKey = await openMasterKey(config)
+      const registry = orchestratorWorkflows(await lifecycleDeps(config, { db, logger, masterKey }))
       const worker = resources.add('workflow worker', startOrchestrator(config, { db, logger, registry }), (w) => w.stop())
       return worker.owner
     })

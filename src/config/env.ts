@@ -215,6 +215,7 @@ export const secretsEnv = {
 export const databaseCommandEnv = z.object(sharedEnv)
 export const apiServerEnv = z.object({
   ...sharedEnv,
+  ...secretsEnv,
   ...eventsEnv,
   ...httpEnv,
   ...authEnv,
@@ -228,6 +229,7 @@ export const orchestratorEnv = z.object({
   SHUTDOWN_TIMEOUT: httpEnv.SHUTDOWN_TIMEOUT,
   ...workflowEnv,
   ...lifecycleEnv,
+  ...secretsEnv,
   AGENT_GATEWAY_PORT: portsEnv.AGENT_GATEWAY_PORT,
 })
 export const agentGatewayEnv = z.object({

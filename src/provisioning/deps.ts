@@ -2,6 +2,7 @@
 import type { ChainCatalogue } from '../config/chains.js'
 import type { Db } from '../db/knex.js'
 import type { Logger } from '../log.js'
+import type { MasterKey } from '../secrets/master-key.js'
 import type { InfrastructureProvider } from './infrastructure/types.js'
 
 export interface AgentBootstrapSettings {
@@ -15,6 +16,8 @@ export interface LifecycleDeps {
   db: Db
   logger: Logger
   catalogue: ChainCatalogue
+  /** Wraps the per-node data keys (docs/secrets.md). */
+  masterKey: MasterKey
   providers: ReadonlyMap<string, InfrastructureProvider>
   agentBootstrap: AgentBootstrapSettings
   /** Spec: "wait for agent registration (5 minute limit)". */

@@ -13,6 +13,7 @@ import { isTerminalState } from '../nodes/states.js'
 import type { WorkflowContext } from '../workflows/index.js'
 import { runAgentCommand, waitForAgent } from './agent-calls.js'
 import { providerFor, type LifecycleDeps } from './deps.js'
+import { assertRequiredInputs, captureChainKeys, deleteKeys, injectNodeKeys, markInputsApplied, prepareNodeKeys } from './keys.js'
 import type { Host } from './infrastructure/types.js'
 
 export const PROVISION_WORKFLOW = 'provision'
@@ -26,6 +27,8 @@ export interface ProvisionResult {
   outcome: 'provisioned' | 'skipped'
   host_id?: string
   binary_version?: string
+  /** Key names only, never material. */
+  keys?: { generated: string[]; user_provided: string[]; injected: string[]; captured: string[] }
   reason?: string
 }
 
@@ -44,6 +47,11 @@ export function provisionWorkflow(deps: LifecycleDeps) {
 
     const saga = ctx.saga()
     try {
+      await ctx.step('validate-inputs', () => assertRequiredInputs(deps.db, getProfile(deps.catalogue, plan.node.chain_profile_id), plan.node.subscription_id).then(() => true), {
+        retry: { maxAttempts: 1 },
+      })
+      saga.add('delete-keys', () => deleteKeys(deps.db, plan.node.id))
+      const keys = await ctx.step('generate-keys', () => prepareNodeKeys(deps, plan.node.id, plan.node.subscription_id, getProfile(deps.catalogue, plan.node.chain_profile_id)))
       // The token is created inside the step that hands it to the host, so its plaintext is
       // never journaled; a retry creates a new one and re-bootstraps the same host.
       const host = await ctx.step(
@@ -91,18 +99,30 @@ export function provisionWorkflow(deps: LifecycleDeps) {
         { preset: 'agentWait', timeoutMs: deps.commandTimeoutMs + 60_000, retry: { maxAttempts: 3 } },
       )
 
-      await ctx.step('start', (step) => runAgentCommand(deps, { nodeId: plan.node.id, type: 'start', payload: {}, key: `${ctx.runId}:start` }, step.heartbeat), {
-        preset: 'agentWait',
-        timeoutMs: deps.commandTimeoutMs + 60_000,
-        retry: { maxAttempts: 3 },
-      })
+      const agentStep = { preset: 'agentWait' as const, timeoutMs: deps.commandTimeoutMs + 60_000, retry: { maxAttempts: 3 } }
+      const injected = await ctx.step('inject-keys', (step) => injectNodeKeys(deps, plan.node.id, `${ctx.runId}:inject-keys`, step.heartbeat), agentStep)
+      await ctx.step('start', (step) => runAgentCommand(deps, { nodeId: plan.node.id, type: 'start', payload: {}, key: `${ctx.runId}:start` }, step.heartbeat), agentStep)
+      // After the first start, not before it as the spec orders it: chains such as devnet-node
+      // write their node key when they first start.
+      const captured = await ctx.step(
+        'capture-keys',
+        (step) => captureChainKeys(deps, plan.node.id, getProfile(deps.catalogue, plan.node.chain_profile_id), `${ctx.runId}:capture-keys`, step.heartbeat),
+        agentStep,
+      )
+      await ctx.step('mark-inputs-applied', () => markInputsApplied(deps.db, plan.node.subscription_id, (deps.now ?? (() => new Date()))()))
 
       await ctx.step('mark-syncing', () =>
         deps.db.transaction((trx) =>
           applyHealthUpdate(trx, { nodeId: plan.node.id, change: { writer: 'provisioning', state: 'syncing' }, reason: 'provisioned', now: (deps.now ?? (() => new Date()))() }),
         ).then(() => true),
       )
-      return { node_id: plan.node.id, outcome: 'provisioned', host_id: host.host_id, binary_version: configured.binary_version }
+      return {
+        node_id: plan.node.id,
+        outcome: 'provisioned',
+        host_id: host.host_id,
+        binary_version: configured.binary_version,
+        keys: { generated: keys.generated, user_provided: keys.user_provided, injected, captured },
+      }
     } catch (err) {
       await saga.compensate()
       await ctx.step('revoke-agent-token', () => revokeAgentToken(deps.db, input.nodeId).then(() => true))

@@ -10,6 +10,7 @@ import { isTerminalState } from '../nodes/states.js'
 import { StepFailedError, type WorkflowContext } from '../workflows/index.js'
 import { runAgentCommand } from './agent-calls.js'
 import { providerFor, type LifecycleDeps } from './deps.js'
+import { deleteKeys } from './keys.js'
 
 export const TERMINATE_WORKFLOW = 'terminate'
 
@@ -26,12 +27,10 @@ export interface TerminateResult {
   reason?: string
 }
 
-/** Extra work a later issue hooks in (e.g. deleting keys once the key hierarchy exists). */
-export interface TerminationHooks {
-  deleteKeys?: (nodeId: string) => Promise<void>
-}
+/** Kept for callers that pass hooks; keys are always deleted now. */
+export type TerminationHooks = Record<string, never>
 
-export function terminateWorkflow(deps: LifecycleDeps, hooks: TerminationHooks = {}) {
+export function terminateWorkflow(deps: LifecycleDeps, _hooks: TerminationHooks = {}) {
   return async (ctx: WorkflowContext, input: TerminateInput): Promise<TerminateResult> => {
     const now = () => (deps.now ?? (() => new Date()))()
     const target = await ctx.step('load-node', async () => {
@@ -70,7 +69,7 @@ export function terminateWorkflow(deps: LifecycleDeps, hooks: TerminationHooks =
     })
     await bestEffort('delete-keys', async () => {
       await revokeAgentToken(deps.db, input.nodeId, now())
-      await hooks.deleteKeys?.(input.nodeId)
+      await deleteKeys(deps.db, input.nodeId)
     })
     await bestEffort('destroy-infrastructure', async () => {
       if (target.host_id) await providerFor(deps, target.provider).destroyHost(target.host_id)

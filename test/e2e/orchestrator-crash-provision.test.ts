@@ -4,6 +4,7 @@ import { afterEach, describe, expect, it } from 'vitest'
 import { findNode } from '../../src/nodes/node-store.js'
 import { LocalInfrastructureProvider } from '../../src/provisioning/infrastructure/local.js'
 import { requestProvision } from '../../src/provisioning/index.js'
+import { createLocalMasterKey } from '../../src/secrets/master-key.js'
 import { getRun, listSteps } from '../../src/workflows/index.js'
 import { spawnNodeplane, tempDir } from '../helpers/cli.js'
 import { createTestDatabase, DIALECTS, type TestDatabase } from '../helpers/db.js'
@@ -39,12 +40,15 @@ describe.each(DIALECTS)('orchestrator killed mid-provision on %s', (dialect) => 
     hostsDir = path.join(dir, 'hosts')
     const caFile = path.join(dir, 'ca.pem')
     fs.writeFileSync(caFile, devTls().ca)
+    const masterKeyFile = path.join(dir, 'master.key')
+    await createLocalMasterKey(masterKeyFile)
     const env = {
       DATABASE_URL: database.url,
       NODEPLANE_DATA_DIR: path.join(dir, 'data'),
       LOCAL_HOSTS_DIR: hostsDir,
       AGENT_GATEWAY_URL: gateway.target,
       AGENT_GATEWAY_CA_FILE: caFile,
+      SECRETS_MASTER_KEY_FILE: masterKeyFile,
       WORKFLOW_LEASE: '3s',
       WORKFLOW_POLL_INTERVAL: '100ms',
     }

@@ -1,13 +1,20 @@
+import crypto from 'node:crypto'
 import fs from 'node:fs'
+import path from 'node:path'
 import { pathToFileURL } from 'node:url'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { findRegistration } from '../../../src/agents/registrations.js'
-import { defaultConfigDir, loadChainCatalogue } from '../../../src/config/chains.js'
+import { defaultConfigDir, getProfile, loadChainCatalogue } from '../../../src/config/chains.js'
 import type { Db } from '../../../src/db/knex.js'
 import { toDateOrNull } from '../../../src/db/dialect.js'
 import { findNode } from '../../../src/nodes/node-store.js'
 import { registerLifecycleWorkflows, requestProvision, requestTermination, type LifecycleDeps } from '../../../src/provisioning/index.js'
 import { LocalInfrastructureProvider } from '../../../src/provisioning/infrastructure/local.js'
+import { loadDataKey } from '../../../src/secrets/data-keys.js'
+import { LocalFileMasterKey } from '../../../src/secrets/master-key.js'
+import { decryptNodeKey, listNodeKeys } from '../../../src/secrets/node-keys.js'
+import { sealBlob } from '../../../src/secrets/sealed-blob.js'
+import { activeServerPublicKey, ensureServerKeyPair } from '../../../src/secrets/server-key.js'
 import { createWorkflowRegistry, createWorkflowWorker, getRun, type WorkflowRun, type WorkflowWorker } from '../../../src/workflows/index.js'
 import { tempDir } from '../../helpers/cli.js'
 import { createTestDatabase, DIALECTS, type TestDatabase } from '../../helpers/db.js'
@@ -23,17 +30,20 @@ describe.each(DIALECTS)('node lifecycle workflows on the local provider on %s', 
   let deps: LifecycleDeps
   let worker: WorkflowWorker
   let root: string
+  const masterKey = LocalFileMasterKey.fromBytes(crypto.randomBytes(32))
 
   beforeAll(async () => {
     t = await createTestDatabase(dialect)
     db = t.db
     gateway = await startGateway(db, { heartbeatFlushIntervalMs: 50, commandPollIntervalMs: 50 })
     root = tempDir('nodeplane-lifecycle-hosts-')
+    await ensureServerKeyPair(db, masterKey)
     provider = new LocalInfrastructureProvider({ root, logger: quiet, agentEnv: { LOG_LEVEL: 'info', NODE_AGENT_HEARTBEAT_INTERVAL: '200ms' } })
     deps = {
       db,
       logger: quiet,
       catalogue: await loadChainCatalogue(defaultConfigDir()),
+      masterKey,
       providers: new Map([[provider.name, provider]]),
       agentBootstrap: { gatewayTarget: gateway.target, caPem: devTls().ca.toString() },
       backupStoreUrl: pathToFileURL(tempDir('nodeplane-backups-')).href,
@@ -63,6 +73,15 @@ describe.each(DIALECTS)('node lifecycle workflows on the local provider on %s', 
 
   it('provisions a node end to end (host, agent, configure, start, syncing) and terminates it (host gone, token revoked)', async () => {
     const node = await insertTestNode(db)
+    // A user-provided secret, sealed by the client to the server key (the spec's blob layout).
+    const userKey = crypto.randomBytes(32).toString('hex')
+    const server = await activeServerPublicKey(db)
+    const blob = sealBlob(Buffer.from(userKey), Buffer.from(server!.public_key, 'base64'))
+    const now = new Date()
+    await db('provisioning_inputs').insert({
+      id: crypto.randomUUID(), subscription_id: node.subscription_id, name: 'fee_recipient_key', type: 'secret', phase: 'pre_provision', source: 'user_provided',
+      key_type: 'secp256k1', value: null, sealed_value: Buffer.from(blob), status: 'pending', created_at: now, updated_at: now,
+    })
     const started = await requestProvision(db, node.id)
     expect(started.created).toBe(true)
     // Idempotent: the same node's provision is the same run.
@@ -71,7 +90,29 @@ describe.each(DIALECTS)('node lifecycle workflows on the local provider on %s', 
 
     const run = await finished(started.run.id)
     expect(run.status, run.error ?? '').toBe('completed')
-    expect(run.result).toMatchObject({ node_id: node.id, outcome: 'provisioned', binary_version: '1.0.0' })
+    expect(run.result).toMatchObject({
+      node_id: node.id,
+      outcome: 'provisioned',
+      binary_version: '1.0.0',
+      keys: { generated: ['validator_key'], user_provided: ['fee_recipient_key'], injected: ['fee_recipient_key', 'validator_key'], captured: ['nodekey'] },
+    })
+    // Keys: stored under the node's data key, injected sealed, captured sealed; nothing in plaintext in the database.
+    const stored = await listNodeKeys(db, node.id)
+    expect(stored.map((k) => [k.name, k.key_type, k.source]).sort()).toEqual([
+      ['fee_recipient_key', 'secp256k1', 'user_provided'],
+      ['nodekey', 'opaque', 'chain_generated'],
+      ['validator_key', 'ed25519', 'generated'],
+    ])
+    const dataKey = await loadDataKey(db, masterKey, node.id)
+    const hostKeys = path.join(root, `local-${node.id}`, 'state', 'keys')
+    expect(fs.readFileSync(path.join(hostKeys, 'fee_recipient_key'), 'utf8').trim()).toBe(userKey)
+    expect(fs.statSync(path.join(hostKeys, 'validator_key')).mode & 0o777).toBe(0o600)
+    expect(fs.readFileSync(path.join(hostKeys, 'validator_key'), 'utf8').trim()).toBe((await decryptNodeKey(db, dataKey, 'validator_key')).toString('hex'))
+    expect((await decryptNodeKey(db, dataKey, 'nodekey')).toString('utf8')).toBe(fs.readFileSync(path.join(root, `local-${node.id}`, 'state', 'data', 'nodekey'), 'utf8'))
+    const everything = JSON.stringify([await db('agent_commands').where({ node_id: node.id }), await db('workflow_steps').where({ run_id: started.run.id })])
+    expect(everything).not.toContain(userKey)
+    expect(everything).not.toContain((await decryptNodeKey(db, dataKey, 'validator_key')).toString('hex'))
+    expect((await db('provisioning_inputs').where({ subscription_id: node.subscription_id }).first()).status).toBe('applied')
     const provisioned = await findNode(db, node.id)
     expect(provisioned).toMatchObject({ state: 'syncing', provider: 'local', host_ip: '127.0.0.1', region: 'local', instance_type: 'process' })
     expect(provisioned?.host_id).toBe(`local-${node.id}`)
@@ -87,6 +128,9 @@ describe.each(DIALECTS)('node lifecycle workflows on the local provider on %s', 
     expect(terminated.result).toEqual({ node_id: node.id, outcome: 'terminated', skipped_steps: [] })
     expect(await findNode(db, node.id)).toMatchObject({ state: 'terminated', sync_status: 'unknown', application_health: 'unknown' })
     expect(fs.readdirSync(root)).toEqual([])
+    // Keys and the data key are gone: nothing the system holds can decrypt the node's keys any more.
+    expect(await db('node_keys').where({ node_id: node.id })).toEqual([])
+    expect(await db('node_data_keys').where({ node_id: node.id })).toEqual([])
     const token = await db('agent_tokens').where({ node_id: node.id }).first()
     expect(toDateOrNull(token.revoked_at)).not.toBeNull()
     // A second termination request finds the same run.
@@ -112,6 +156,28 @@ describe.each(DIALECTS)('node lifecycle workflows on the local provider on %s', 
     expect((await findNode(db, node.id))?.state).toBe('failed')
     expect(fs.readdirSync(root)).toEqual([])
     expect(toDateOrNull((await db('agent_tokens').where({ node_id: node.id }).first()).revoked_at)).not.toBeNull()
+  })
+
+  it('a node missing a required input ends failed before any host or key is made', async () => {
+    const node = await insertTestNode(db)
+    const devnet = getProfile(deps.catalogue, 'devnet')
+    const strict = { ...devnet, inputs: devnet.inputs.map((i) => (i.name === 'operator_label' ? { ...i, required: true } : i)) }
+    const strictDeps: LifecycleDeps = { ...deps, catalogue: { ...deps.catalogue, profiles: new Map([['devnet', strict]]) } }
+    const isolated = createWorkflowWorker({ db, registry: registerLifecycleWorkflows(createWorkflowRegistry(), strictDeps), logger: quiet, leaseMs: 30_000, pollIntervalMs: 50, concurrency: 1 })
+    await worker.stop()
+    isolated.start()
+    try {
+      const run = await finished((await requestProvision(db, node.id)).run.id)
+      expect(run.status).toBe('failed')
+      expect(run.error).toContain('required inputs missing: operator_label')
+    } finally {
+      await isolated.stop()
+      worker = createWorkflowWorker({ db, registry: registerLifecycleWorkflows(createWorkflowRegistry(), deps), logger: quiet, leaseMs: 30_000, pollIntervalMs: 50, concurrency: 4 })
+      worker.start()
+    }
+    expect((await findNode(db, node.id))?.state).toBe('failed')
+    expect(fs.readdirSync(root)).toEqual([])
+    expect(await db('node_data_keys').where({ node_id: node.id })).toEqual([])
   })
 
   it('a node placed on a provider that does not exist ends failed without a host', async () => {
