@@ -31,6 +31,8 @@ export interface LifecycleDeps {
   /** Poll interval while waiting on the agent (tests shorten it). */
   pollIntervalMs: number
   now?: () => Date
+  /** Test-only: called as each forward provisioning step starts; throwing fails that attempt. */
+  injectFault?: (step: string, nodeId: string) => void
 }
 
 export function providerFor(deps: LifecycleDeps, name: string | null): InfrastructureProvider {

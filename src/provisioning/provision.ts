@@ -45,16 +45,26 @@ export function provisionWorkflow(deps: LifecycleDeps) {
     const plan = await ctx.step('load-node', () => loadPlan(deps, input.nodeId))
     if ('skip' in plan) return { node_id: input.nodeId, outcome: 'skipped', reason: plan.skip }
 
+    // Test-only fault injection (LifecycleDeps.injectFault): every forward step can be made to fail.
+    const step: WorkflowContext['step'] = (name, fn, options) =>
+      ctx.step(
+        name,
+        async (s) => {
+          deps.injectFault?.(name, input.nodeId)
+          return fn(s)
+        },
+        options,
+      )
     const saga = ctx.saga()
     try {
-      await ctx.step('validate-inputs', () => assertRequiredInputs(deps.db, getProfile(deps.catalogue, plan.node.chain_profile_id), plan.node.subscription_id).then(() => true), {
+      await step('validate-inputs', () => assertRequiredInputs(deps.db, getProfile(deps.catalogue, plan.node.chain_profile_id), plan.node.subscription_id).then(() => true), {
         retry: { maxAttempts: 1 },
       })
       saga.add('delete-keys', () => deleteKeys(deps.db, plan.node.id))
-      const keys = await ctx.step('generate-keys', () => prepareNodeKeys(deps, plan.node.id, plan.node.subscription_id, getProfile(deps.catalogue, plan.node.chain_profile_id)))
+      const keys = await step('generate-keys', () => prepareNodeKeys(deps, plan.node.id, plan.node.subscription_id, getProfile(deps.catalogue, plan.node.chain_profile_id)))
       // The token is created inside the step that hands it to the host, so its plaintext is
       // never journaled; a retry creates a new one and re-bootstraps the same host.
-      const host = await ctx.step(
+      const host = await step(
         'create-infrastructure',
         async () => {
           // Registrations from before this token (a previous attempt's agent) do not count.
@@ -76,13 +86,13 @@ export function provisionWorkflow(deps: LifecycleDeps) {
       )
       saga.add('destroy-infrastructure', () => providerFor(deps, host.provider).destroyHost(host.host_id), { preset: 'infrastructure' })
 
-      await ctx.step('wait-for-agent', (step) => waitForAgent(deps, plan.node.id, new Date(host.bootstrapped_at), step.heartbeat), {
+      await step('wait-for-agent', (step) => waitForAgent(deps, plan.node.id, new Date(host.bootstrapped_at), step.heartbeat), {
         preset: 'agentWait',
         timeoutMs: deps.agentReadyWaitMs + 60_000,
         retry: { maxAttempts: 1 },
       })
 
-      const configured = await ctx.step(
+      const configured = await step(
         'configure',
         async (step) => {
           const profile = getProfile(deps.catalogue, plan.node.chain_profile_id)
@@ -100,18 +110,18 @@ export function provisionWorkflow(deps: LifecycleDeps) {
       )
 
       const agentStep = { preset: 'agentWait' as const, timeoutMs: deps.commandTimeoutMs + 60_000, retry: { maxAttempts: 3 } }
-      const injected = await ctx.step('inject-keys', (step) => injectNodeKeys(deps, plan.node.id, `${ctx.runId}:inject-keys`, step.heartbeat), agentStep)
-      await ctx.step('start', (step) => runAgentCommand(deps, { nodeId: plan.node.id, type: 'start', payload: {}, key: `${ctx.runId}:start` }, step.heartbeat), agentStep)
+      const injected = await step('inject-keys', (step) => injectNodeKeys(deps, plan.node.id, `${ctx.runId}:inject-keys`, step.heartbeat), agentStep)
+      await step('start', (step) => runAgentCommand(deps, { nodeId: plan.node.id, type: 'start', payload: {}, key: `${ctx.runId}:start` }, step.heartbeat), agentStep)
       // After the first start, not before it as the spec orders it: chains such as devnet-node
       // write their node key when they first start.
-      const captured = await ctx.step(
+      const captured = await step(
         'capture-keys',
         (step) => captureChainKeys(deps, plan.node.id, getProfile(deps.catalogue, plan.node.chain_profile_id), `${ctx.runId}:capture-keys`, step.heartbeat),
         agentStep,
       )
-      await ctx.step('mark-inputs-applied', () => markInputsApplied(deps.db, plan.node.subscription_id, (deps.now ?? (() => new Date()))()))
+      await step('mark-inputs-applied', () => markInputsApplied(deps.db, plan.node.subscription_id, (deps.now ?? (() => new Date()))()))
 
-      await ctx.step('mark-syncing', () =>
+      await step('mark-syncing', () =>
         deps.db.transaction((trx) =>
           applyHealthUpdate(trx, { nodeId: plan.node.id, change: { writer: 'provisioning', state: 'syncing' }, reason: 'provisioned', now: (deps.now ?? (() => new Date()))() }),
         ).then(() => true),

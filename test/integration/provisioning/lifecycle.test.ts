@@ -138,10 +138,10 @@ describe.each(DIALECTS)('node lifecycle workflows on the local provider on %s', 
   })
 
   it('a node whose agent never registers ends failed with its host destroyed and its token revoked', async () => {
+    await worker.stop()
     const node = await insertTestNode(db)
     const shortWait: LifecycleDeps = { ...deps, agentReadyWaitMs: 1_500, agentBootstrap: { ...deps.agentBootstrap, caPem: otherCa().toString() } }
     const isolated = createWorkflowWorker({ db, registry: registerLifecycleWorkflows(createWorkflowRegistry(), shortWait), logger: quiet, leaseMs: 30_000, pollIntervalMs: 50, concurrency: 1 })
-    await worker.stop()
     isolated.start()
     try {
       const started = await requestProvision(db, node.id)
@@ -156,6 +156,45 @@ describe.each(DIALECTS)('node lifecycle workflows on the local provider on %s', 
     expect((await findNode(db, node.id))?.state).toBe('failed')
     expect(fs.readdirSync(root)).toEqual([])
     expect(toDateOrNull((await db('agent_tokens').where({ node_id: node.id }).first()).revoked_at)).not.toBeNull()
+  })
+
+  it('a failure at every provisioning step ends failed, with no host, no key and no usable token left', { timeout: 120_000 }, async () => {
+    const steps = ['validate-inputs', 'generate-keys', 'create-infrastructure', 'wait-for-agent', 'configure', 'inject-keys', 'start', 'capture-keys', 'mark-inputs-applied', 'mark-syncing']
+    const faults = new Map<string, string>()
+    const faulty: LifecycleDeps = {
+      ...deps,
+      injectFault: (step, nodeId) => {
+        if (faults.get(nodeId) === step) throw new Error(`injected failure at ${step}`)
+      },
+    }
+    const nodes: { id: string; step: string; runId: string }[] = []
+    await worker.stop()
+    for (const step of steps) {
+      const node = await insertTestNode(db)
+      faults.set(node.id, step)
+      nodes.push({ id: node.id, step, runId: (await requestProvision(db, node.id)).run.id })
+    }
+    const isolated = createWorkflowWorker({ db, registry: registerLifecycleWorkflows(createWorkflowRegistry(), faulty), logger: quiet, leaseMs: 30_000, pollIntervalMs: 50, concurrency: steps.length })
+    isolated.start()
+    try {
+      for (const node of nodes) {
+        const run = await finished(node.runId)
+        expect(run.status, `${node.step}: ${run.error ?? ''}`).toBe('failed')
+        expect(run.error).toContain(`injected failure at ${node.step}`)
+      }
+    } finally {
+      await isolated.stop()
+      worker = createWorkflowWorker({ db, registry: registerLifecycleWorkflows(createWorkflowRegistry(), deps), logger: quiet, leaseMs: 30_000, pollIntervalMs: 50, concurrency: 4 })
+      worker.start()
+    }
+    for (const node of nodes) {
+      expect((await findNode(db, node.id))?.state, node.step).toBe('failed')
+      expect(fs.existsSync(path.join(root, `local-${node.id}`)), node.step).toBe(false)
+      expect(await db('node_keys').where({ node_id: node.id }), node.step).toEqual([])
+      expect(await db('node_data_keys').where({ node_id: node.id }), node.step).toEqual([])
+      const token = await db('agent_tokens').where({ node_id: node.id }).first()
+      if (token) expect(toDateOrNull(token.revoked_at), node.step).not.toBeNull()
+    }
   })
 
   it('a node missing a required input ends failed before any host or key is made', async () => {
