@@ -1,5 +1,7 @@
 import crypto from 'node:crypto'
 import fs from 'node:fs'
+import { Writable } from 'node:stream'
+import pino from 'pino'
 import path from 'node:path'
 import { pathToFileURL } from 'node:url'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
@@ -31,6 +33,9 @@ describe.each(DIALECTS)('node lifecycle workflows on the local provider on %s', 
   let worker: WorkflowWorker
   let root: string
   const masterKey = LocalFileMasterKey.fromBytes(crypto.randomBytes(32))
+  // Everything the orchestrator side logs, to check no key material reaches a log.
+  const logged: string[] = []
+  const logger = pino({ level: 'debug' }, new Writable({ write: (chunk: Buffer, _enc, done) => (logged.push(chunk.toString('utf8')), done()) }))
 
   beforeAll(async () => {
     t = await createTestDatabase(dialect)
@@ -41,7 +46,7 @@ describe.each(DIALECTS)('node lifecycle workflows on the local provider on %s', 
     provider = new LocalInfrastructureProvider({ root, logger: quiet, agentEnv: { LOG_LEVEL: 'info', NODE_AGENT_HEARTBEAT_INTERVAL: '200ms' } })
     deps = {
       db,
-      logger: quiet,
+      logger,
       catalogue: await loadChainCatalogue(defaultConfigDir()),
       masterKey,
       providers: new Map([[provider.name, provider]]),
@@ -52,7 +57,7 @@ describe.each(DIALECTS)('node lifecycle workflows on the local provider on %s', 
       commandTimeoutMs: 60_000,
       pollIntervalMs: 50,
     }
-    worker = createWorkflowWorker({ db, registry: registerLifecycleWorkflows(createWorkflowRegistry(), deps), logger: quiet, leaseMs: 30_000, pollIntervalMs: 50, concurrency: 4 })
+    worker = createWorkflowWorker({ db, registry: registerLifecycleWorkflows(createWorkflowRegistry(), deps), logger, leaseMs: 30_000, pollIntervalMs: 50, concurrency: 4 })
     worker.start()
   })
   afterEach(async () => {
@@ -111,6 +116,13 @@ describe.each(DIALECTS)('node lifecycle workflows on the local provider on %s', 
     expect((await decryptNodeKey(db, dataKey, 'nodekey')).toString('utf8')).toBe(fs.readFileSync(path.join(root, `local-${node.id}`, 'state', 'data', 'nodekey'), 'utf8'))
     const everything = JSON.stringify([await db('agent_commands').where({ node_id: node.id }), await db('workflow_steps').where({ run_id: started.run.id })])
     expect(everything).not.toContain(userKey)
+    const agentLog = fs.readFileSync(path.join(root, `local-${node.id}`, 'agent.log'), 'utf8')
+    const validatorHex = (await decryptNodeKey(db, dataKey, 'validator_key')).toString('hex')
+    for (const text of [logged.join(''), agentLog]) {
+      expect(text.length).toBeGreaterThan(0)
+      expect(text).not.toContain(userKey)
+      expect(text).not.toContain(validatorHex)
+    }
     expect(everything).not.toContain((await decryptNodeKey(db, dataKey, 'validator_key')).toString('hex'))
     expect((await db('provisioning_inputs').where({ subscription_id: node.subscription_id }).first()).status).toBe('applied')
     const provisioned = await findNode(db, node.id)
