@@ -78,7 +78,7 @@ export default class Up extends BaseCommand<typeof Up> {
       const apiConfig = { ...config, AUTH_LEGACY_JWKS_URL: config.AUTH_LEGACY_JWKS_URL ?? `${auth.url}/.well-known/jwks.json` }
       const api = resources.add(
         'api-server',
-        await startApiServer(apiConfig, { db, bus, logger: logFor('api-server'), masterKey: secrets.masterKey }),
+        await startApiServer(apiConfig, { db, bus, logger: logFor('api-server'), masterKey: secrets.masterKey, catalogue: lifecycle.catalogue }),
         (s) => s.stop(),
       )
       const file: StackFile = {

@@ -2,6 +2,7 @@
 import { createApiRateLimiter } from '../src/auth/api-rate-limit.js'
 import { authenticatorFromSettings, type AuthenticationSettings } from '../src/auth/authenticator.js'
 import type { KeySetOptions } from '../src/auth/idp-tokens.js'
+import type { ChainCatalogue } from '../src/config/chains.js'
 import type { Db } from '../src/db/knex.js'
 import { ConfigError } from '../src/errors.js'
 import type { EventBus } from '../src/events/bus.js'
@@ -33,6 +34,8 @@ export interface ApiServerDeps {
   keySet?: KeySetOptions
   /** The key hierarchy's master key; without it key export and secret inputs answer 503. */
   masterKey?: MasterKey
+  /** The chain catalogue (inputs are validated against it); default: the package's own chains. */
+  catalogue?: ChainCatalogue
 }
 
 export interface RunningServer {
@@ -58,7 +61,13 @@ export async function startApiServer(settings: ApiServerSettings, deps: ApiServe
     bodyLimitBytes: settings.HTTP_BODY_LIMIT_BYTES,
     authenticate,
     rateLimit: limiter.rateLimit,
-    routes: controlPlaneRoutes({ db: deps.db, logger: deps.logger, now, ...(deps.masterKey ? { masterKey: deps.masterKey } : {}) }),
+    routes: controlPlaneRoutes({
+      db: deps.db,
+      logger: deps.logger,
+      now,
+      ...(deps.masterKey ? { masterKey: deps.masterKey } : {}),
+      ...(deps.catalogue ? { catalogue: deps.catalogue } : {}),
+    }),
   })
   const server = await startHttpServer(app, { host: settings.HTTP_HOST, port: settings.API_SERVER_PORT }).catch((err: NodeJS.ErrnoException) => {
     if (err.code !== 'EADDRINUSE' && err.code !== 'EACCES') throw err

@@ -216,6 +216,7 @@ export const databaseCommandEnv = z.object(sharedEnv)
 export const apiServerEnv = z.object({
   ...sharedEnv,
   ...secretsEnv,
+  NODEPLANE_CONFIG_DIR: lifecycleEnv.NODEPLANE_CONFIG_DIR,
   ...eventsEnv,
   ...httpEnv,
   ...authEnv,

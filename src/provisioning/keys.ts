@@ -31,7 +31,13 @@ export async function assertRequiredInputs(db: Queryable, profile: ChainProfile,
 }
 
 /** Spec: "generate keys; decrypt and re-encrypt user-provided secrets if any". Idempotent. */
-export async function prepareNodeKeys(deps: LifecycleDeps, nodeId: string, subscriptionId: string, profile: ChainProfile): Promise<{ generated: string[]; user_provided: string[] }> {
+export async function prepareNodeKeys(
+  deps: LifecycleDeps,
+  nodeId: string,
+  subscriptionId: string,
+  profile: ChainProfile,
+): Promise<{ generated: string[]; user_provided: string[]; inputs_read_at: string }> {
+  const readAt = (deps.now ?? (() => new Date()))()
   const dataKey = await createDataKey(deps.db, deps.masterKey, nodeId)
   try {
     const generated: string[] = []
@@ -61,7 +67,7 @@ export async function prepareNodeKeys(deps: LifecycleDeps, nodeId: string, subsc
       }
       provided.push(row.name)
     }
-    return { generated, user_provided: provided }
+    return { generated, user_provided: provided, inputs_read_at: readAt.toISOString() }
   } finally {
     dataKey.destroy()
   }
@@ -139,8 +145,16 @@ export async function captureChainKeys(deps: LifecycleDeps, nodeId: string, prof
   return inputs.map((i) => i.name)
 }
 
-export async function markInputsApplied(db: Queryable, subscriptionId: string, now: Date): Promise<number> {
-  return db('provisioning_inputs').where({ subscription_id: subscriptionId }).whereNot({ status: 'applied' }).update({ status: 'applied', applied_at: now, updated_at: now })
+/**
+ * Only the inputs as they were when provisioning read them: a value re-submitted afterwards was
+ * not used, so it stays visibly `pending` instead of being marked applied.
+ */
+export async function markInputsApplied(db: Queryable, subscriptionId: string, readAt: Date, now: Date): Promise<number> {
+  return db('provisioning_inputs')
+    .where({ subscription_id: subscriptionId })
+    .whereNot({ status: 'applied' })
+    .andWhere('updated_at', '<=', readAt)
+    .update({ status: 'applied', applied_at: now, updated_at: now })
 }
 
 /** Spec: keys are deleted with the node; recovery is then impossible. */

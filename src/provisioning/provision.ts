@@ -119,7 +119,7 @@ export function provisionWorkflow(deps: LifecycleDeps) {
         (step) => captureChainKeys(deps, plan.node.id, getProfile(deps.catalogue, plan.node.chain_profile_id), `${ctx.runId}:capture-keys`, step.heartbeat),
         agentStep,
       )
-      await step('mark-inputs-applied', () => markInputsApplied(deps.db, plan.node.subscription_id, (deps.now ?? (() => new Date()))()))
+      await step('mark-inputs-applied', () => markInputsApplied(deps.db, plan.node.subscription_id, new Date(keys.inputs_read_at), (deps.now ?? (() => new Date()))()))
 
       await step('mark-syncing', () =>
         deps.db.transaction((trx) =>
