@@ -7,6 +7,7 @@ import { installShutdown } from '../../src/daemon/shutdown.js'
 import { assertSchemaCurrent } from '../../src/db/schema-check.js'
 import { createLogger } from '../../src/log.js'
 import { openMasterKey } from '../../src/secrets/master-key.js'
+import { ensureServerKeyPair } from '../../src/secrets/server-key.js'
 
 export default class DaemonOrchestrator extends BaseCommand<typeof DaemonOrchestrator> {
   static override summary = 'Run the orchestrator daemon: executes durable workflows (provisioning, migrations, rollouts)'
@@ -24,6 +25,8 @@ export default class DaemonOrchestrator extends BaseCommand<typeof DaemonOrchest
       // Added after the database, so it is stopped (drained) before the database closes.
       // Provisioning generates and wraps keys: without the master key it cannot run at all.
       const masterKey = await openMasterKey(config)
+      // Captured chain keys come back sealed to the server key: make sure there is one.
+      await ensureServerKeyPair(db, masterKey)
       const registry = orchestratorWorkflows(await lifecycleDeps(config, { db, logger, masterKey }))
       const worker = resources.add('workflow worker', startOrchestrator(config, { db, logger, registry }), (w) => w.stop())
       return worker.owner

@@ -3,15 +3,15 @@
  * redelivered trigger cannot start a second one). On any failure the host and the node's keys
  * are removed and the node ends `failed`: no orphaned host or key is left behind.
  */
-import net from 'node:net'
 import { createAgentToken, revokeAgentToken } from '../agents/tokens.js'
-import { getProfile, renderNodeConfig } from '../config/chains.js'
+import { getProfile } from '../config/chains.js'
 import type { Queryable } from '../db/knex.js'
 import { applyHealthUpdate, forceNodeState } from '../nodes/health-state-machine.js'
 import { findNode, type NodeRecord } from '../nodes/node-store.js'
 import { isTerminalState } from '../nodes/states.js'
 import type { WorkflowContext } from '../workflows/index.js'
 import { runAgentCommand, waitForAgent } from './agent-calls.js'
+import { configureNode } from './configure.js'
 import { providerFor, type LifecycleDeps } from './deps.js'
 import { assertRequiredInputs, captureChainKeys, deleteKeys, injectNodeKeys, markInputsApplied, prepareNodeKeys } from './keys.js'
 import type { Host } from './infrastructure/types.js'
@@ -94,18 +94,13 @@ export function provisionWorkflow(deps: LifecycleDeps) {
 
       const configured = await step(
         'configure',
-        async (step) => {
-          const profile = getProfile(deps.catalogue, plan.node.chain_profile_id)
-          const rpcPort = host.provider === 'local' ? await freePort() : 8545
-          const payload = renderNodeConfig(profile, plan.node.node_type, { rpc_port: rpcPort, node_id: plan.node.id })
-          const result = (await runAgentCommand(deps, { nodeId: plan.node.id, type: 'configure', payload, key: `${ctx.runId}:configure` }, step.heartbeat)) as {
-            binary_version: string
-            config_version: string | null
-          }
-          // Spec: binary_version is written after the first configuration.
-          await writeConfigState(deps.db, plan.node.id, result.binary_version, result.config_version)
-          return result
-        },
+        (step) =>
+          configureNode(
+            deps,
+            { nodeId: plan.node.id, chainProfileId: plan.node.chain_profile_id, nodeType: plan.node.node_type, provider: host.provider },
+            `${ctx.runId}:configure`,
+            step.heartbeat,
+          ),
         { preset: 'agentWait', timeoutMs: deps.commandTimeoutMs + 60_000, retry: { maxAttempts: 3 } },
       )
 
@@ -170,13 +165,6 @@ export async function recordHost(db: Queryable, nodeId: string, host: Host): Pro
     .update({ provider: host.provider, instance_type: host.instance_type, host_id: host.host_id, host_ip: host.host_ip, region: host.region, updated_at: new Date() })
 }
 
-export async function writeConfigState(db: Queryable, nodeId: string, binaryVersion: string, configVersion: string | null): Promise<void> {
-  await db('node_config_state')
-    .insert({ node_id: nodeId, binary_version: binaryVersion, config_version: configVersion, updated_at: new Date() })
-    .onConflict('node_id')
-    .merge(['binary_version', 'config_version', 'updated_at'])
-}
-
 /** `failed` through the table from provisioning, the forced path from anywhere else. */
 async function markFailed(deps: LifecycleDeps, nodeId: string, reason: string): Promise<boolean> {
   const now = (deps.now ?? (() => new Date()))()
@@ -189,16 +177,5 @@ async function markFailed(deps: LifecycleDeps, nodeId: string, reason: string): 
       await forceNodeState(trx, { nodeId, state: 'failed', reason, now })
     }
     return true
-  })
-}
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer()
-    server.once('error', reject)
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address()
-      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))))
-    })
   })
 }

@@ -27,10 +27,7 @@ export interface TerminateResult {
   reason?: string
 }
 
-/** Kept for callers that pass hooks; keys are always deleted now. */
-export type TerminationHooks = Record<string, never>
-
-export function terminateWorkflow(deps: LifecycleDeps, _hooks: TerminationHooks = {}) {
+export function terminateWorkflow(deps: LifecycleDeps) {
   return async (ctx: WorkflowContext, input: TerminateInput): Promise<TerminateResult> => {
     const now = () => (deps.now ?? (() => new Date()))()
     const target = await ctx.step('load-node', async () => {

@@ -2,6 +2,8 @@ import path from 'node:path'
 import fs from 'node:fs'
 import { afterEach, describe, expect, it } from 'vitest'
 import { createDatabase, type Db } from '../../src/db/knex.js'
+import { ensureDevCertificates } from '../../src/agents/tls.js'
+import { createLocalMasterKey } from '../../src/secrets/master-key.js'
 import { migrateLatest } from '../../src/db/migrate.js'
 import { createWorkflowRegistry, createWorkflowWorker, startWorkflow } from '../../src/workflows/index.js'
 import { silentLogger } from '../integration/workflows/harness.js'
@@ -66,7 +68,16 @@ describe('workflow list|show and the orchestrator daemon (SQLite file)', () => {
     const url = `sqlite://${path.join(dir, 'control-plane.db')}`
     db = createDatabase(url)
     await migrateLatest(db, 'control-plane')
-    const child = spawnNodeplane(['daemon', 'orchestrator'], { env: { DATABASE_URL: url, LOG_LEVEL: 'info' } })
+    // Without the master key and the gateway's CA the orchestrator refuses to start (exit 78).
+    const refused = await nodeplane(['daemon', 'orchestrator'], { env: { DATABASE_URL: url, NODEPLANE_DATA_DIR: dir } })
+    expect(refused.exitCode).toBe(78)
+    expect(refused.stderr).toContain('nodeplane secrets init')
+    await createLocalMasterKey(path.join(dir, 'master.key'))
+    const noCa = await nodeplane(['daemon', 'orchestrator'], { env: { DATABASE_URL: url, NODEPLANE_DATA_DIR: dir } })
+    expect(noCa.exitCode).toBe(78)
+    expect(noCa.stderr).toContain('AGENT_GATEWAY_CA_FILE')
+    ensureDevCertificates(path.join(dir, 'agent-ca'))
+    const child = spawnNodeplane(['daemon', 'orchestrator'], { env: { DATABASE_URL: url, NODEPLANE_DATA_DIR: dir, LOG_LEVEL: 'info' } })
     let output = ''
     child.all?.on('data', (chunk: Buffer) => (output += chunk.toString()))
     const deadline = Date.now() + 30_000

@@ -1,0 +1,58 @@
+/**
+ * The `configure` step the provision and migrate workflows share: the chain profile rendered for
+ * one node on one host, sent to its agent, and the versions it reports recorded.
+ */
+import net from 'node:net'
+import { getProfile, renderNodeConfig, type NodeConfiguration } from '../config/chains.js'
+import { runAgentCommand } from './agent-calls.js'
+import type { LifecycleDeps } from './deps.js'
+import type { Queryable } from '../db/knex.js'
+
+export interface ConfigureTarget {
+  nodeId: string
+  chainProfileId: string
+  nodeType: string
+  /** The provider of the host being configured: a `local` host gets a free port on this machine. */
+  provider: string
+  /** The release to run; default the profile's default version. */
+  version?: string
+}
+
+export interface ConfigureResult {
+  binary_version: string
+  config_version: string | null
+}
+
+export async function renderConfiguration(deps: LifecycleDeps, target: ConfigureTarget): Promise<NodeConfiguration> {
+  const profile = getProfile(deps.catalogue, target.chainProfileId)
+  // Local hosts share one machine, so each chain needs its own port; a real host has its own.
+  const rpcPort = target.provider === 'local' ? await freePort() : 8545
+  return renderNodeConfig(profile, target.nodeType, { rpc_port: rpcPort, node_id: target.nodeId, ...(target.version ? { version: target.version } : {}) })
+}
+
+/** Sends `configure` (idempotent by `commandKey`) and writes the node's binary and config versions. */
+export async function configureNode(deps: LifecycleDeps, target: ConfigureTarget, commandKey: string, heartbeat?: () => void): Promise<ConfigureResult> {
+  const payload = await renderConfiguration(deps, target)
+  const result = (await runAgentCommand(deps, { nodeId: target.nodeId, type: 'configure', payload, key: commandKey }, heartbeat)) as ConfigureResult
+  await writeConfigState(deps.db, target.nodeId, result.binary_version, result.config_version)
+  return result
+}
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer()
+    server.once('error', reject)
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address()
+      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))))
+    })
+  })
+}
+
+/** Spec: binary_version is written after the first configuration (and after an upgrade). */
+export async function writeConfigState(db: Queryable, nodeId: string, binaryVersion: string, configVersion: string | null): Promise<void> {
+  await db('node_config_state')
+    .insert({ node_id: nodeId, binary_version: binaryVersion, config_version: configVersion, updated_at: new Date() })
+    .onConflict('node_id')
+    .merge(['binary_version', 'config_version', 'updated_at'])
+}
