@@ -303,7 +303,8 @@ export class AgentGateway {
         this.options.logger.info({ node_id: session.nodeId, from, to }, 'sync status changed')
         return
       } catch (err) {
-        if (isDomainError(err) && err.status === 409 && attempt < 3 && !/is (terminated|failed)/.test(err.message)) continue
+        // A concurrent writer (optimistic lock) is retried on a fresh read; a terminal node fails every time.
+        if (isDomainError(err) && err.status === 409 && attempt < 3) continue
         // Refused (e.g. the node is terminal): forget the value so the next report tries again.
         session.syncStatus = from
         this.options.logger.warn({ err, node_id: session.nodeId, to }, 'sync status not recorded')

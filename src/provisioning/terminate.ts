@@ -21,7 +21,8 @@ export interface TerminateInput {
 
 export interface TerminateResult {
   node_id: string
-  outcome: 'terminated' | 'skipped'
+  /** `cleaned_up`: a failed node's host and keys removed; it stays `failed`. */
+  outcome: 'terminated' | 'cleaned_up' | 'skipped'
   /** Best-effort steps that failed and were skipped, with why. */
   skipped_steps: { step: string; error: string }[]
   reason?: string
@@ -33,12 +34,14 @@ export function terminateWorkflow(deps: LifecycleDeps) {
     const target = await ctx.step('load-node', async () => {
       const node = await findNode(deps.db, input.nodeId)
       if (!node) return { skip: `node ${input.nodeId} does not exist` }
-      if (isTerminalState(node.state)) return { skip: `node is already ${node.state}` }
-      return { provider: node.provider, host_id: node.host_id }
+      if (node.state === 'terminated') return { skip: 'node is already terminated' }
+      // A failed node stays failed (terminal), but what it may still hold — a host kept by a
+      // migration that failed before its new host existed, its keys — is cleaned up all the same.
+      return { provider: node.provider, host_id: node.host_id, failed: isTerminalState(node.state) }
     })
     if ('skip' in target) return { node_id: input.nodeId, outcome: 'skipped', skipped_steps: [], reason: target.skip }
 
-    await ctx.step('mark-terminating', () =>
+    if (!target.failed) await ctx.step('mark-terminating', () =>
       deps.db
         .transaction((trx) =>
           applyHealthUpdate(trx, { nodeId: input.nodeId, change: { writer: 'termination', state: 'terminating' }, reason: input.reason ?? 'terminated', now: now() }),
@@ -77,6 +80,7 @@ export function terminateWorkflow(deps: LifecycleDeps) {
       if (status !== 'missing') throw new Error(`host ${target.host_id} is still ${status}`)
     })
 
+    if (target.failed) return { node_id: input.nodeId, outcome: 'cleaned_up', skipped_steps: skipped }
     // The one critical step: retried until it lands.
     await ctx.step(
       'mark-terminated',

@@ -9,8 +9,8 @@
  */
 import crypto from 'node:crypto'
 import nacl from 'tweetnacl'
-import { toDate, toDateOrNull } from '../db/dialect.js'
-import type { Queryable } from '../db/knex.js'
+import { isPostgres, toDate, toDateOrNull } from '../db/dialect.js'
+import type { Db, Queryable } from '../db/knex.js'
 import { UnavailableError, ValidationError } from '../errors.js'
 import { KeyMaterialError } from './errors.js'
 import type { MasterKey } from './master-key.js'
@@ -114,13 +114,28 @@ async function settleActive(db: Queryable, now: Date): Promise<ServerKeyInfo> {
   return keep
 }
 
+/**
+ * Serialises the check-then-create of ensure and rotate: several processes starting at once
+ * (orchestrators, `up`) must agree on one active pair. Postgres: a transaction-scoped advisory
+ * lock; SQLite has one writer, and its pool one connection.
+ */
+async function withServerKeyLock<T>(db: Queryable, work: (trx: Queryable) => Promise<T>): Promise<T> {
+  const run = async (trx: Queryable) => {
+    if (isPostgres(trx)) await trx.raw("SELECT pg_advisory_xact_lock(hashtext('nodeplane.server_key_pairs'))")
+    return work(trx)
+  }
+  return 'isTransaction' in db && db.isTransaction ? run(db) : (db as Db).transaction(run)
+}
+
 /** The active pair, created first when there is none (`secrets init`, `up`). Idempotent. */
 export async function ensureServerKeyPair(db: Queryable, masterKey: MasterKey, now: Date = new Date()): Promise<{ publicKey: ServerPublicKey; created: boolean }> {
-  const active = await activeServerPublicKey(db)
-  if (active) return { publicKey: active, created: false }
-  const created = await insertServerKeyPair(db, masterKey, now)
-  const kept = await settleActive(db, now)
-  return { publicKey: publicView(kept), created: kept.key_id === created.key_id }
+  return withServerKeyLock(db, async (trx) => {
+    const active = await activeServerPublicKey(trx)
+    if (active) return { publicKey: active, created: false }
+    const created = await insertServerKeyPair(trx, masterKey, now)
+    const kept = await settleActive(trx, now)
+    return { publicKey: publicView(kept), created: kept.key_id === created.key_id }
+  })
 }
 
 /**
@@ -129,10 +144,12 @@ export async function ensureServerKeyPair(db: Queryable, masterKey: MasterKey, n
  * an active key.
  */
 export async function rotateServerKeyPair(db: Queryable, masterKey: MasterKey, now: Date = new Date()): Promise<{ publicKey: ServerPublicKey; retired: string[] }> {
-  const before = await activeServerKeys(db)
-  const created = await insertServerKeyPair(db, masterKey, now)
-  await db('server_key_pairs').whereNot({ id: created.key_id }).whereNull('retired_at').update({ retired_at: now })
-  return { publicKey: publicView(created), retired: before.map((k) => k.key_id) }
+  return withServerKeyLock(db, async (trx) => {
+    const before = await activeServerKeys(trx)
+    const created = await insertServerKeyPair(trx, masterKey, now)
+    await trx('server_key_pairs').whereNot({ id: created.key_id }).whereNull('retired_at').update({ retired_at: now })
+    return { publicKey: publicView(created), retired: before.map((k) => k.key_id) }
+  })
 }
 
 /**

@@ -6,13 +6,14 @@ import path from 'node:path'
 import { pathToFileURL } from 'node:url'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { findRegistration } from '../../../src/agents/registrations.js'
+import { createAgentToken } from '../../../src/agents/tokens.js'
 import { defaultConfigDir, getProfile, loadChainCatalogue } from '../../../src/config/chains.js'
 import type { Db } from '../../../src/db/knex.js'
 import { toDateOrNull } from '../../../src/db/dialect.js'
 import { findNode } from '../../../src/nodes/node-store.js'
 import { registerLifecycleWorkflows, requestProvision, requestTermination, type LifecycleDeps } from '../../../src/provisioning/index.js'
 import { LocalInfrastructureProvider } from '../../../src/provisioning/infrastructure/local.js'
-import { loadDataKey } from '../../../src/secrets/data-keys.js'
+import { createDataKey, loadDataKey } from '../../../src/secrets/data-keys.js'
 import { LocalFileMasterKey } from '../../../src/secrets/master-key.js'
 import { decryptNodeKey, listNodeKeys } from '../../../src/secrets/node-keys.js'
 import { sealBlob } from '../../../src/secrets/sealed-blob.js'
@@ -251,6 +252,22 @@ describe.each(DIALECTS)('node lifecycle workflows on the local provider on %s', 
     expect(result.skipped_steps.map((s) => s.step)).toEqual(['destroy-infrastructure', 'verify-cleanup'])
     expect(result.skipped_steps[0]?.error).toContain('no infrastructure provider "nowhere"')
     expect((await findNode(db, node.id))?.state).toBe('terminated')
+  })
+
+  it('terminating a failed node removes what it still holds (host, keys) and leaves it failed', async () => {
+    const node = await insertTestNode(db)
+    const host = await provider.createHost({
+      nodeId: node.id, hostKey: `${node.id}-m1`, chainProfileId: 'devnet', nodeType: 'full', region: 'local', instanceType: 'local.small',
+      agent: { ...deps.agentBootstrap, token: await createAgentToken(db, node.id) },
+    })
+    await createDataKey(db, masterKey, node.id)
+    await db('nodes').where({ id: node.id }).update({ state: 'failed', provider: 'local', host_id: host.host_id })
+    const run = await finished((await requestTermination(db, node.id, 'cleanup')).run.id)
+    expect(run.status, run.error ?? '').toBe('completed')
+    expect(run.result).toEqual({ node_id: node.id, outcome: 'cleaned_up', skipped_steps: [] })
+    expect((await findNode(db, node.id))?.state).toBe('failed')
+    expect(fs.existsSync(provider.hostDir(host.host_id))).toBe(false)
+    expect(await db('node_data_keys').where({ node_id: node.id })).toEqual([])
   })
 
   it('provisioning a node that is not in state provisioning is skipped, and unknown nodes are refused', async () => {
