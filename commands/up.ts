@@ -6,6 +6,7 @@ import { lifecycleDeps, orchestratorWorkflows, startOrchestrator } from '../daem
 import { openDatabase, startHousekeeping, startRelay } from '../daemons/runtime.js'
 import { BaseCommand } from '../src/cli/base-command.js'
 import { ensureLocalOperator, LOCAL_OPERATOR_EMAIL } from '../src/cli/operator.js'
+import { openChainCatalogueFromSettings } from '../src/config/chain-source.js'
 import { loadConfig, upEnv } from '../src/config/env.js'
 import { Resources } from '../src/daemon/resources.js'
 import { installShutdown } from '../src/daemon/shutdown.js'
@@ -67,10 +68,12 @@ export default class Up extends BaseCommand<typeof Up> {
       logger.info({ user_id: operator.user.id, api_key_id: operator.issued.apiKey.id, admin_api_key_file: adminKeyFile }, 'local operator ready')
 
       const agents = resources.add('agent-gateway', await startAgentGateway(config, { db, logger: logFor('agent-gateway') }), (g) => g.stop())
+      // One catalogue for the orchestrator and the api-server, so both see the same version.
+      const chains = resources.add('chain catalogue', await openChainCatalogueFromSettings(config, logFor('chains')), (c) => c.close())
       // New nodes' agents dial the gateway started here and trust its CA.
       const lifecycle = await lifecycleDeps(
         { ...config, AGENT_GATEWAY_URL: config.AGENT_GATEWAY_URL ?? agents.target, AGENT_GATEWAY_CA_FILE: config.AGENT_GATEWAY_CA_FILE ?? agents.caFile },
-        { db, logger: logFor('orchestrator'), masterKey: secrets.masterKey },
+        { db, logger: logFor('orchestrator'), masterKey: secrets.masterKey, chains },
       )
       resources.add('orchestrator', startOrchestrator(config, { db, logger: logFor('orchestrator'), registry: orchestratorWorkflows(lifecycle) }), (w) => w.stop())
       const auth = resources.add('auth-server', await startAuthServer(config, { db, logger: logFor('auth-server') }), (s) => s.stop())
@@ -78,7 +81,7 @@ export default class Up extends BaseCommand<typeof Up> {
       const apiConfig = { ...config, AUTH_LEGACY_JWKS_URL: config.AUTH_LEGACY_JWKS_URL ?? `${auth.url}/.well-known/jwks.json` }
       const api = resources.add(
         'api-server',
-        await startApiServer(apiConfig, { db, bus, logger: logFor('api-server'), masterKey: secrets.masterKey, catalogue: lifecycle.catalogue }),
+        await startApiServer(apiConfig, { db, bus, logger: logFor('api-server'), masterKey: secrets.masterKey, chains }),
         (s) => s.stop(),
       )
       const file: StackFile = {

@@ -6,7 +6,7 @@ import { Resources } from '../../src/daemon/resources.js'
 import { installShutdown } from '../../src/daemon/shutdown.js'
 import { assertSchemaCurrent } from '../../src/db/schema-check.js'
 import { openEventBus } from '../../src/events/open-bus.js'
-import { defaultConfigDir, loadChainCatalogue } from '../../src/config/chains.js'
+import { openChainCatalogueFromSettings } from '../../src/config/chain-source.js'
 import { createLogger } from '../../src/log.js'
 import { MasterKeyMissingError, openMasterKey } from '../../src/secrets/master-key.js'
 
@@ -34,8 +34,8 @@ export default class DaemonApiServer extends BaseCommand<typeof DaemonApiServer>
         logger.warn({ file: err.file }, 'no master key: key export and secret inputs answer 503 until `nodeplane secrets init`')
         return undefined
       })
-      const catalogue = await loadChainCatalogue(config.NODEPLANE_CONFIG_DIR ?? defaultConfigDir())
-      const server = resources.add('http server', await startApiServer(config, { db, bus, logger, catalogue, ...(masterKey ? { masterKey } : {}) }), (s) => s.stop())
+      const chains = resources.add('chain catalogue', await openChainCatalogueFromSettings(config, logger), (c) => c.close())
+      const server = resources.add('http server', await startApiServer(config, { db, bus, logger, chains, ...(masterKey ? { masterKey } : {}) }), (s) => s.stop())
       return server.url
     })
     installShutdown({ logger, timeoutMs: config.SHUTDOWN_TIMEOUT, stop: () => resources.closeAll() })

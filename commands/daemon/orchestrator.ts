@@ -8,6 +8,7 @@ import { assertSchemaCurrent } from '../../src/db/schema-check.js'
 import { createLogger } from '../../src/log.js'
 import { openMasterKey } from '../../src/secrets/master-key.js'
 import { ensureServerKeyPair } from '../../src/secrets/server-key.js'
+import { openChainCatalogueFromSettings } from '../../src/config/chain-source.js'
 
 export default class DaemonOrchestrator extends BaseCommand<typeof DaemonOrchestrator> {
   static override summary = 'Run the orchestrator daemon: executes durable workflows (provisioning, migrations, rollouts)'
@@ -27,7 +28,8 @@ export default class DaemonOrchestrator extends BaseCommand<typeof DaemonOrchest
       const masterKey = await openMasterKey(config)
       // Captured chain keys come back sealed to the server key: make sure there is one.
       await ensureServerKeyPair(db, masterKey)
-      const registry = orchestratorWorkflows(await lifecycleDeps(config, { db, logger, masterKey }))
+      const chains = resources.add('chain catalogue', await openChainCatalogueFromSettings(config, logger), (c) => c.close())
+      const registry = orchestratorWorkflows(await lifecycleDeps(config, { db, logger, masterKey, chains }))
       const worker = resources.add('workflow worker', startOrchestrator(config, { db, logger, registry }), (w) => w.stop())
       return worker.owner
     })

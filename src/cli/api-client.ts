@@ -84,8 +84,17 @@ export class ApiClient {
     return this.request<void>({ method: 'DELETE', path })
   }
 
+  /** POST, with the success status: for routes whose 200 and 201 mean different things. */
+  postWithStatus<T>(path: string, body?: unknown): Promise<{ status: number; body: T }> {
+    return this.exchange<T>({ method: 'POST', path, body })
+  }
+
   /** The parsed JSON answer; undefined for 204. Throws the CLI's typed errors. */
   async request<T>(request: ApiRequest): Promise<T> {
+    return (await this.exchange<T>(request)).body
+  }
+
+  private async exchange<T>(request: ApiRequest): Promise<{ status: number; body: T }> {
     const url = new URL(`${this.target.url}${API_PREFIX}${request.path}`)
     for (const [name, value] of Object.entries(request.query ?? {})) {
       if (value !== undefined) url.searchParams.set(name, String(value))
@@ -121,9 +130,9 @@ export class ApiClient {
         keySource: this.target.credential?.source,
       })
     }
-    if (response.status === 204 || text.length === 0) return undefined as T
+    if (response.status === 204 || text.length === 0) return { status: response.status, body: undefined as T }
     try {
-      return JSON.parse(text) as T
+      return { status: response.status, body: JSON.parse(text) as T }
     } catch {
       throw new ApiError(response.status, `the API at ${this.target.url} answered with something that is not JSON`, 'check --api-url / NODEPLANE_API_URL: it must name the nodeplane API')
     }

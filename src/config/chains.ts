@@ -1,5 +1,6 @@
 /**
- * The chain catalogue: one `chains/<id>/profile.yaml` per chain in the config dir (format in
+ * The chain catalogue: one `chains/<id>/profile.yaml` per chain in the config dir, or per chain
+ * of a pinned version in `chain-catalogue/<tag>/<id>/profile.yaml` (format and layout in
  * docs/chains.md). Loading validates every profile, checks local release artifacts against
  * their SHA-256 and renders each node type once, so a profile that could not provision a node
  * stops start-up instead of failing a provisioning workflow later.
@@ -176,8 +177,16 @@ export type ChainProfile = Omit<ChainProfileFile, 'releases'> & {
 
 export interface ChainCatalogue {
   configDir: string
+  /** The pinned tag, or for `latest` a hash of every profile file (`sha256:` + 16 hex), so a change is visible. */
+  version: string
   profiles: ReadonlyMap<string, ChainProfile>
 }
+
+/** `CHAIN_PROFILE_VERSION` naming the config dir's own `chains/`, the catalogue that may change. */
+export const LATEST_CATALOGUE = 'latest'
+/** Where pinned catalogue versions live in the config dir: `chain-catalogue/<tag>/<id>/profile.yaml`. */
+export const PINNED_CATALOGUES_DIR = 'chain-catalogue'
+const CATALOGUE_TAG = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/
 
 export interface Placement {
   provider: string
@@ -199,33 +208,74 @@ export function defaultConfigDir(): string {
   return packageRoot()
 }
 
-/** Reads and validates `<configDir>/chains/<id>/profile.yaml` for every chain; throws ConfigError listing every problem. */
-export async function loadChainCatalogue(configDir: string): Promise<ChainCatalogue> {
+/** The folder holding `<id>/profile.yaml` for `version` (`latest` or a pinned tag); ConfigError for an unknown tag. */
+export async function catalogueFolder(configDir: string, version: string = LATEST_CATALOGUE): Promise<string> {
   const root = path.resolve(configDir)
-  const chainsDir = path.join(root, 'chains')
+  if (version === LATEST_CATALOGUE) return path.join(root, 'chains')
+  const pinned = path.join(root, PINNED_CATALOGUES_DIR)
+  const folder = path.join(pinned, version)
+  if (CATALOGUE_TAG.test(version) && (await isDirectory(folder))) return folder
+  const tags = await subfolders(pinned).catch(() => [])
+  throw new ConfigError([
+    `CHAIN_PROFILE_VERSION=${JSON.stringify(version)}: no such chain catalogue version (no folder ${folder}); ` +
+      `use latest (${path.join(root, 'chains')})${tags.length > 0 ? ` or one of: ${tags.join(', ')}` : `, or add ${PINNED_CATALOGUES_DIR}/<tag>/<id>/profile.yaml to the config dir`}`,
+  ])
+}
+
+/** The profile files of a catalogue folder, sorted by chain folder (absent folder: ConfigError). */
+async function profileFiles(chainsDir: string): Promise<{ folder: string; file: string }[]> {
   let entries: string[]
   try {
-    entries = (await fs.readdir(chainsDir, { withFileTypes: true })).filter((e) => e.isDirectory()).map((e) => e.name).sort()
+    entries = await subfolders(chainsDir)
   } catch (err) {
     throw new ConfigError([`cannot read the chain catalogue ${chainsDir}: ${(err as Error).message}`])
   }
+  const files: { folder: string; file: string }[] = []
+  for (const folder of entries) {
+    const file = path.join(chainsDir, folder, 'profile.yaml')
+    if (await isFile(file)) files.push({ folder, file })
+  }
+  return files
+}
+
+/** Folder names and profile texts are hashed in order, so any edit, addition or removal changes it. */
+function contentVersion(texts: { folder: string; text: string }[]): string {
+  const hash = createHash('sha256')
+  for (const { folder, text } of texts) hash.update(`${folder}\0${text}\0`)
+  return `sha256:${hash.digest('hex').slice(0, 16)}`
+}
+
+/** The content version `latest` would have if loaded now, read cheaply (no validation, no artifacts). */
+export async function latestCatalogueVersion(configDir: string): Promise<string> {
+  const files = await profileFiles(await catalogueFolder(configDir))
+  return contentVersion(await Promise.all(files.map(async ({ folder, file }) => ({ folder, text: await fs.readFile(file, 'utf8') }))))
+}
+
+/**
+ * Reads and validates `<id>/profile.yaml` of every chain of one catalogue version (default
+ * `latest`: `<configDir>/chains/`); throws ConfigError listing every problem.
+ */
+export async function loadChainCatalogue(configDir: string, version: string = LATEST_CATALOGUE): Promise<ChainCatalogue> {
+  const root = path.resolve(configDir)
+  const chainsDir = await catalogueFolder(root, version)
   const profiles = new Map<string, ChainProfile>()
   const problems: string[] = []
-  for (const entry of entries) {
-    const file = path.join(chainsDir, entry, 'profile.yaml')
-    if (!(await isFile(file))) continue
+  const texts: { folder: string; text: string }[] = []
+  for (const { folder, file } of await profileFiles(chainsDir)) {
     const shown = path.relative(root, file)
-    const result = await loadProfile(file, entry)
+    const text = await fs.readFile(file, 'utf8')
+    texts.push({ folder, text })
+    const result = await loadProfile(file, folder, text)
     if ('problems' in result) problems.push(...result.problems.map((p) => `${shown}: ${p}`))
     else profiles.set(result.profile.id, result.profile)
   }
   if (problems.length > 0) throw new ConfigError(problems)
-  if (profiles.size === 0) throw new ConfigError([`no chain profiles in ${chainsDir} (expected chains/<id>/profile.yaml)`])
-  return { configDir: root, profiles }
+  if (profiles.size === 0) throw new ConfigError([`no chain profiles in ${chainsDir} (expected <id>/profile.yaml there)`])
+  return { configDir: root, version: version === LATEST_CATALOGUE ? contentVersion(texts) : version, profiles }
 }
 
-async function loadProfile(file: string, folder: string): Promise<{ profile: ChainProfile } | { problems: string[] }> {
-  const doc = parseDocument(await fs.readFile(file, 'utf8'))
+async function loadProfile(file: string, folder: string, text: string): Promise<{ profile: ChainProfile } | { problems: string[] }> {
+  const doc = parseDocument(text)
   if (doc.errors.length > 0) return { problems: doc.errors.map((e) => e.message.split('\n')[0] ?? e.message) }
   const parsed = chainProfileSchema.safeParse(doc.toJS())
   if (!parsed.success) return { problems: parsed.error.issues.map((issue) => `${fieldPath(issue.path)}: ${issue.message}`) }
@@ -387,6 +437,18 @@ function nodeTypeOf(profile: ChainProfile, nodeType: string): ChainProfile['node
 function fieldPath(at: (string | number)[]): string {
   if (at.length === 0) return '(top level)'
   return at.map((part, i) => (typeof part === 'number' ? `[${part}]` : i === 0 ? part : `.${part}`)).join('')
+}
+
+async function subfolders(dir: string): Promise<string[]> {
+  return (await fs.readdir(dir, { withFileTypes: true })).filter((e) => e.isDirectory()).map((e) => e.name).sort()
+}
+
+async function isDirectory(dir: string): Promise<boolean> {
+  try {
+    return (await fs.stat(dir)).isDirectory()
+  } catch {
+    return false
+  }
 }
 
 async function isFile(file: string): Promise<boolean> {

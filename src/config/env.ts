@@ -159,6 +159,13 @@ const gatewayTarget = z.string().regex(/^[A-Za-z0-9.\-]+:\d{1,5}$|^\[[0-9A-Fa-f:
 export const lifecycleEnv = {
   /** Holds `chains/` (and later `upgrades/`); default: the installed package's own. */
   NODEPLANE_CONFIG_DIR: z.string().min(1).optional(),
+  /** Spec: `latest` (the config dir's chains/, re-read while running) or a pinned tag (chain-catalogue/<tag>/). */
+  CHAIN_PROFILE_VERSION: z
+    .string()
+    .regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/, 'must be latest or a catalogue tag (letters, digits, ".", "_" or "-")')
+    .default('latest'),
+  /** Spec: how often `latest` is checked for a new version, default 1 minute. */
+  CHAINS_CHECK_INTERVAL: duration('1m'),
   /** host:port new agents dial; default 127.0.0.1:$AGENT_GATEWAY_PORT. */
   AGENT_GATEWAY_URL: gatewayTarget.optional(),
   /** The CA new agents trust; default the development CA, <data dir>/agent-ca/ca.pem. */
@@ -217,6 +224,8 @@ export const apiServerEnv = z.object({
   ...sharedEnv,
   ...secretsEnv,
   NODEPLANE_CONFIG_DIR: lifecycleEnv.NODEPLANE_CONFIG_DIR,
+  CHAIN_PROFILE_VERSION: lifecycleEnv.CHAIN_PROFILE_VERSION,
+  CHAINS_CHECK_INTERVAL: lifecycleEnv.CHAINS_CHECK_INTERVAL,
   ...eventsEnv,
   ...httpEnv,
   ...authEnv,

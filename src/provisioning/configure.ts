@@ -24,7 +24,7 @@ export interface ConfigureResult {
 }
 
 export async function renderConfiguration(deps: LifecycleDeps, target: ConfigureTarget): Promise<NodeConfiguration> {
-  const profile = getProfile(deps.catalogue, target.chainProfileId)
+  const profile = getProfile(deps.chains.current(), target.chainProfileId)
   // Local hosts share one machine, so each chain needs its own port; a real host has its own.
   const rpcPort = target.provider === 'local' ? await freePort() : 8545
   return renderNodeConfig(profile, target.nodeType, { rpc_port: rpcPort, node_id: target.nodeId, ...(target.version ? { version: target.version } : {}) })

@@ -1,5 +1,5 @@
 /** What the node lifecycle workflows need, wired by the orchestrator (daemons/orchestrator.ts). */
-import type { ChainCatalogue } from '../config/chains.js'
+import type { ChainSource } from '../config/chain-source.js'
 import type { Db } from '../db/knex.js'
 import type { Logger } from '../log.js'
 import type { MasterKey } from '../secrets/master-key.js'
@@ -15,7 +15,8 @@ export interface AgentBootstrapSettings {
 export interface LifecycleDeps {
   db: Db
   logger: Logger
-  catalogue: ChainCatalogue
+  /** Asked at each use, so a step after a catalogue change sees the new profiles. */
+  chains: ChainSource
   /** Wraps the per-node data keys (docs/secrets.md). */
   masterKey: MasterKey
   providers: ReadonlyMap<string, InfrastructureProvider>

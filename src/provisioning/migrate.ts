@@ -302,7 +302,7 @@ async function enterMaintenance(deps: LifecycleDeps, input: MigrateInput, now: D
     const instanceType = node.instance_type ?? subscription?.instance_type
     if (!provider || !region || !instanceType) throw new Error(`node ${node.id} has no resolved placement (provider, region, instance type)`)
     const config = (await trx('node_config_state').where({ node_id: node.id }).first('binary_version')) as { binary_version: string | null } | undefined
-    const profile = getProfile(deps.catalogue, node.chain_profile_id)
+    const profile = getProfile(deps.chains.current(), node.chain_profile_id)
     const current = config?.binary_version ?? null
 
     if (!alreadyOurs) {

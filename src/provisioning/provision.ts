@@ -57,11 +57,11 @@ export function provisionWorkflow(deps: LifecycleDeps) {
       )
     const saga = ctx.saga()
     try {
-      await step('validate-inputs', () => assertRequiredInputs(deps.db, getProfile(deps.catalogue, plan.node.chain_profile_id), plan.node.subscription_id).then(() => true), {
+      await step('validate-inputs', () => assertRequiredInputs(deps.db, getProfile(deps.chains.current(), plan.node.chain_profile_id), plan.node.subscription_id).then(() => true), {
         retry: { maxAttempts: 1 },
       })
       saga.add('delete-keys', () => deleteKeys(deps.db, plan.node.id))
-      const keys = await step('generate-keys', () => prepareNodeKeys(deps, plan.node.id, plan.node.subscription_id, getProfile(deps.catalogue, plan.node.chain_profile_id)))
+      const keys = await step('generate-keys', () => prepareNodeKeys(deps, plan.node.id, plan.node.subscription_id, getProfile(deps.chains.current(), plan.node.chain_profile_id)))
       // The token is created inside the step that hands it to the host, so its plaintext is
       // never journaled; a retry creates a new one and re-bootstraps the same host.
       const host = await step(
@@ -111,7 +111,7 @@ export function provisionWorkflow(deps: LifecycleDeps) {
       // write their node key when they first start.
       const captured = await step(
         'capture-keys',
-        (step) => captureChainKeys(deps, plan.node.id, getProfile(deps.catalogue, plan.node.chain_profile_id), `${ctx.runId}:capture-keys`, step.heartbeat),
+        (step) => captureChainKeys(deps, plan.node.id, getProfile(deps.chains.current(), plan.node.chain_profile_id), `${ctx.runId}:capture-keys`, step.heartbeat),
         agentStep,
       )
       await step('mark-inputs-applied', () => markInputsApplied(deps.db, plan.node.subscription_id, new Date(keys.inputs_read_at), (deps.now ?? (() => new Date()))()))

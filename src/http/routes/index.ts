@@ -1,15 +1,17 @@
 /** Every control-plane route the api-server serves under /api/v1, for createApiApp({ routes }). */
-import type { ChainCatalogue } from '../../config/chains.js'
+import type { ChainSource } from '../../config/chain-source.js'
 import type { Db } from '../../db/knex.js'
 import type { Logger } from '../../log.js'
 import type { MasterKey } from '../../secrets/master-key.js'
 import type { ApiRoute } from '../route.js'
 import { apiKeyRoutes } from './api-keys.js'
+import { chainRoutes } from './chains.js'
 import { cryptoRoutes } from './crypto.js'
 import { inputRoutes } from './inputs.js'
 import { meRoutes } from './me.js'
 import { nodeKeyRoutes } from './node-keys.js'
 import { nodeRoutes } from './nodes.js'
+import { subscriptionRoutes } from './subscriptions.js'
 import { walletRoutes } from './wallet.js'
 
 export interface ControlPlaneRouteDeps {
@@ -19,10 +21,10 @@ export interface ControlPlaneRouteDeps {
   now?: () => Date
   /** The key hierarchy's master key; absent until `nodeplane secrets init` (key export then answers 503). */
   masterKey?: MasterKey
-  /** The chain catalogue (provisioning inputs); loaded from the package's config dir on first use when absent. */
-  catalogue?: ChainCatalogue
+  /** The chain catalogue (GET /chains, provisioning inputs), asked per request; the package's own `chains/` when absent. */
+  chains?: ChainSource
 }
 
 export function controlPlaneRoutes(deps: ControlPlaneRouteDeps): ApiRoute[] {
-  return [...meRoutes(deps), ...apiKeyRoutes(deps), ...walletRoutes(deps), ...nodeRoutes(deps), ...cryptoRoutes(deps), ...nodeKeyRoutes(deps), ...inputRoutes(deps)]
+  return [...meRoutes(deps), ...apiKeyRoutes(deps), ...walletRoutes(deps), ...nodeRoutes(deps), ...cryptoRoutes(deps), ...nodeKeyRoutes(deps), ...inputRoutes(deps), ...subscriptionRoutes(deps), ...chainRoutes(deps)]
 }

@@ -6,7 +6,7 @@
  * and never leave again: answers and log lines carry input names and metadata only.
  */
 import { ADMIN_SCOPE, hasScope } from '../../auth/scopes.js'
-import { defaultConfigDir, loadChainCatalogue, type ChainCatalogue } from '../../config/chains.js'
+import type { ChainSource } from '../../config/chain-source.js'
 import type { Db } from '../../db/knex.js'
 import { INPUT_PHASES, INPUT_TYPES } from '../../secrets/input-specs.js'
 import type { MasterKey } from '../../secrets/master-key.js'
@@ -23,6 +23,7 @@ import {
   submitInputs,
 } from '../../subscriptions/inputs.js'
 import { defineRoute, errorResponse, type ApiRoute } from '../route.js'
+import { currentCatalogue } from './chains.js'
 import { z } from '../zod.js'
 
 export interface InputRouteDeps {
@@ -30,8 +31,8 @@ export interface InputRouteDeps {
   now?: () => Date
   /** Absent until `nodeplane secrets init`: secret inputs then answer 503. */
   masterKey?: MasterKey
-  /** The chain catalogue; loaded once from the package's config dir when not given. */
-  catalogue?: ChainCatalogue
+  /** The chain catalogue, asked per request; the package's own `chains/` when not given. */
+  chains?: ChainSource
 }
 
 const TAGS = ['subscriptions']
@@ -76,22 +77,9 @@ const listAnswer = submitAnswer
 // Not `.uuid()`: a malformed id answers the same 404 as an unknown one.
 const params = z.object({ id: z.string() })
 
-/** The catalogue given, or the package's one, loaded on first use (a failed load is retried next time). */
-function catalogueSource(given: ChainCatalogue | undefined): () => Promise<ChainCatalogue> {
-  if (given) return () => Promise.resolve(given)
-  let loading: Promise<ChainCatalogue> | undefined
-  return () => {
-    loading ??= loadChainCatalogue(defaultConfigDir()).catch((err: unknown) => {
-      loading = undefined
-      throw err
-    })
-    return loading
-  }
-}
-
 export function inputRoutes(deps: InputRouteDeps): ApiRoute[] {
   const { db } = deps
-  const catalogue = catalogueSource(deps.catalogue)
+  const catalogue = currentCatalogue(deps.chains)
   const opener = deps.masterKey ? serverKeyOpener(db, deps.masterKey) : undefined
   return [
     defineRoute({

@@ -7,6 +7,7 @@ import { pathToFileURL } from 'node:url'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { findRegistration } from '../../../src/agents/registrations.js'
 import { createAgentToken } from '../../../src/agents/tokens.js'
+import { staticChainSource } from '../../../src/config/chain-source.js'
 import { defaultConfigDir, getProfile, loadChainCatalogue } from '../../../src/config/chains.js'
 import type { Db } from '../../../src/db/knex.js'
 import { toDateOrNull } from '../../../src/db/dialect.js'
@@ -48,7 +49,7 @@ describe.each(DIALECTS)('node lifecycle workflows on the local provider on %s', 
     deps = {
       db,
       logger,
-      catalogue: await loadChainCatalogue(defaultConfigDir()),
+      chains: staticChainSource(await loadChainCatalogue(defaultConfigDir())),
       masterKey,
       providers: new Map([[provider.name, provider]]),
       agentBootstrap: { gatewayTarget: gateway.target, caPem: devTls().ca.toString() },
@@ -212,9 +213,9 @@ describe.each(DIALECTS)('node lifecycle workflows on the local provider on %s', 
 
   it('a node missing a required input ends failed before any host or key is made', async () => {
     const node = await insertTestNode(db)
-    const devnet = getProfile(deps.catalogue, 'devnet')
+    const devnet = getProfile(deps.chains.current(), 'devnet')
     const strict = { ...devnet, inputs: devnet.inputs.map((i) => (i.name === 'operator_label' ? { ...i, required: true } : i)) }
-    const strictDeps: LifecycleDeps = { ...deps, catalogue: { ...deps.catalogue, profiles: new Map([['devnet', strict]]) } }
+    const strictDeps: LifecycleDeps = { ...deps, chains: staticChainSource({ ...deps.chains.current(), profiles: new Map([['devnet', strict]]) }) }
     const isolated = createWorkflowWorker({ db, registry: registerLifecycleWorkflows(createWorkflowRegistry(), strictDeps), logger: quiet, leaseMs: 30_000, pollIntervalMs: 50, concurrency: 1 })
     await worker.stop()
     isolated.start()

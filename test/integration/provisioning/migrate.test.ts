@@ -4,6 +4,7 @@ import path from 'node:path'
 import { pathToFileURL } from 'node:url'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { findRegistration } from '../../../src/agents/registrations.js'
+import { staticChainSource } from '../../../src/config/chain-source.js'
 import { defaultConfigDir, loadChainCatalogue } from '../../../src/config/chains.js'
 import { fromJson } from '../../../src/db/dialect.js'
 import type { Db } from '../../../src/db/knex.js'
@@ -59,7 +60,7 @@ describe.each(DIALECTS)('the migrate workflow on the local provider on %s', (dia
     deps = {
       db,
       logger: quiet,
-      catalogue: await loadChainCatalogue(defaultConfigDir()),
+      chains: staticChainSource(await loadChainCatalogue(defaultConfigDir())),
       masterKey,
       providers: new Map([[provider.name, provider]]),
       agentBootstrap: { gatewayTarget: gateway.target, caPem: devTls().ca.toString() },

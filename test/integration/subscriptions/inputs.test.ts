@@ -3,6 +3,7 @@ import nacl from 'tweetnacl'
 import { afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { createApiRateLimiter } from '../../../src/auth/api-rate-limit.js'
 import { authenticatorFromSettings } from '../../../src/auth/authenticator.js'
+import { staticChainSource } from '../../../src/config/chain-source.js'
 import { defaultConfigDir, loadChainCatalogue, type ChainCatalogue, type ProfileInput } from '../../../src/config/chains.js'
 import type { Db } from '../../../src/db/knex.js'
 import { controlPlaneRoutes } from '../../../src/http/routes/index.js'
@@ -28,7 +29,7 @@ beforeAll(async () => {
 function withInputs(change: (inputs: ProfileInput[]) => ProfileInput[]): ChainCatalogue {
   const profile = devnet.profiles.get('devnet')
   if (!profile) throw new Error('the devnet profile is missing')
-  return { configDir: devnet.configDir, profiles: new Map([['devnet', { ...profile, inputs: change(profile.inputs.map((i) => ({ ...i }))) }]]) }
+  return { ...devnet, profiles: new Map([['devnet', { ...profile, inputs: change(profile.inputs.map((i) => ({ ...i }))) }]]) }
 }
 
 interface Api extends StartedApi {
@@ -42,7 +43,7 @@ async function startApi(db: Db, options: { masterKey?: MasterKey; catalogue?: Ch
     { db },
   )
   const limiter = createApiRateLimiter({ perMinute: 10_000 })
-  const routes = controlPlaneRoutes({ db, catalogue: options.catalogue ?? devnet, ...(options.masterKey ? { masterKey: options.masterKey } : {}) })
+  const routes = controlPlaneRoutes({ db, chains: staticChainSource(options.catalogue ?? devnet), ...(options.masterKey ? { masterKey: options.masterKey } : {}) })
   const api = await resources.api({ db, authenticate, rateLimit: limiter.rateLimit, routes })
   return {
     ...api,
