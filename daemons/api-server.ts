@@ -2,7 +2,7 @@
 import { createApiRateLimiter } from '../src/auth/api-rate-limit.js'
 import { authenticatorFromSettings, type AuthenticationSettings } from '../src/auth/authenticator.js'
 import type { KeySetOptions } from '../src/auth/idp-tokens.js'
-import type { ChainCatalogue } from '../src/config/chains.js'
+import type { ChainSource } from '../src/config/chain-source.js'
 import type { Db } from '../src/db/knex.js'
 import { ConfigError } from '../src/errors.js'
 import type { EventBus } from '../src/events/bus.js'
@@ -34,8 +34,8 @@ export interface ApiServerDeps {
   keySet?: KeySetOptions
   /** The key hierarchy's master key; without it key export and secret inputs answer 503. */
   masterKey?: MasterKey
-  /** The chain catalogue (inputs are validated against it); default: the package's own chains. */
-  catalogue?: ChainCatalogue
+  /** The chain catalogue (GET /chains; inputs are validated against it); default: the package's own chains. */
+  chains?: ChainSource
 }
 
 export interface RunningServer {
@@ -66,7 +66,7 @@ export async function startApiServer(settings: ApiServerSettings, deps: ApiServe
       logger: deps.logger,
       now,
       ...(deps.masterKey ? { masterKey: deps.masterKey } : {}),
-      ...(deps.catalogue ? { catalogue: deps.catalogue } : {}),
+      ...(deps.chains ? { chains: deps.chains } : {}),
     }),
   })
   const server = await startHttpServer(app, { host: settings.HTTP_HOST, port: settings.API_SERVER_PORT }).catch((err: NodeJS.ErrnoException) => {

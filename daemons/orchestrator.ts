@@ -7,7 +7,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { pathToFileURL } from 'node:url'
 import type { z } from 'zod'
-import { defaultConfigDir, loadChainCatalogue } from '../src/config/chains.js'
+import type { ChainSource } from '../src/config/chain-source.js'
 import { lifecycleEnv, orchestratorEnv } from '../src/config/env.js'
 import type { Db } from '../src/db/knex.js'
 import { ConfigError } from '../src/errors.js'
@@ -23,9 +23,8 @@ export { orchestratorEnv }
 export type OrchestratorSettings = Pick<z.infer<typeof orchestratorEnv>, 'WORKFLOW_LEASE' | 'WORKFLOW_POLL_INTERVAL' | 'WORKFLOW_CONCURRENCY'>
 export type LifecycleSettings = z.infer<z.ZodObject<typeof lifecycleEnv>> & { NODEPLANE_DATA_DIR: string; AGENT_GATEWAY_PORT: number; LOG_LEVEL: string }
 
-/** Chains, the local provider and how new agents reach the gateway, from the settings. */
-export async function lifecycleDeps(settings: LifecycleSettings, deps: { db: Db; logger: Logger; masterKey: MasterKey; now?: () => Date }): Promise<LifecycleDeps> {
-  const catalogue = await loadChainCatalogue(settings.NODEPLANE_CONFIG_DIR ?? defaultConfigDir())
+/** The local provider and how new agents reach the gateway, from the settings; `chains` is opened by the caller (who closes it). */
+export async function lifecycleDeps(settings: LifecycleSettings, deps: { db: Db; logger: Logger; masterKey: MasterKey; chains: ChainSource; now?: () => Date }): Promise<LifecycleDeps> {
   const caFile = settings.AGENT_GATEWAY_CA_FILE ?? path.join(devCaDir(settings.NODEPLANE_DATA_DIR), 'ca.pem')
   if (!fs.existsSync(caFile)) {
     throw new ConfigError([
@@ -40,7 +39,7 @@ export async function lifecycleDeps(settings: LifecycleSettings, deps: { db: Db;
   return {
     db: deps.db,
     logger: deps.logger,
-    catalogue,
+    chains: deps.chains,
     masterKey: deps.masterKey,
     providers: new Map([[local.name, local]]),
     agentBootstrap: {
