@@ -1,30 +1,29 @@
 import crypto from 'node:crypto'
 import fs from 'node:fs'
+import path from 'node:path'
 import { Writable } from 'node:stream'
 import pino from 'pino'
-import path from 'node:path'
-import { pathToFileURL } from 'node:url'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { findRegistration } from '../../../src/agents/registrations.js'
 import { createAgentToken } from '../../../src/agents/tokens.js'
 import { staticChainSource } from '../../../src/config/chain-source.js'
-import { defaultConfigDir, getProfile, loadChainCatalogue } from '../../../src/config/chains.js'
+import { getProfile } from '../../../src/config/chains.js'
 import type { Db } from '../../../src/db/knex.js'
 import { toDateOrNull } from '../../../src/db/dialect.js'
 import { findNode } from '../../../src/nodes/node-store.js'
-import { registerLifecycleWorkflows, requestProvision, requestTermination, type LifecycleDeps } from '../../../src/provisioning/index.js'
-import { LocalInfrastructureProvider } from '../../../src/provisioning/infrastructure/local.js'
+import { requestProvision, requestTermination, type LifecycleDeps } from '../../../src/provisioning/index.js'
+import type { LocalInfrastructureProvider } from '../../../src/provisioning/infrastructure/local.js'
 import { createDataKey, loadDataKey } from '../../../src/secrets/data-keys.js'
-import { LocalFileMasterKey } from '../../../src/secrets/master-key.js'
+import type { MasterKey } from '../../../src/secrets/master-key.js'
 import { decryptNodeKey, listNodeKeys } from '../../../src/secrets/node-keys.js'
 import { sealBlob } from '../../../src/secrets/sealed-blob.js'
-import { activeServerPublicKey, ensureServerKeyPair } from '../../../src/secrets/server-key.js'
-import { createWorkflowRegistry, createWorkflowWorker, getRun, type WorkflowRun, type WorkflowWorker } from '../../../src/workflows/index.js'
-import { tempDir } from '../../helpers/cli.js'
+import { activeServerPublicKey } from '../../../src/secrets/server-key.js'
+import { getRun, type WorkflowRun, type WorkflowWorker } from '../../../src/workflows/index.js'
 import { createTestDatabase, DIALECTS, type TestDatabase } from '../../helpers/db.js'
 import { insertTestNode } from '../../helpers/fixtures.js'
 import { waitFor } from '../../helpers/ports.js'
-import { devTls, otherCa, quiet, startGateway, type RunningGateway } from '../agents/harness.js'
+import { otherCa, type RunningGateway } from '../agents/harness.js'
+import { lifecycleSetting, startLifecycleWorker } from './harness.js'
 
 describe.each(DIALECTS)('node lifecycle workflows on the local provider on %s', (dialect) => {
   let t: TestDatabase
@@ -34,7 +33,7 @@ describe.each(DIALECTS)('node lifecycle workflows on the local provider on %s', 
   let deps: LifecycleDeps
   let worker: WorkflowWorker
   let root: string
-  const masterKey = LocalFileMasterKey.fromBytes(crypto.randomBytes(32))
+  let masterKey: MasterKey
   // Everything the orchestrator side logs, to check no key material reaches a log.
   const logged: string[] = []
   const logger = pino({ level: 'debug' }, new Writable({ write: (chunk: Buffer, _enc, done) => (logged.push(chunk.toString('utf8')), done()) }))
@@ -42,25 +41,8 @@ describe.each(DIALECTS)('node lifecycle workflows on the local provider on %s', 
   beforeAll(async () => {
     t = await createTestDatabase(dialect)
     db = t.db
-    gateway = await startGateway(db, { heartbeatFlushIntervalMs: 50, commandPollIntervalMs: 50 })
-    root = tempDir('nodeplane-lifecycle-hosts-')
-    await ensureServerKeyPair(db, masterKey)
-    provider = new LocalInfrastructureProvider({ root, logger: quiet, agentEnv: { LOG_LEVEL: 'info', NODE_AGENT_HEARTBEAT_INTERVAL: '200ms' } })
-    deps = {
-      db,
-      logger,
-      chains: staticChainSource(await loadChainCatalogue(defaultConfigDir())),
-      masterKey,
-      providers: new Map([[provider.name, provider]]),
-      agentBootstrap: { gatewayTarget: gateway.target, caPem: devTls().ca.toString() },
-      backupStoreUrl: pathToFileURL(tempDir('nodeplane-backups-')).href,
-      migrationCooldownMs: 3_600_000,
-      agentReadyWaitMs: 30_000,
-      commandTimeoutMs: 60_000,
-      pollIntervalMs: 50,
-    }
-    worker = createWorkflowWorker({ db, registry: registerLifecycleWorkflows(createWorkflowRegistry(), deps), logger, leaseMs: 30_000, pollIntervalMs: 50, concurrency: 4 })
-    worker.start()
+    ;({ gateway, provider, deps, root, masterKey } = await lifecycleSetting(db, { logger }))
+    worker = startLifecycleWorker(db, deps)
   })
   afterEach(async () => {
     for (const host of fs.readdirSync(root)) await provider.destroyHost(host)
@@ -155,8 +137,7 @@ describe.each(DIALECTS)('node lifecycle workflows on the local provider on %s', 
     await worker.stop()
     const node = await insertTestNode(db)
     const shortWait: LifecycleDeps = { ...deps, agentReadyWaitMs: 1_500, agentBootstrap: { ...deps.agentBootstrap, caPem: otherCa().toString() } }
-    const isolated = createWorkflowWorker({ db, registry: registerLifecycleWorkflows(createWorkflowRegistry(), shortWait), logger: quiet, leaseMs: 30_000, pollIntervalMs: 50, concurrency: 1 })
-    isolated.start()
+    const isolated = startLifecycleWorker(db, shortWait, 1)
     try {
       const started = await requestProvision(db, node.id)
       const run = await finished(started.run.id)
@@ -164,8 +145,7 @@ describe.each(DIALECTS)('node lifecycle workflows on the local provider on %s', 
       expect(run.error).toMatch(/did not register within 2 s|did not register within 1 s/)
     } finally {
       await isolated.stop()
-      worker = createWorkflowWorker({ db, registry: registerLifecycleWorkflows(createWorkflowRegistry(), deps), logger: quiet, leaseMs: 30_000, pollIntervalMs: 50, concurrency: 4 })
-      worker.start()
+      worker = startLifecycleWorker(db, deps)
     }
     expect((await findNode(db, node.id))?.state).toBe('failed')
     expect(fs.readdirSync(root)).toEqual([])
@@ -188,8 +168,7 @@ describe.each(DIALECTS)('node lifecycle workflows on the local provider on %s', 
       faults.set(node.id, step)
       nodes.push({ id: node.id, step, runId: (await requestProvision(db, node.id)).run.id })
     }
-    const isolated = createWorkflowWorker({ db, registry: registerLifecycleWorkflows(createWorkflowRegistry(), faulty), logger: quiet, leaseMs: 30_000, pollIntervalMs: 50, concurrency: steps.length })
-    isolated.start()
+    const isolated = startLifecycleWorker(db, faulty, steps.length)
     try {
       for (const node of nodes) {
         const run = await finished(node.runId)
@@ -198,8 +177,7 @@ describe.each(DIALECTS)('node lifecycle workflows on the local provider on %s', 
       }
     } finally {
       await isolated.stop()
-      worker = createWorkflowWorker({ db, registry: registerLifecycleWorkflows(createWorkflowRegistry(), deps), logger: quiet, leaseMs: 30_000, pollIntervalMs: 50, concurrency: 4 })
-      worker.start()
+      worker = startLifecycleWorker(db, deps)
     }
     for (const node of nodes) {
       expect((await findNode(db, node.id))?.state, node.step).toBe('failed')
@@ -216,17 +194,15 @@ describe.each(DIALECTS)('node lifecycle workflows on the local provider on %s', 
     const devnet = getProfile(deps.chains.current(), 'devnet')
     const strict = { ...devnet, inputs: devnet.inputs.map((i) => (i.name === 'operator_label' ? { ...i, required: true } : i)) }
     const strictDeps: LifecycleDeps = { ...deps, chains: staticChainSource({ ...deps.chains.current(), profiles: new Map([['devnet', strict]]) }) }
-    const isolated = createWorkflowWorker({ db, registry: registerLifecycleWorkflows(createWorkflowRegistry(), strictDeps), logger: quiet, leaseMs: 30_000, pollIntervalMs: 50, concurrency: 1 })
+    const isolated = startLifecycleWorker(db, strictDeps, 1)
     await worker.stop()
-    isolated.start()
     try {
       const run = await finished((await requestProvision(db, node.id)).run.id)
       expect(run.status).toBe('failed')
       expect(run.error).toContain('required inputs missing: operator_label')
     } finally {
       await isolated.stop()
-      worker = createWorkflowWorker({ db, registry: registerLifecycleWorkflows(createWorkflowRegistry(), deps), logger: quiet, leaseMs: 30_000, pollIntervalMs: 50, concurrency: 4 })
-      worker.start()
+      worker = startLifecycleWorker(db, deps)
     }
     expect((await findNode(db, node.id))?.state).toBe('failed')
     expect(fs.readdirSync(root)).toEqual([])

@@ -1,18 +1,13 @@
-import crypto from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'
-import { pathToFileURL } from 'node:url'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { findRegistration } from '../../../src/agents/registrations.js'
-import { staticChainSource } from '../../../src/config/chain-source.js'
-import { defaultConfigDir, loadChainCatalogue } from '../../../src/config/chains.js'
 import { fromJson } from '../../../src/db/dialect.js'
 import type { Db } from '../../../src/db/knex.js'
 import { ConflictError, NotFoundError, ValidationError } from '../../../src/errors.js'
 import type { HealthEvent } from '../../../src/nodes/health-state-machine.js'
 import { findNode } from '../../../src/nodes/node-store.js'
 import {
-  registerLifecycleWorkflows,
   requestMigration,
   requestProvision,
   type LifecycleDeps,
@@ -20,15 +15,15 @@ import {
 } from '../../../src/provisioning/index.js'
 import { LocalInfrastructureProvider } from '../../../src/provisioning/infrastructure/local.js'
 import { loadDataKey } from '../../../src/secrets/data-keys.js'
-import { LocalFileMasterKey } from '../../../src/secrets/master-key.js'
+import type { MasterKey } from '../../../src/secrets/master-key.js'
 import { decryptNodeKey } from '../../../src/secrets/node-keys.js'
-import { ensureServerKeyPair } from '../../../src/secrets/server-key.js'
-import { createWorkflowRegistry, createWorkflowWorker, getRun, type WorkflowRun, type WorkflowWorker } from '../../../src/workflows/index.js'
+import { getRun, type WorkflowRun, type WorkflowWorker } from '../../../src/workflows/index.js'
 import { nodeplane, tempDir } from '../../helpers/cli.js'
 import { createTestDatabase, DIALECTS, type TestDatabase } from '../../helpers/db.js'
 import { insertTestNode, setNodeState } from '../../helpers/fixtures.js'
 import { waitFor } from '../../helpers/ports.js'
-import { devTls, otherCa, quiet, startGateway, type RunningGateway } from '../agents/harness.js'
+import { otherCa, type RunningGateway } from '../agents/harness.js'
+import { lifecycleSetting, startLifecycleWorker } from './harness.js'
 
 const HOUR = 3_600_000
 
@@ -41,35 +36,13 @@ describe.each(DIALECTS)('the migrate workflow on the local provider on %s', (dia
   let worker: WorkflowWorker
   let root: string
   let store: string
-  const masterKey = LocalFileMasterKey.fromBytes(crypto.randomBytes(32))
-
-  const startWorker = (d: LifecycleDeps) => {
-    const w = createWorkflowWorker({ db, registry: registerLifecycleWorkflows(createWorkflowRegistry(), d), logger: quiet, leaseMs: 30_000, pollIntervalMs: 50, concurrency: 4 })
-    w.start()
-    return w
-  }
+  let masterKey: MasterKey
+  const startWorker = (d: LifecycleDeps) => startLifecycleWorker(db, d)
 
   beforeAll(async () => {
     t = await createTestDatabase(dialect)
     db = t.db
-    gateway = await startGateway(db, { heartbeatFlushIntervalMs: 50, commandPollIntervalMs: 50 })
-    root = tempDir('nodeplane-migrate-hosts-')
-    store = tempDir('nodeplane-migrate-backups-')
-    await ensureServerKeyPair(db, masterKey)
-    provider = new LocalInfrastructureProvider({ root, logger: quiet, agentEnv: { LOG_LEVEL: 'info', NODE_AGENT_HEARTBEAT_INTERVAL: '200ms' } })
-    deps = {
-      db,
-      logger: quiet,
-      chains: staticChainSource(await loadChainCatalogue(defaultConfigDir())),
-      masterKey,
-      providers: new Map([[provider.name, provider]]),
-      agentBootstrap: { gatewayTarget: gateway.target, caPem: devTls().ca.toString() },
-      backupStoreUrl: pathToFileURL(store).href,
-      migrationCooldownMs: HOUR,
-      agentReadyWaitMs: 30_000,
-      commandTimeoutMs: 60_000,
-      pollIntervalMs: 50,
-    }
+    ;({ gateway, provider, deps, root, store, masterKey } = await lifecycleSetting(db, { migrationCooldownMs: HOUR }))
     worker = startWorker(deps)
   })
   afterEach(async () => {

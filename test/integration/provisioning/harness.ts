@@ -1,0 +1,57 @@
+/**
+ * The setting the lifecycle tests share: a real gateway, the local provider with real agent
+ * processes under `root`, the repo's chain catalogue, a master key and the server key pair.
+ */
+import crypto from 'node:crypto'
+import { pathToFileURL } from 'node:url'
+import type { Logger } from 'pino'
+import { staticChainSource } from '../../../src/config/chain-source.js'
+import { defaultConfigDir, loadChainCatalogue } from '../../../src/config/chains.js'
+import type { Db } from '../../../src/db/knex.js'
+import { registerLifecycleWorkflows, type LifecycleDeps } from '../../../src/provisioning/index.js'
+import { LocalInfrastructureProvider } from '../../../src/provisioning/infrastructure/local.js'
+import { LocalFileMasterKey, type MasterKey } from '../../../src/secrets/master-key.js'
+import { ensureServerKeyPair } from '../../../src/secrets/server-key.js'
+import { createWorkflowRegistry, createWorkflowWorker, type WorkflowWorker } from '../../../src/workflows/index.js'
+import { tempDir } from '../../helpers/cli.js'
+import { devTls, quiet, startGateway, type RunningGateway } from '../agents/harness.js'
+
+export interface LifecycleSetting {
+  gateway: RunningGateway
+  provider: LocalInfrastructureProvider
+  deps: LifecycleDeps
+  /** Where the local provider keeps hosts. */
+  root: string
+  /** The file:// backup store's directory. */
+  store: string
+  masterKey: MasterKey
+}
+
+export async function lifecycleSetting(db: Db, options: { logger?: Logger; migrationCooldownMs?: number } = {}): Promise<LifecycleSetting> {
+  const gateway = await startGateway(db, { heartbeatFlushIntervalMs: 50, commandPollIntervalMs: 50 })
+  const root = tempDir('nodeplane-lifecycle-hosts-')
+  const store = tempDir('nodeplane-lifecycle-backups-')
+  const masterKey = LocalFileMasterKey.fromBytes(crypto.randomBytes(32))
+  await ensureServerKeyPair(db, masterKey)
+  const provider = new LocalInfrastructureProvider({ root, logger: quiet, agentEnv: { LOG_LEVEL: 'info', NODE_AGENT_HEARTBEAT_INTERVAL: '200ms' } })
+  const deps: LifecycleDeps = {
+    db,
+    logger: options.logger ?? quiet,
+    chains: staticChainSource(await loadChainCatalogue(defaultConfigDir())),
+    masterKey,
+    providers: new Map([[provider.name, provider]]),
+    agentBootstrap: { gatewayTarget: gateway.target, caPem: devTls().ca.toString() },
+    backupStoreUrl: pathToFileURL(store).href,
+    migrationCooldownMs: options.migrationCooldownMs ?? 3_600_000,
+    agentReadyWaitMs: 30_000,
+    commandTimeoutMs: 60_000,
+    pollIntervalMs: 50,
+  }
+  return { gateway, provider, deps, root, store, masterKey }
+}
+
+export function startLifecycleWorker(db: Db, deps: LifecycleDeps, concurrency = 4): WorkflowWorker {
+  const worker = createWorkflowWorker({ db, registry: registerLifecycleWorkflows(createWorkflowRegistry(), deps), logger: deps.logger, leaseMs: 30_000, pollIntervalMs: 50, concurrency })
+  worker.start()
+  return worker
+}
