@@ -3,6 +3,7 @@
  * handed to the host once; only the SHA-256 is stored. A gateway checks the token of every call
  * against the node's current row, compared in constant time.
  */
+import { isUuid } from '../db/ids.js'
 import crypto from 'node:crypto'
 import type { Queryable } from '../db/knex.js'
 import { toDateOrNull } from '../db/dialect.js'
@@ -11,7 +12,6 @@ import { isTerminalState, type NodeState } from '../nodes/states.js'
 
 export const AGENT_TOKEN_PREFIX = 'npt_'
 const TOKEN_SHAPE = /^npt_[A-Za-z0-9_-]{43}$/
-const UUID_SHAPE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 
 export function hashAgentToken(token: string): string {
   return crypto.createHash('sha256').update(token, 'utf8').digest('hex')
@@ -42,7 +42,7 @@ export interface AuthenticatedAgent {
  */
 export async function authenticateAgent(db: Queryable, nodeId: string | undefined, token: string | undefined): Promise<AuthenticatedAgent> {
   const refused = new UnauthorizedError('agent token refused', 'send metadata x-node-id and authorization: Bearer <node token>')
-  if (!nodeId || !token || !UUID_SHAPE.test(nodeId) || !TOKEN_SHAPE.test(token)) throw refused
+  if (!nodeId || !token || !isUuid(nodeId) || !TOKEN_SHAPE.test(token)) throw refused
   const row = (await db('agent_tokens as t')
     .join('nodes as n', 'n.id', 't.node_id')
     .where('t.node_id', nodeId.toLowerCase())

@@ -6,10 +6,10 @@
 import crypto from 'node:crypto'
 import type { Queryable } from '../db/knex.js'
 import { fromJson, lockRow, toDate, toDateOrNull, toJson } from '../db/dialect.js'
-import { uuidv7 } from '../db/ids.js'
+import { isUuid, uuidv7 } from '../db/ids.js'
 import { ConflictError, NotFoundError, ValidationError } from '../errors.js'
 import { ADMIN_SCOPE, isApiKeyScope, type Scope } from './scopes.js'
-import { isUuid, userFromRow, type User } from './users.js'
+import { userFromRow, type User } from './users.js'
 
 export const API_KEY_PREFIX = 'np_'
 export const MAX_ACTIVE_KEYS_PER_USER = 50

@@ -12,7 +12,7 @@
  * before choosing the key set; the signature check that follows is what makes the claim true.
  */
 import { UnauthorizedError } from '../errors.js'
-import { isUuid } from './users.js'
+import { isUuid } from '../db/ids.js'
 import { remoteKeySet, verifyRs256, type KeySetOptions } from './idp-tokens.js'
 
 export const LEGACY_TOKEN_ISSUER = 'nodeplane-auth'

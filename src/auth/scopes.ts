@@ -30,3 +30,10 @@ export function hasScope(granted: readonly string[], required: string): boolean 
   if (granted.includes(required)) return true
   return required !== ADMIN_SCOPE && granted.includes('*')
 }
+
+/** Whose records a caller sees: an `admin` credential every user's, anyone else only their own. */
+export type Visibility = { kind: 'owner'; userId: string } | { kind: 'all' }
+
+export function visibilityFor(scopes: readonly string[], userId: string): Visibility {
+  return hasScope(scopes, ADMIN_SCOPE) ? { kind: 'all' } : { kind: 'owner', userId }
+}

@@ -2,7 +2,7 @@
 import type { Queryable } from '../db/knex.js'
 import { toBool, toDate } from '../db/dialect.js'
 import { isUniqueViolation } from '../db/errors.js'
-import { uuidv7 } from '../db/ids.js'
+import { isUuid, uuidv7 } from '../db/ids.js'
 import { ConflictError, NotFoundError, ValidationError } from '../errors.js'
 
 export interface User {
@@ -32,12 +32,6 @@ export function userFromRow(row: UserRow): User {
 }
 
 const EMAIL = /^[^\s@]{1,64}@[^\s@]{1,255}$/
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
-
-export function isUuid(value: string): boolean {
-  return UUID.test(value)
-}
-
 export interface NewUser {
   email?: string | null
   external_auth_id?: string | null

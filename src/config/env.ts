@@ -31,18 +31,17 @@ const databaseUrl = z
     }
   })
 
-export const duration = (fallback: string) =>
-  z
-    .string()
-    .default(fallback)
-    .transform((text, ctx) => {
-      const ms = parseDuration(text)
-      if (ms === null) {
-        ctx.addIssue({ code: z.ZodIssueCode.custom, message: `"${text}" is not a duration such as 30s, 5m, 24h` })
-        return z.NEVER
-      }
-      return ms
-    })
+function toMilliseconds(text: string, ctx: z.RefinementCtx): number {
+  const ms = parseDuration(text)
+  if (ms === null) {
+    ctx.addIssue({ code: z.ZodIssueCode.custom, message: `"${text}" is not a duration such as 30s, 5m, 24h` })
+    return z.NEVER
+  }
+  return ms
+}
+
+export const duration = (fallback: string) => z.string().default(fallback).transform(toMilliseconds)
+const optionalDuration = () => z.string().optional().transform((text, ctx) => (text === undefined ? undefined : toMilliseconds(text, ctx)))
 
 /** Parts every process shares: where data lives, which databases, the bus, logging. */
 export const sharedEnv = {
@@ -197,19 +196,10 @@ export const nodeAgentEnv = z.object({
   NODE_AGENT_TOKEN_FILE: z.string().min(1),
   NODE_AGENT_STATE_DIR: z.string().min(1),
   /** Overrides the gateway's intervals (tests, debugging). */
-  NODE_AGENT_HEARTBEAT_INTERVAL: z.string().optional().transform(optionalDuration),
-  NODE_AGENT_PROGRESS_CHECK_INTERVAL: z.string().optional().transform(optionalDuration),
+  NODE_AGENT_HEARTBEAT_INTERVAL: optionalDuration(),
+  NODE_AGENT_PROGRESS_CHECK_INTERVAL: optionalDuration(),
 })
 
-function optionalDuration(text: string | undefined, ctx: z.RefinementCtx): number | undefined {
-  if (text === undefined) return undefined
-  const ms = parseDuration(text)
-  if (ms === null) {
-    ctx.addIssue({ code: z.ZodIssueCode.custom, message: `"${text}" is not a duration such as 30s, 5m, 24h` })
-    return z.NEVER
-  }
-  return ms
-}
 
 /** The key hierarchy's master key (docs/secrets.md). */
 export const secretsEnv = {

@@ -14,3 +14,10 @@ export function uuidv7(now: number = Date.now()): string {
   const hex = bytes.toString('hex')
   return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`
 }
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
+
+/** Any UUID version, either case. Checked before a query so a malformed id never reaches a uuid column. */
+export function isUuid(value: string): boolean {
+  return UUID.test(value)
+}

@@ -8,7 +8,7 @@ import type { Knex } from 'knex'
 import { fromJson, toDate, toDateOrNull, toJson } from '../db/dialect.js'
 import type { Queryable } from '../db/knex.js'
 import { ValidationError } from '../errors.js'
-import { uuidv7 } from '../db/ids.js'
+import { isUuid, uuidv7 } from '../db/ids.js'
 import { isEventPayload, type EventPayload } from './envelope.js'
 import { assertPublishableSubject } from './subjects.js'
 
@@ -42,7 +42,6 @@ export interface OutboxRow {
  */
 export const MAX_EVENT_PAYLOAD_BYTES = 1_000_000
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 /** SQLite binds at most 32766 variables per statement; 7 columns per row. */
 const INSERT_CHUNK = 500
 
@@ -50,7 +49,7 @@ function outboxInsert(event: OutboxEvent, now: Date): Record<string, unknown> {
   assertPublishableSubject(event.subject)
   if (!isEventPayload(event.payload)) throw new ValidationError(`event payload for ${event.subject} must be a JSON object`)
   const messageId = event.messageId ?? uuidv7(now.getTime())
-  if (!UUID.test(messageId)) throw new ValidationError(`event message id "${messageId}" is not a UUID`)
+  if (!isUuid(messageId)) throw new ValidationError(`event message id "${messageId}" is not a UUID`)
   const payload = toJson(event.payload)
   if (Buffer.byteLength(payload) > MAX_EVENT_PAYLOAD_BYTES) {
     throw new ValidationError(`event payload for ${event.subject} is larger than ${MAX_EVENT_PAYLOAD_BYTES} bytes`)

@@ -5,6 +5,7 @@
  * hidden from users"; decision in docs/http.md, Nodes).
  */
 import type { Knex } from 'knex'
+import type { Visibility } from '../auth/scopes.js'
 import { toDate, toDateOrNull } from '../db/dialect.js'
 import type { Queryable } from '../db/knex.js'
 import { displayState, type ApplicationHealth, type DisplayState, type NodeState, type SyncStatus } from './states.js'
@@ -26,8 +27,6 @@ export interface NodeView {
   updated_at: string
 }
 
-/** Who may see which nodes: a user their subscriptions' nodes, an admin every node. */
-export type NodeVisibility = { kind: 'owner'; userId: string } | { kind: 'all' }
 
 export interface NodeFilters {
   subscriptionId?: string | undefined
@@ -58,7 +57,7 @@ export const NODE_VIEW_COLUMNS = [
  * Nodes visible to the caller and matching the filters; filters only (no select, order or
  * limit), as `paginateKeyset` wants it.
  */
-export function nodeViewQuery(db: Queryable, visibility: NodeVisibility, filters: NodeFilters = {}): Knex.QueryBuilder {
+export function nodeViewQuery(db: Queryable, visibility: Visibility, filters: NodeFilters = {}): Knex.QueryBuilder {
   const query = db('nodes as n').leftJoin('node_config_state as c', 'c.node_id', 'n.id')
   const userIds = new Set<string>()
   if (visibility.kind === 'owner') userIds.add(visibility.userId)
@@ -73,7 +72,7 @@ export function nodeViewQuery(db: Queryable, visibility: NodeVisibility, filters
 }
 
 /** One node as the caller may see it; undefined when it does not exist or is not theirs. */
-export async function findNodeView(db: Queryable, visibility: NodeVisibility, id: string): Promise<NodeView | undefined> {
+export async function findNodeView(db: Queryable, visibility: Visibility, id: string): Promise<NodeView | undefined> {
   const row = (await nodeViewQuery(db, visibility)
     .where('n.id', id)
     .select(...NODE_VIEW_COLUMNS)

@@ -48,8 +48,10 @@ async function attemptKey(deps: LifecycleDeps, base: string): Promise<string> {
     .where('idempotency_key', base)
     .orWhere('idempotency_key', 'like', `${base}#%`)
     .select('idempotency_key', 'status')) as { idempotency_key: string; status: string }[]
-  if (previous.length === 0) return base
-  const latest = previous.reduce((a, b) => (sequence(b.idempotency_key) > sequence(a.idempotency_key) ? b : a))
+  // LIKE's `_` matches any character: keep only the keys that really are `base` or `base#n`.
+  const ours = previous.filter((p) => p.idempotency_key === base || (p.idempotency_key.startsWith(base) && /^#\d+$/.test(p.idempotency_key.slice(base.length))))
+  if (ours.length === 0) return base
+  const latest = ours.reduce((a, b) => (sequence(b.idempotency_key) > sequence(a.idempotency_key) ? b : a))
   if (latest.status !== 'failed' && latest.status !== 'cancelled') return latest.idempotency_key
   return `${base}#${sequence(latest.idempotency_key) + 1}`
 }

@@ -3,6 +3,7 @@
  * subscription expiry and operators call. Idempotent: the workflow key is the node id, so a
  * second request returns the run already started (`created: false`).
  */
+import { isUuid } from '../db/ids.js'
 import { lockRow } from '../db/dialect.js'
 import type { Queryable } from '../db/knex.js'
 import { ConflictError, NotFoundError, ValidationError } from '../errors.js'
@@ -13,10 +14,9 @@ import { MIGRATABLE_STATES, MIGRATE_WORKFLOW, MIGRATION_COOLDOWN_MS, migrationKe
 import { PROVISION_WORKFLOW } from './provision.js'
 import { TERMINATE_WORKFLOW } from './terminate.js'
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 
 async function existingNode(db: Queryable, nodeId: string) {
-  if (!UUID.test(nodeId)) throw new ValidationError(`"${nodeId.slice(0, 60)}" is not a node id (UUID)`)
+  if (!isUuid(nodeId)) throw new ValidationError(`"${nodeId.slice(0, 60)}" is not a node id (UUID)`)
   const node = await findNode(db, nodeId.toLowerCase())
   if (!node) throw new NotFoundError(`node ${nodeId} not found`)
   return node

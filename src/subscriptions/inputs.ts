@@ -18,7 +18,7 @@
  * workflow, and it has no live node (not `failed` / `terminated`) past `provisioning`.
  */
 import { lockRow, toDate, toDateOrNull } from '../db/dialect.js'
-import { uuidv7 } from '../db/ids.js'
+import { uuidv7, isUuid } from '../db/ids.js'
 import type { Queryable } from '../db/knex.js'
 import { getProfile, type ChainCatalogue, type ProfileInput } from '../config/chains.js'
 import { ConflictError, NotFoundError, UnavailableError, ValidationError } from '../errors.js'
@@ -100,7 +100,6 @@ interface PreparedInput {
   sealed_value: Buffer | null
 }
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/
 const BASE64URL = /^[A-Za-z0-9_-]*$/
 
@@ -113,7 +112,7 @@ const notFound = (subscriptionId: string) => new NotFoundError('not found', `no 
 
 async function findSubscription(db: Queryable, subscriptionId: string): Promise<SubscriptionRef | undefined> {
   // Checked first: Postgres refuses to compare a uuid column with a malformed string.
-  if (!UUID.test(subscriptionId)) return undefined
+  if (!isUuid(subscriptionId)) return undefined
   const row = (await db('subscriptions').where({ id: subscriptionId.toLowerCase() }).first('id', 'user_id', 'chain_profile_id', 'status')) as
     | Record<keyof SubscriptionRef, unknown>
     | undefined

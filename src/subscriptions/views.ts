@@ -3,6 +3,7 @@
  * instance_type ("hidden in API responses"). Those columns are never selected, so no caller,
  * admin included, can receive them (docs/http.md, Subscriptions).
  */
+import type { Visibility } from '../auth/scopes.js'
 import type { Knex } from 'knex'
 import { toDate, toDateOrNull } from '../db/dialect.js'
 import type { Queryable } from '../db/knex.js'
@@ -25,8 +26,6 @@ export interface SubscriptionView {
   updated_at: string
 }
 
-/** Who may see which subscriptions: a user their own, an admin every one. */
-export type SubscriptionVisibility = { kind: 'owner'; userId: string } | { kind: 'all' }
 
 export interface SubscriptionFilters {
   status?: SubscriptionStatus | undefined
@@ -51,7 +50,7 @@ export const SUBSCRIPTION_VIEW_COLUMNS = [
 ] as const
 
 /** Subscriptions visible to the caller and matching the filters; filters only, as `paginateKeyset` wants it. */
-export function subscriptionViewQuery(db: Queryable, visibility: SubscriptionVisibility, filters: SubscriptionFilters = {}): Knex.QueryBuilder {
+export function subscriptionViewQuery(db: Queryable, visibility: Visibility, filters: SubscriptionFilters = {}): Knex.QueryBuilder {
   const query = db('subscriptions')
   if (visibility.kind === 'owner') query.where('user_id', visibility.userId)
   if (filters.userId !== undefined) query.where('user_id', filters.userId)
@@ -60,7 +59,7 @@ export function subscriptionViewQuery(db: Queryable, visibility: SubscriptionVis
 }
 
 /** One subscription as the caller may see it; undefined when it does not exist or is not theirs. */
-export async function findSubscriptionView(db: Queryable, visibility: SubscriptionVisibility, id: string): Promise<SubscriptionView | undefined> {
+export async function findSubscriptionView(db: Queryable, visibility: Visibility, id: string): Promise<SubscriptionView | undefined> {
   const row = (await subscriptionViewQuery(db, visibility)
     .where('id', id)
     .first(...SUBSCRIPTION_VIEW_COLUMNS)) as Record<string, unknown> | undefined

@@ -7,7 +7,7 @@ import type BetterSqlite3 from 'better-sqlite3'
 import type { Knex } from 'knex'
 import { fromJson, isPostgres, lockForClaim, toDate, toDateOrNull, toJson } from '../db/dialect.js'
 import { isConcurrentWriteFailure } from '../db/errors.js'
-import { uuidv7 } from '../db/ids.js'
+import { isUuid, uuidv7 } from '../db/ids.js'
 import type { Queryable } from '../db/knex.js'
 import { NotFoundError } from '../errors.js'
 import { LeaseLostError } from './errors.js'
@@ -136,7 +136,7 @@ export async function findRunByKey(db: Queryable, name: string, key: string): Pr
 }
 
 export async function getRun(db: Queryable, id: string): Promise<WorkflowRun | null> {
-  if (!UUID.test(id)) return null
+  if (!isUuid(id)) return null
   const row = (await db('workflow_runs').where({ id }).first()) as Row | undefined
   return row ? toRun(row) : null
 }
@@ -165,7 +165,6 @@ export async function getStep(db: Queryable, runId: string, stepKey: string): Pr
   return row ? toStep(row) : null
 }
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 
 export type SignalTarget = string | { name: string; key: string }
 

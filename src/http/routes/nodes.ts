@@ -4,15 +4,15 @@
  * of a node that does not exist. The internal fields (provider, instance_type, host_id, host_ip,
  * region) are in no answer, for admins neither (docs/http.md, Nodes).
  */
-import { ADMIN_SCOPE, hasScope } from '../../auth/scopes.js'
+import { isUuid } from '../../db/ids.js'
 import type { Db } from '../../db/knex.js'
-import { ForbiddenError, NotFoundError } from '../../errors.js'
+import { NotFoundError } from '../../errors.js'
 import { APPLICATION_HEALTH_VALUES, DISPLAY_STATES, NODE_STATES, SYNC_STATUSES } from '../../nodes/states.js'
-import { findNodeView, NODE_LIST_ORDER, NODE_VIEW_COLUMNS, nodeViewFromRow, nodeViewQuery, type NodeVisibility } from '../../nodes/views.js'
-import type { Principal } from '../context.js'
+import { findNodeView, NODE_LIST_ORDER, NODE_VIEW_COLUMNS, nodeViewFromRow, nodeViewQuery } from '../../nodes/views.js'
 import { paginateKeyset, paginationQuery, pageSchema } from '../pagination.js'
 import { defineRoute, errorResponse, type ApiRoute } from '../route.js'
 import { z } from '../zod.js'
+import { callerVisibility, listingScope } from '../visibility.js'
 
 export interface NodeRouteDeps {
   db: Db
@@ -54,13 +54,9 @@ const listQuery = paginationQuery.extend({
 
 // Not `.uuid()`: a malformed id answers the same 404 as an unknown one (checked in the handler).
 const idParams = z.object({ id: z.string() })
-const isUuid = (value: string) => z.string().uuid().safeParse(value).success
 
 const NOT_FOUND = (): NotFoundError => new NotFoundError('not found', 'no node with this id among the nodes you can see')
 
-function visibilityOf(principal: Principal): NodeVisibility {
-  return hasScope(principal.scopes, ADMIN_SCOPE) ? { kind: 'all' } : { kind: 'owner', userId: principal.userId }
-}
 
 export function nodeRoutes(deps: NodeRouteDeps): ApiRoute[] {
   const { db } = deps
@@ -77,13 +73,7 @@ export function nodeRoutes(deps: NodeRouteDeps): ApiRoute[] {
         403: errorResponse('The credential lacks nodes:read, or a non-admin filters by another user'),
       },
     }).handle(async ({ query, principal }) => {
-      const visibility = visibilityOf(principal)
-      const userId = query.user_id?.toLowerCase()
-      // Refused rather than answered with an empty list, so a script using a non-admin key by
-      // mistake learns it instead of concluding the user has no nodes.
-      if (visibility.kind === 'owner' && userId !== undefined && userId !== principal.userId) {
-        throw new ForbiddenError('forbidden', 'query.user_id: listing another user\'s nodes needs the scope "admin"')
-      }
+      const { visibility, userId } = listingScope(principal, query.user_id, 'nodes')
       const filters = { subscriptionId: query.subscription_id?.toLowerCase(), state: query.state, userId }
       const page = await paginateKeyset(db, nodeViewQuery(db, visibility, filters), {
         ...NODE_LIST_ORDER,
@@ -106,7 +96,7 @@ export function nodeRoutes(deps: NodeRouteDeps): ApiRoute[] {
       responses: { 200: nodeView, 404: errorResponse('No such node, or not yours (the same answer for both)') },
     }).handle(async ({ params, principal }) => {
       if (!isUuid(params.id)) throw NOT_FOUND()
-      const node = await findNodeView(db, visibilityOf(principal), params.id.toLowerCase())
+      const node = await findNodeView(db, callerVisibility(principal), params.id.toLowerCase())
       if (!node) throw NOT_FOUND()
       return { status: 200, body: node }
     }),

@@ -5,11 +5,11 @@
  * subscription answers 404 with exactly the body of one that does not exist. provider, region
  * and instance_type are in no answer, for admins neither.
  */
-import { ADMIN_SCOPE, hasScope } from '../../auth/scopes.js'
+import { isUuid } from '../../db/ids.js'
 import type { ChainSource } from '../../config/chain-source.js'
 import { DURATIONS } from '../../config/chains.js'
 import type { Db } from '../../db/knex.js'
-import { ForbiddenError, NotFoundError } from '../../errors.js'
+import { NotFoundError } from '../../errors.js'
 import { createSubscription } from '../../subscriptions/subscriptions.js'
 import {
   findSubscriptionView,
@@ -18,13 +18,12 @@ import {
   SUBSCRIPTION_VIEW_COLUMNS,
   subscriptionViewFromRow,
   subscriptionViewQuery,
-  type SubscriptionVisibility,
 } from '../../subscriptions/views.js'
-import type { Principal } from '../context.js'
 import { paginateKeyset, paginationQuery, pageSchema } from '../pagination.js'
 import { defineRoute, errorResponse, type ApiRoute } from '../route.js'
 import { currentCatalogue } from './chains.js'
 import { z } from '../zod.js'
+import { callerVisibility, listingScope } from '../visibility.js'
 
 export interface SubscriptionRouteDeps {
   db: Db
@@ -69,13 +68,9 @@ const listQuery = paginationQuery.extend({
 
 // Not `.uuid()`: a malformed id answers the same 404 as an unknown one (checked in the handler).
 const idParams = z.object({ id: z.string() })
-const isUuid = (value: string) => z.string().uuid().safeParse(value).success
 
 const NOT_FOUND = (): NotFoundError => new NotFoundError('not found', 'no subscription with this id among the subscriptions you can see')
 
-function visibilityOf(principal: Principal): SubscriptionVisibility {
-  return hasScope(principal.scopes, ADMIN_SCOPE) ? { kind: 'all' } : { kind: 'owner', userId: principal.userId }
-}
 
 export function subscriptionRoutes(deps: SubscriptionRouteDeps): ApiRoute[] {
   const { db } = deps
@@ -117,13 +112,7 @@ export function subscriptionRoutes(deps: SubscriptionRouteDeps): ApiRoute[] {
         403: errorResponse('The credential lacks subscriptions:read, or a non-admin filters by another user'),
       },
     }).handle(async ({ query, principal }) => {
-      const visibility = visibilityOf(principal)
-      const userId = query.user_id?.toLowerCase()
-      // Refused rather than answered with an empty list, as for nodes: a script using a
-      // non-admin key by mistake learns it.
-      if (visibility.kind === 'owner' && userId !== undefined && userId !== principal.userId) {
-        throw new ForbiddenError('forbidden', 'query.user_id: listing another user\'s subscriptions needs the scope "admin"')
-      }
+      const { visibility, userId } = listingScope(principal, query.user_id, 'subscriptions')
       const page = await paginateKeyset(db, subscriptionViewQuery(db, visibility, { status: query.status, userId }), {
         ...SUBSCRIPTION_LIST_ORDER,
         direction: 'desc',
@@ -145,7 +134,7 @@ export function subscriptionRoutes(deps: SubscriptionRouteDeps): ApiRoute[] {
       responses: { 200: subscriptionView, 404: errorResponse('No such subscription, or not yours (the same answer for both)') },
     }).handle(async ({ params, principal }) => {
       if (!isUuid(params.id)) throw NOT_FOUND()
-      const subscription = await findSubscriptionView(db, visibilityOf(principal), params.id.toLowerCase())
+      const subscription = await findSubscriptionView(db, callerVisibility(principal), params.id.toLowerCase())
       if (!subscription) throw NOT_FOUND()
       return { status: 200, body: subscription }
     }),
