@@ -188,6 +188,11 @@ export class AgentClient {
       })
       void this.heartbeat(stream)
     })
+    // stop() may have been called while this (re)connection was being made.
+    if (this.stopped) {
+      stream.end()
+      return
+    }
     this.stream = stream
     this.backoffMs = this.options.reconnect?.initialMs ?? 1_000
     this.options.logger.info({ node_id: this.options.nodeId, target: this.options.target, reconnect: this.connectedOnce }, 'connected to the agent-gateway')
