@@ -1,5 +1,6 @@
 import type { Migration } from '../../src/db/migrate.js'
 import * as initialSchema from './0001_initial_schema.js'
+import * as providers from './0002_providers.js'
 
 /** In order; a released migration is never edited, a change is a new entry. */
-export const paymentsMigrations: readonly Migration[] = [initialSchema]
+export const paymentsMigrations: readonly Migration[] = [initialSchema, providers]

@@ -209,6 +209,69 @@ export const secretsEnv = {
   SECRETS_MASTER_KEY_FILE: z.string().min(1).optional(),
 }
 
+const bool = (fallback: 'true' | 'false') =>
+  z
+    .enum(['true', 'false', '1', '0'], { message: 'must be true or false' })
+    .default(fallback)
+    .transform((v) => v === 'true' || v === '1')
+
+const evmAddress = z.string().regex(/^0x[0-9a-fA-F]{40}$/, 'must be a 0x-prefixed 20-byte address')
+
+/** Mutual TLS between the control plane and the payment service (docs/payments.md, "mTLS"). */
+export const paymentTlsEnv = {
+  /** The CA both sides trust; default: the development CA of `nodeplane certs dev`, <data dir>/payments-ca/. */
+  PAYMENT_TLS_CA_FILE: z.string().min(1).optional(),
+}
+
+/** The payment service daemon. */
+export const paymentServiceOnlyEnv = {
+  PAYMENT_GRPC_HOST: z.string().min(1).default('127.0.0.1'),
+  PAYMENT_TLS_CERT_FILE: z.string().min(1).optional(),
+  PAYMENT_TLS_KEY_FILE: z.string().min(1).optional(),
+  /** Comma-separated common names of client certificates allowed to call PaymentService. */
+  PAYMENT_ALLOWED_CLIENTS: z
+    .string()
+    .default('nodeplane-control-plane')
+    .transform((v) => v.split(',').map((s) => s.trim()).filter((s) => s.length > 0))
+    .refine((list) => list.length > 0, 'must name at least one client certificate common name'),
+  /** The pricing file; default <config dir>/pricing.yaml. */
+  PAYMENT_PRICING_FILE: z.string().min(1).optional(),
+  /** How often expired payment sessions are looked for. */
+  PAYMENT_EXPIRY_CHECK_INTERVAL: duration('30s'),
+  PAYMENT_TEST_PROVIDER_ENABLED: bool('false'),
+  PAYMENT_TEST_PROVIDER_DELAY: duration('2s'),
+  PAYMENT_TEST_PROVIDER_FAILURE_RATE: z.coerce.number().min(0, 'must be between 0 and 1').max(1, 'must be between 0 and 1').default(0),
+  CARD_PROVIDER_ENABLED: bool('false'),
+  /** The card processor's secret API key (from the secrets manager; never logged). */
+  CARD_PROVIDER_SECRET_KEY: z.string().min(1).optional(),
+  /** The card processor's webhook signing secret (from the secrets manager; never logged). */
+  CARD_PROVIDER_WEBHOOK_SECRET: z.string().min(1).optional(),
+  /** Override of the card processor's API base URL (a local fake in tests). */
+  CARD_PROVIDER_API_URL: z.string().url('must be a URL').optional(),
+  CRYPTO_PROVIDER_ENABLED: bool('false'),
+  CRYPTO_RECEIVER_ADDRESS: evmAddress.optional(),
+  /** JSON-RPC endpoint of the chain the token contracts live on. */
+  CRYPTO_RPC_URL: z.string().url('must be a URL').optional(),
+  /** Comma-separated CURRENCY=0xcontract pairs, e.g. USDC=0x…,USDT=0x…,ETH=0x… (the ETH memo router). */
+  CRYPTO_TOKEN_CONTRACTS: z.string().optional(),
+  /** Blocks a transfer must be buried under before it completes a payment. */
+  CRYPTO_CONFIRMATIONS: z.coerce.number().int().min(0).max(1_000).default(12),
+  CRYPTO_POLL_INTERVAL: duration('5s'),
+  /** First block the watcher reads when it has no cursor yet; default: the current head. */
+  CRYPTO_START_BLOCK: z.coerce.number().int().min(0).optional(),
+}
+
+/** The control plane's client of the payment service. */
+export const paymentClientEnv = {
+  /** host:port of the payment service's gRPC; default 127.0.0.1:$PAYMENT_GRPC_PORT. */
+  PAYMENT_SERVICE_URL: gatewayTarget.optional(),
+  /** Name to check the payment service's certificate against, when it differs from the dialled host. */
+  PAYMENT_SERVICE_SERVER_NAME: z.string().min(1).optional(),
+  PAYMENT_CLIENT_CERT_FILE: z.string().min(1).optional(),
+  PAYMENT_CLIENT_KEY_FILE: z.string().min(1).optional(),
+  PAYMENT_CALL_TIMEOUT: duration('10s'),
+}
+
 export const databaseCommandEnv = z.object(sharedEnv)
 export const apiServerEnv = z.object({
   ...sharedEnv,
@@ -239,6 +302,19 @@ export const agentGatewayEnv = z.object({
   AGENT_GATEWAY_PORT: portsEnv.AGENT_GATEWAY_PORT,
   ...agentGatewayOnlyEnv,
 })
+export const paymentServiceEnv = z.object({
+  ...sharedEnv,
+  ...eventsEnv,
+  ...httpEnv,
+  NODEPLANE_CONFIG_DIR: lifecycleEnv.NODEPLANE_CONFIG_DIR,
+  PAYMENT_GRPC_PORT: portsEnv.PAYMENT_GRPC_PORT,
+  PAYMENT_HTTP_PORT: portsEnv.PAYMENT_HTTP_PORT,
+  PAYMENT_METRICS_PORT: portsEnv.PAYMENT_METRICS_PORT,
+  ...paymentTlsEnv,
+  ...paymentServiceOnlyEnv,
+})
+export type PaymentServiceConfig = ResolvedPaths<z.infer<typeof paymentServiceEnv>>
+
 export const upEnv = z.object({
   ...sharedEnv,
   ...eventsEnv,
@@ -297,6 +373,7 @@ export function loadConfig<S extends z.AnyZodObject>(
 
 /** Values echoed in error messages are cut short, and URLs lose their credentials. */
 function shorten(variable: string, value: string): string {
+  if (/(SECRET|_KEY)$/.test(variable)) return '***'
   if (variable.endsWith('_URL')) return value.replace(/\/\/[^@/]*@/, '//***@').slice(0, 120)
   return value.length > 80 ? `${value.slice(0, 77)}...` : value
 }

@@ -1,0 +1,66 @@
+/**
+ * The provider adapter contract (payment service spec, "Provider adapter operations"): Name,
+ * InitiatePayment, GetPaymentStatus and CancelPayment by provider reference, HandleWebhook with
+ * the payload bytes and signature. Providers are chosen by method (registry.ts); the test
+ * provider accepts any method.
+ */
+import type { Db } from '../../db/knex.js'
+import type { Logger } from '../../log.js'
+import type { PaymentMethod } from '../states.js'
+import type { PaymentRecord } from '../store.js'
+
+/** What the payer needs, returned by InitiatePayment and stored on the payment. */
+export interface ProviderSession {
+  providerReference?: string | null
+  /** Hosted checkout page (card). */
+  checkoutUrl?: string | null
+  /** Where and on which contract a crypto payment is sent. */
+  crypto?: { receiverAddress: string; contractAddress: string | null; chainId: number | null }
+}
+
+/** A provider's own view of a payment, by reference (for reconciliation and operators). */
+export type ProviderPaymentStatus = 'pending' | 'processing' | 'completed' | 'failed' | 'canceled' | 'unknown'
+
+export interface WebhookRequest {
+  /** The raw body, exactly as received: signatures are over these bytes. */
+  payload: Buffer
+  /** The `Provider-Signature` header, or undefined when absent. */
+  signature: string | undefined
+  requestId: string
+  ip: string | null
+}
+
+/** How the webhook endpoint answers: 200 handled or ignored, 400 / 401 refused before anything is written. */
+export interface WebhookResult {
+  status: 200 | 400 | 401
+  /** Short outcome for the response body and the log (never echoes the signature). */
+  outcome: string
+  paymentId?: string
+}
+
+export interface ProviderContext {
+  /** The payment service's database (payments, audit, outbox). */
+  db: Db
+  logger: Logger
+  now: () => Date
+}
+
+export interface PaymentProvider {
+  readonly name: string
+  /** The methods this provider takes; `any` only for the test provider. */
+  readonly methods: readonly PaymentMethod[] | 'any'
+  /**
+   * Sets up the payment with the provider (a hosted checkout session, crypto instructions).
+   * Called after the `pending` row is committed; throwing marks the payment failed.
+   */
+  initiatePayment(payment: PaymentRecord): Promise<ProviderSession>
+  getPaymentStatus(providerReference: string): Promise<ProviderPaymentStatus>
+  /** Best effort: the session is closed at the provider when a pending payment is canceled or expires. */
+  cancelPayment(providerReference: string): Promise<void>
+  handleWebhook?(request: WebhookRequest): Promise<WebhookResult>
+  /** Background work (the test provider's timer, the crypto watcher); stopped with `stop`. */
+  start?(): Promise<void>
+  stop?(): Promise<void>
+  /** For /readyz on 8085. */
+  health?(): Promise<{ ok: true } | { ok: false; error: string }>
+}

@@ -1,0 +1,344 @@
+/**
+ * The payment service's operations, independent of transport: the gRPC server (grpc-server.ts)
+ * is a thin binding over these. Inputs are validated here, so every transport refuses the same
+ * way (ValidationError -> INVALID_ARGUMENT, NotFoundError -> NOT_FOUND, …).
+ */
+import { z } from 'zod'
+import { fromJson, toDate, toJson } from '../db/dialect.js'
+import { isUniqueViolation } from '../db/errors.js'
+import { isUuid, uuidv7 } from '../db/ids.js'
+import type { Db } from '../db/knex.js'
+import { NotFoundError, UnavailableError, ValidationError } from '../errors.js'
+import type { Logger } from '../log.js'
+import { IdempotencyKeyReusedError, PaymentPreconditionError } from './errors.js'
+import {
+  assertSupportedCurrency,
+  cryptoBaseUnits,
+  DURATIONS,
+  formatTokenAmount,
+  MAX_ITEMS,
+  priceItems,
+  type PricedItem,
+  type PricingConfig,
+} from './pricing.js'
+import type { ProviderRegistry } from './providers/registry.js'
+import { PAYMENT_METHODS, type CryptoCurrency, type PaymentMethod } from './states.js'
+import {
+  attachProviderSession,
+  findPayment,
+  findPaymentByIdempotencyKey,
+  findPaymentForUpdate,
+  insertPayment,
+  transitionPayment,
+  upsertCustomer,
+  type AuditContext,
+  type PaymentRecord,
+} from './store.js'
+
+const MAX_URL_LENGTH = 2_000
+const MAX_SUBSCRIPTIONS = 20
+
+const httpUrl = (field: string) =>
+  z
+    .string({ required_error: `${field} is required` })
+    .min(1, `${field} is required`)
+    .max(MAX_URL_LENGTH, `${field} is longer than ${MAX_URL_LENGTH} characters`)
+    .refine((value) => {
+      try {
+        const url = new URL(value)
+        return (url.protocol === 'https:' || url.protocol === 'http:') && url.hostname.length > 0
+      } catch {
+        return false
+      }
+    }, `${field} must be an absolute http(s) URL`)
+
+const lineItem = z.object({
+  chain_profile_id: z.string().min(1, 'chain_profile_id is required').max(100),
+  node_type: z.string().min(1, 'node_type is required').max(50),
+  duration: z.enum(DURATIONS, { errorMap: () => ({ message: `duration must be one of ${DURATIONS.join(', ')}` }) }),
+})
+
+export const initiatePaymentInput = z.object({
+  customer: z.object({
+    id: z.string().refine(isUuid, 'customer.id must be the user id (UUID)'),
+    email: z.string().max(320).nullish(),
+    wallet_address: z.string().max(100).nullish(),
+  }),
+  items: z.array(lineItem).min(1, 'items must not be empty').max(MAX_ITEMS, `at most ${MAX_ITEMS} items`),
+  subscription_ids: z
+    .array(z.string().refine(isUuid, 'subscription_ids must be UUIDs'))
+    .max(MAX_SUBSCRIPTIONS, `at most ${MAX_SUBSCRIPTIONS} subscription_ids`)
+    .default([])
+    .transform((ids) => ids.map((id) => id.toLowerCase()))
+    .refine((ids) => new Set(ids).size === ids.length, 'subscription_ids must not repeat'),
+  method: z.enum(PAYMENT_METHODS, { errorMap: () => ({ message: `method must be one of ${PAYMENT_METHODS.join(', ')}` }) }),
+  crypto_currency: z.string().max(20).nullish(),
+  idempotency_key: z
+    .string({ required_error: 'idempotency_key is required' })
+    .min(1, 'idempotency_key is required')
+    .max(255, 'idempotency_key is longer than 255 characters')
+    .regex(/^[\x21-\x7e]+$/, 'idempotency_key must be printable ASCII without spaces'),
+  return_url: httpUrl('return_url'),
+  cancel_url: httpUrl('cancel_url'),
+  quote_id: z.string().nullish(),
+})
+
+export type InitiatePaymentInput = z.input<typeof initiatePaymentInput>
+
+export const quoteInput = z.object({
+  items: z.array(lineItem).min(1, 'items must not be empty').max(MAX_ITEMS, `at most ${MAX_ITEMS} items`),
+  crypto_currency: z.string().max(20).nullish(),
+  customer_id: z.string().refine(isUuid, 'customer_id must be a UUID').nullish(),
+})
+
+export type QuoteInput = z.input<typeof quoteInput>
+
+export interface QuoteRecord {
+  id: string
+  items: PricedItem[]
+  amountMinor: number
+  currency: string
+  cryptoAmounts: Partial<Record<CryptoCurrency, string>>
+  expiresAt: Date
+}
+
+export function parseInput<S extends z.ZodTypeAny>(schema: S, input: unknown): z.output<S> {
+  const parsed = schema.safeParse(input)
+  if (!parsed.success) {
+    const first = parsed.error.issues[0]
+    const all = parsed.error.issues.map((i) => (i.path.length > 0 && !i.message.startsWith(String(i.path[0])) ? `${i.path.join('.')}: ${i.message}` : i.message))
+    throw new ValidationError(first ? all[0] ?? first.message : 'invalid request', all.join('; '))
+  }
+  return parsed.data as z.output<S>
+}
+
+/** The payment id carried as a 32-byte value: 0x + 32 zero digits + the id's 32 hex digits. */
+export function memoForPayment(paymentId: string): string {
+  return `0x${'0'.repeat(32)}${paymentId.replace(/-/g, '').toLowerCase()}`
+}
+
+/** The payment id in a memo, or undefined when the memo is not one of ours. */
+export function paymentIdFromMemo(memo: string): string | undefined {
+  const m = /^0x0{32}([0-9a-f]{32})$/i.exec(memo)
+  if (!m) return undefined
+  const h = (m[1] as string).toLowerCase()
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`
+}
+
+export interface PaymentServiceDeps {
+  db: Db
+  logger: Logger
+  /** A function so the pricing file can be reloaded without a restart. */
+  pricing: () => PricingConfig
+  providers: ProviderRegistry
+  now?: () => Date
+}
+
+function sameRequest(payment: PaymentRecord, request: z.output<typeof initiatePaymentInput>, cryptoCurrency: string | null): boolean {
+  const items = (a: { chain_profile_id: string; node_type: string; duration: string }) => `${a.chain_profile_id}/${a.node_type}/${a.duration}`
+  return (
+    payment.method === request.method &&
+    (payment.crypto?.currency ?? null) === cryptoCurrency &&
+    payment.returnUrl === request.return_url &&
+    payment.cancelUrl === request.cancel_url &&
+    payment.items.map(items).join(',') === request.items.map(items).join(',') &&
+    [...payment.subscriptionIds].sort().join(',') === [...request.subscription_ids].sort().join(',')
+  )
+}
+
+export class PaymentService {
+  private readonly now: () => Date
+  private readonly log: Logger
+
+  constructor(private readonly deps: PaymentServiceDeps) {
+    this.now = deps.now ?? (() => new Date())
+    this.log = deps.logger.child({ component: 'payments' })
+  }
+
+  methods(): PaymentMethod[] {
+    return this.deps.providers.methods()
+  }
+
+  async initiatePayment(input: InitiatePaymentInput, context: AuditContext): Promise<{ payment: PaymentRecord; created: boolean }> {
+    const request = parseInput(initiatePaymentInput, input)
+    const pricing = this.deps.pricing()
+    let cryptoCurrency: CryptoCurrency | null = null
+    if (request.method === 'crypto') {
+      if (!request.crypto_currency) throw new ValidationError('crypto_currency is required when method is crypto', `one of ${pricing.supportedCurrencies.join(', ')}`)
+      cryptoCurrency = assertSupportedCurrency(pricing, request.crypto_currency)
+    } else if (request.crypto_currency) {
+      throw new ValidationError('crypto_currency is only for method crypto')
+    }
+    const customerId = request.customer.id.toLowerCase()
+
+    const existing = await findPaymentByIdempotencyKey(this.deps.db, customerId, request.idempotency_key)
+    if (existing) return this.replay(existing, request, cryptoCurrency)
+
+    const provider = this.deps.providers.forMethod(request.method)
+    const now = this.now()
+    const priced = request.quote_id ? await this.pricedFromQuote(request.quote_id, customerId, request.items, now) : { ...priceItems(pricing, request.items), currency: pricing.currency }
+    const id = uuidv7(now.getTime())
+    let crypto = null
+    if (cryptoCurrency) {
+      const base = cryptoBaseUnits(pricing, cryptoCurrency, priced.amountMinor)
+      crypto = { currency: cryptoCurrency, amount: formatTokenAmount(cryptoCurrency, base), amountBaseUnits: base.toString(), memo: memoForPayment(id) }
+    }
+
+    let payment: PaymentRecord
+    try {
+      payment = await this.deps.db.transaction(async (trx) => {
+        await upsertCustomer(trx, { id: customerId, email: request.customer.email ?? null, walletAddress: request.customer.wallet_address ?? null }, now)
+        return insertPayment(
+          trx,
+          {
+            id,
+            customerId,
+            method: request.method,
+            provider: provider.name,
+            amountMinor: priced.amountMinor,
+            currency: priced.currency,
+            idempotencyKey: request.idempotency_key,
+            subscriptionIds: request.subscription_ids,
+            returnUrl: request.return_url,
+            cancelUrl: request.cancel_url,
+            expiresAt: new Date(now.getTime() + pricing.sessionExpiryMs),
+            items: priced.items,
+            crypto,
+          },
+          context,
+          now,
+        )
+      })
+    } catch (err) {
+      if (!isUniqueViolation(err)) throw err
+      // A concurrent identical request won the idempotency key.
+      const winner = await findPaymentByIdempotencyKey(this.deps.db, customerId, request.idempotency_key)
+      if (!winner) throw err
+      return this.replay(winner, request, cryptoCurrency)
+    }
+
+    try {
+      const session = await provider.initiatePayment(payment)
+      await attachProviderSession(this.deps.db, payment.id, session, this.now())
+    } catch (err) {
+      this.log.warn({ err, payment_id: payment.id, provider: provider.name }, 'provider could not set up the payment; marked failed')
+      await this.deps.db.transaction((trx) =>
+        transitionPayment(trx, { paymentId: payment.id, to: 'failed', context, failureReason: `provider ${provider.name} could not set up the payment`, now: this.now() }),
+      )
+      throw new UnavailableError(`payment provider ${provider.name} is unavailable`, `payment ${payment.id} was marked failed; retry with a new idempotency_key`)
+    }
+    return { payment: (await findPayment(this.deps.db, payment.id)) as PaymentRecord, created: true }
+  }
+
+  private replay(existing: PaymentRecord, request: z.output<typeof initiatePaymentInput>, cryptoCurrency: string | null): { payment: PaymentRecord; created: boolean } {
+    if (!sameRequest(existing, request, cryptoCurrency)) {
+      throw new IdempotencyKeyReusedError(
+        `idempotency_key was already used for payment ${existing.id} with a different request`,
+        'a retry must repeat the request exactly; use a new idempotency_key for a new payment',
+      )
+    }
+    return { payment: existing, created: false }
+  }
+
+  private async pricedFromQuote(quoteId: string, customerId: string, items: ReadonlyArray<{ chain_profile_id: string; node_type: string; duration: string }>, now: Date): Promise<{ items: PricedItem[]; amountMinor: number; currency: string }> {
+    const quote = await this.findQuote(quoteId)
+    if (!quote || (quote.customerId !== null && quote.customerId !== customerId)) throw new NotFoundError(`quote ${quoteId.slice(0, 60)} not found`)
+    if (quote.expiresAt.getTime() <= now.getTime()) {
+      throw new PaymentPreconditionError(`quote ${quote.id} expired at ${quote.expiresAt.toISOString()}`, 'ask for a new quote; a quote is valid for 15 minutes')
+    }
+    const key = (i: { chain_profile_id: string; node_type: string; duration: string }) => `${i.chain_profile_id}/${i.node_type}/${i.duration}`
+    if (quote.items.map(key).join(',') !== items.map(key).join(',')) throw new ValidationError(`quote ${quote.id} is for other items`)
+    return { items: quote.items, amountMinor: quote.amountMinor, currency: quote.currency }
+  }
+
+  private async findQuote(id: string): Promise<(QuoteRecord & { customerId: string | null }) | undefined> {
+    if (!isUuid(id)) return undefined
+    const row = (await this.deps.db('quotes').where({ id: id.toLowerCase() }).first()) as Record<string, unknown> | undefined
+    if (!row) return undefined
+    return {
+      id: String(row.id),
+      customerId: (row.customer_id as string | null) ?? null,
+      items: fromJson<PricedItem[]>(row.items),
+      amountMinor: Number(row.amount_minor),
+      currency: String(row.currency),
+      cryptoAmounts: fromJson<Partial<Record<CryptoCurrency, string>>>(row.crypto_amounts),
+      expiresAt: toDate(row.expires_at),
+    }
+  }
+
+  async getQuote(input: QuoteInput): Promise<QuoteRecord> {
+    const request = parseInput(quoteInput, input)
+    const pricing = this.deps.pricing()
+    const priced = priceItems(pricing, request.items)
+    const currencies = request.crypto_currency ? [assertSupportedCurrency(pricing, request.crypto_currency)] : pricing.supportedCurrencies
+    const cryptoAmounts: Partial<Record<CryptoCurrency, string>> = {}
+    for (const c of currencies) cryptoAmounts[c] = formatTokenAmount(c, cryptoBaseUnits(pricing, c, priced.amountMinor))
+    const now = this.now()
+    const quote: QuoteRecord = { id: uuidv7(now.getTime()), items: priced.items, amountMinor: priced.amountMinor, currency: pricing.currency, cryptoAmounts, expiresAt: new Date(now.getTime() + pricing.quoteValidityMs) }
+    await this.deps.db('quotes').insert({
+      id: quote.id,
+      customer_id: request.customer_id?.toLowerCase() ?? null,
+      items: toJson(quote.items),
+      amount_minor: quote.amountMinor,
+      currency: quote.currency,
+      crypto_amounts: toJson(cryptoAmounts),
+      expires_at: quote.expiresAt,
+      created_at: now,
+    })
+    return quote
+  }
+
+  /** A payment; with `customerId`, another customer's payment is NOT_FOUND. */
+  async getPayment(paymentId: string, customerId?: string | null): Promise<PaymentRecord> {
+    const payment = isUuid(paymentId) ? await findPayment(this.deps.db, paymentId.toLowerCase()) : undefined
+    if (!payment || (customerId && payment.customerId !== customerId.toLowerCase())) throw new NotFoundError(`payment ${paymentId.slice(0, 60)} not found`)
+    return payment
+  }
+
+  /** pending -> canceled (publishes payment.canceled); anything else is FAILED_PRECONDITION. */
+  async cancelPayment(paymentId: string, customerId: string | null | undefined, reason: string, context: AuditContext): Promise<PaymentRecord> {
+    const found = await this.getPayment(paymentId, customerId)
+    const canceled = await this.deps.db.transaction(async (trx) => {
+      const current = await findPaymentForUpdate(trx, found.id)
+      if (current?.status !== 'pending') {
+        throw new PaymentPreconditionError(`payment ${found.id} is ${current?.status ?? 'gone'}; only a pending payment can be canceled`)
+      }
+      return transitionPayment(trx, { paymentId: found.id, to: 'canceled', context, failureReason: reason.slice(0, 500) || 'canceled', now: this.now() })
+    })
+    await this.closeAtProvider(canceled)
+    return canceled
+  }
+
+  /**
+   * Session expiry (spec: 30 minutes): pending payments past `expires_at` are canceled with
+   * reason "session expired". Returns how many. Run by a periodic job with a lease.
+   */
+  async expireSessions(limit = 100): Promise<number> {
+    const now = this.now()
+    const due = (await this.deps.db('payments').where({ status: 'pending' }).where('expires_at', '<=', now).orderBy('expires_at').limit(limit).select('id')) as Array<{ id: string }>
+    let expired = 0
+    for (const { id } of due) {
+      const payment = await this.deps.db.transaction(async (trx) => {
+        const current = await findPaymentForUpdate(trx, id)
+        if (current?.status !== 'pending') return undefined
+        return transitionPayment(trx, { paymentId: id, to: 'canceled', context: { actor: 'system:session-expiry' }, failureReason: 'session expired', now })
+      })
+      if (payment) {
+        expired++
+        await this.closeAtProvider(payment)
+      }
+    }
+    return expired
+  }
+
+  private async closeAtProvider(payment: PaymentRecord): Promise<void> {
+    if (!payment.providerReference) return
+    const provider = this.deps.providers.byName(payment.provider)
+    try {
+      await provider?.cancelPayment(payment.providerReference)
+    } catch (err) {
+      this.log.warn({ err, payment_id: payment.id, provider: payment.provider }, 'could not close the session at the provider; it expires there on its own')
+    }
+  }
+}
+
