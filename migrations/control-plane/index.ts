@@ -3,6 +3,7 @@ import * as initialSchema from './0001_initial_schema.js'
 import * as authServer from './0002_auth_server.js'
 import * as agents from './0003_agents.js'
 import * as nodeKeys from './0004_node_keys.js'
+import * as payments from './0005_payments.js'
 
 /** In order; a released migration is never edited, a change is a new entry. */
-export const controlPlaneMigrations: readonly Migration[] = [initialSchema, authServer, agents, nodeKeys]
+export const controlPlaneMigrations: readonly Migration[] = [initialSchema, authServer, agents, nodeKeys, payments]

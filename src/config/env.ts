@@ -272,6 +272,23 @@ export const paymentClientEnv = {
   PAYMENT_CALL_TIMEOUT: duration('10s'),
 }
 
+/** Subscription lifecycle (spec: "Subscription status"), run by the health-evaluator's cleanup scheduler. */
+export const subscriptionLifecycleEnv = {
+  /** Spec: a pending_payment subscription older than this is deleted (default 30 minutes). */
+  PENDING_SUBSCRIPTION_TTL: duration('30m'),
+  /** Spec: 24 hours between expiry (expiring) and termination. */
+  SUBSCRIPTION_GRACE_PERIOD: duration('24h'),
+  /** How often the cleanup scheduler runs. */
+  SUBSCRIPTION_CLEANUP_INTERVAL: duration('1m'),
+}
+
+export const healthEvaluatorEnv = z.object({
+  ...sharedEnv,
+  ...eventsEnv,
+  SHUTDOWN_TIMEOUT: httpEnv.SHUTDOWN_TIMEOUT,
+  ...subscriptionLifecycleEnv,
+})
+
 export const databaseCommandEnv = z.object(sharedEnv)
 export const apiServerEnv = z.object({
   ...sharedEnv,

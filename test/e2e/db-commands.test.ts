@@ -16,11 +16,11 @@ describe.each(DIALECTS)('nodeplane db migrate / db status on %s', (dialect) => {
     try {
       const pending = await nodeplane(['db', 'status', '--check', '--json'], { env })
       expect(pending.exitCode).toBe(1)
-      expect(JSON.parse(pending.stdout)).toMatchObject({ up_to_date: false, databases: [{ database: 'control-plane', applied: [], pending: ['0001_initial_schema', '0002_auth_server', '0003_agents', '0004_node_keys'] }, { database: 'payments' }] })
+      expect(JSON.parse(pending.stdout)).toMatchObject({ up_to_date: false, databases: [{ database: 'control-plane', applied: [], pending: ['0001_initial_schema', '0002_auth_server', '0003_agents', '0004_node_keys', '0005_payments'] }, { database: 'payments' }] })
 
       const first = await nodeplane(['db', 'migrate', '--json'], { env })
       expect(first.exitCode).toBe(0)
-      expect(JSON.parse(first.stdout).databases.map((d: { applied: string[] }) => d.applied)).toEqual([['0001_initial_schema', '0002_auth_server', '0003_agents', '0004_node_keys'], ['0001_initial_schema']])
+      expect(JSON.parse(first.stdout).databases.map((d: { applied: string[] }) => d.applied)).toEqual([['0001_initial_schema', '0002_auth_server', '0003_agents', '0004_node_keys', '0005_payments'], ['0001_initial_schema', '0002_providers']])
 
       const second = await nodeplane(['db', 'migrate', '--database', 'payments'], { env })
       expect(second.exitCode).toBe(0)
