@@ -3,6 +3,7 @@ import { startAgentGateway } from '../daemons/agent-gateway.js'
 import { startApiServer } from '../daemons/api-server.js'
 import { startAuthServer } from '../daemons/auth-server.js'
 import { lifecycleDeps, orchestratorWorkflows, startOrchestrator } from '../daemons/orchestrator.js'
+import { startPaymentService } from '../daemons/payment-service.js'
 import { openDatabase, startHousekeeping, startRelay } from '../daemons/runtime.js'
 import { BaseCommand } from '../src/cli/base-command.js'
 import { ensureLocalOperator, LOCAL_OPERATOR_EMAIL } from '../src/cli/operator.js'
@@ -26,6 +27,8 @@ import { ConflictError } from '../src/errors.js'
 import { openEventBus } from '../src/events/open-bus.js'
 import { createLogger } from '../src/log.js'
 import { ensureSecrets } from '../src/secrets/setup.js'
+import { paymentClientFromSettings } from '../src/payments/client.js'
+import { ensurePaymentDevCertificates, paymentsCaDir } from '../src/payments/tls.js'
 
 export default class Up extends BaseCommand<typeof Up> {
   static override summary = 'Run the whole stack in one process (SQLite by default): migrate, start every daemon, write stack.json'
@@ -76,23 +79,35 @@ export default class Up extends BaseCommand<typeof Up> {
         { db, logger: logFor('orchestrator'), masterKey: secrets.masterKey, chains },
       )
       resources.add('orchestrator', startOrchestrator(config, { db, logger: logFor('orchestrator'), registry: orchestratorWorkflows(lifecycle) }), (w) => w.stop())
+      // The payment service with its own database, and mutual TLS even here (`nodeplane certs dev` set).
+      const paymentsDb = resources.add('payments database', await openDatabase(config.PAYMENTS_DATABASE_URL, 'nodeplane-up-payments', logger), (d) => d.destroy())
+      resources.add('payments outbox relay', startRelay(paymentsDb, bus, config, logFor('payments-outbox-relay')), (r) => r.stop())
+      resources.add('payments housekeeping', startHousekeeping(paymentsDb, config, logFor('payments-housekeeping')), (j) => j.stop())
+      if (!config.PAYMENT_TLS_CA_FILE) ensurePaymentDevCertificates(paymentsCaDir(dataDir))
+      const paymentService = resources.add('payment-service', await startPaymentService(config, { db: paymentsDb, bus, logger: logFor('payment-service') }), (s) => s.stop())
+      const payments = paymentClientFromSettings({ ...config, PAYMENT_SERVICE_URL: config.PAYMENT_SERVICE_URL ?? paymentService.grpcTarget })
+      if (payments) resources.add('payment client', payments, (c) => c.close())
       const auth = resources.add('auth-server', await startAuthServer(config, { db, logger: logFor('auth-server') }), (s) => s.stop())
       // The api-server verifies legacy wallet tokens against the auth-server started here.
       const apiConfig = { ...config, AUTH_LEGACY_JWKS_URL: config.AUTH_LEGACY_JWKS_URL ?? `${auth.url}/.well-known/jwks.json` }
       const api = resources.add(
         'api-server',
-        await startApiServer(apiConfig, { db, bus, logger: logFor('api-server'), masterKey: secrets.masterKey, chains }),
+        await startApiServer(apiConfig, { db, bus, logger: logFor('api-server'), masterKey: secrets.masterKey, chains, ...(payments ? { payments } : {}) }),
         (s) => s.stop(),
       )
       const file: StackFile = {
         pid: process.pid,
         started_at: new Date().toISOString(),
         data_dir: dataDir,
-        daemons: ['orchestrator', 'agent-gateway', 'auth-server', 'api-server'],
+        daemons: ['orchestrator', 'agent-gateway', 'payment-service', 'auth-server', 'api-server'],
         api_url: api.url,
         auth_url: auth.url,
         agent_gateway: agents.target,
         agent_ca_file: agents.caFile ?? null,
+        payment_grpc: paymentService.grpcTarget,
+        payment_http_url: paymentService.httpUrl,
+        payment_metrics_url: paymentService.metricsUrl,
+        payment_ca_file: paymentService.caFile,
         admin_api_key_file: adminKeyFile,
         database_url: redactDatabaseUrl(config.DATABASE_URL),
         payments_database_url: redactDatabaseUrl(config.PAYMENTS_DATABASE_URL),

@@ -11,6 +11,7 @@ import { controlPlaneRoutes } from '../src/http/routes/index.js'
 import { startHttpServer } from '../src/http/server.js'
 import type { Logger } from '../src/log.js'
 import { createMetrics } from '../src/metrics.js'
+import type { PaymentClient } from '../src/payments/client.js'
 import type { MasterKey } from '../src/secrets/master-key.js'
 
 /**
@@ -36,6 +37,8 @@ export interface ApiServerDeps {
   masterKey?: MasterKey
   /** The chain catalogue (GET /chains; inputs are validated against it); default: the package's own chains. */
   chains?: ChainSource
+  /** The payment service client; without it the payment endpoints answer 503. */
+  payments?: PaymentClient
 }
 
 export interface RunningServer {
@@ -67,6 +70,7 @@ export async function startApiServer(settings: ApiServerSettings, deps: ApiServe
       now,
       ...(deps.masterKey ? { masterKey: deps.masterKey } : {}),
       ...(deps.chains ? { chains: deps.chains } : {}),
+      ...(deps.payments ? { payments: deps.payments } : {}),
     }),
   })
   const server = await startHttpServer(app, { host: settings.HTTP_HOST, port: settings.API_SERVER_PORT }).catch((err: NodeJS.ErrnoException) => {

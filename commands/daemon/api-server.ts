@@ -9,6 +9,7 @@ import { openEventBus } from '../../src/events/open-bus.js'
 import { openChainCatalogueFromSettings } from '../../src/config/chain-source.js'
 import { createLogger } from '../../src/log.js'
 import { MasterKeyMissingError, openMasterKey } from '../../src/secrets/master-key.js'
+import { paymentClientFromSettings } from '../../src/payments/client.js'
 
 export default class DaemonApiServer extends BaseCommand<typeof DaemonApiServer> {
   static override summary = 'Run the api-server daemon: the REST API under /api/v1 (port API_SERVER_PORT, 8080)'
@@ -35,7 +36,10 @@ export default class DaemonApiServer extends BaseCommand<typeof DaemonApiServer>
         return undefined
       })
       const chains = resources.add('chain catalogue', await openChainCatalogueFromSettings(config, logger), (c) => c.close())
-      const server = resources.add('http server', await startApiServer(config, { db, bus, logger, chains, ...(masterKey ? { masterKey } : {}) }), (s) => s.stop())
+      const payments = paymentClientFromSettings(config)
+      if (payments) resources.add('payment client', payments, (c) => c.close())
+      else logger.warn({ ca_dir: 'payments-ca' }, 'no payment service TLS files: payment endpoints answer 503 until PAYMENT_TLS_CA_FILE, PAYMENT_CLIENT_CERT_FILE and PAYMENT_CLIENT_KEY_FILE are set (or `nodeplane certs dev` is run)')
+      const server = resources.add('http server', await startApiServer(config, { db, bus, logger, chains, ...(masterKey ? { masterKey } : {}), ...(payments ? { payments } : {}) }), (s) => s.stop())
       return server.url
     })
     installShutdown({ logger, timeoutMs: config.SHUTDOWN_TIMEOUT, stop: () => resources.closeAll() })

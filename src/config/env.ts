@@ -302,6 +302,9 @@ export const apiServerEnv = z.object({
   ...apiAuthEnv,
   API_SERVER_PORT: portsEnv.API_SERVER_PORT,
   AUTH_SERVER_PORT: portsEnv.AUTH_SERVER_PORT,
+  PAYMENT_GRPC_PORT: portsEnv.PAYMENT_GRPC_PORT,
+  ...paymentTlsEnv,
+  ...paymentClientEnv,
 })
 export const authServerEnv = z.object({ ...sharedEnv, ...httpEnv, ...authEnv, ...authServerOnlyEnv, AUTH_SERVER_PORT: portsEnv.AUTH_SERVER_PORT })
 export const orchestratorEnv = z.object({
@@ -344,6 +347,12 @@ export const upEnv = z.object({
   ...agentGatewayOnlyEnv,
   ...lifecycleEnv,
   ...secretsEnv,
+  ...paymentTlsEnv,
+  ...paymentServiceOnlyEnv,
+  ...paymentClientEnv,
+  ...subscriptionLifecycleEnv,
+  // On a laptop nothing real can take a payment: the test provider is on unless turned off.
+  PAYMENT_TEST_PROVIDER_ENABLED: bool('true'),
 })
 
 export type DatabaseCommandConfig = ResolvedPaths<z.infer<typeof databaseCommandEnv>>

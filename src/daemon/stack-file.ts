@@ -25,6 +25,12 @@ export interface StackFile {
   agent_gateway?: string
   /** The development CA agents must trust; null when the gateway serves configured certificates. */
   agent_ca_file?: string | null
+  /** host:port of the payment service's gRPC (mutual TLS). */
+  payment_grpc?: string
+  /** The payment service's HTTP: /webhooks/card-provider, /health, /readyz. */
+  payment_http_url?: string
+  payment_metrics_url?: string
+  payment_ca_file?: string
   [extra: string]: unknown
 }
 

@@ -9,7 +9,7 @@
  */
 import { koaBody } from 'koa-body'
 import { PayloadTooLargeError, ValidationError } from '../errors.js'
-import type { ApiMiddleware } from './context.js'
+import type { ApiContext, ApiMiddleware } from './context.js'
 import { UnsupportedMediaTypeError } from './http-errors.js'
 
 export const DEFAULT_BODY_LIMIT_BYTES = 1024 * 1024
@@ -83,4 +83,35 @@ export function bodyReadError(err: unknown, limitBytes: number): unknown {
 
 export function tooLarge(limitBytes: number): PayloadTooLargeError {
   return new PayloadTooLargeError('request body too large', `the request body exceeds the limit of ${limitBytes} bytes`)
+}
+
+/**
+ * The raw body of a signed webhook, exactly as sent (signatures are over these bytes), at most
+ * `limitBytes`. Read with listeners rather than `for await`: leaving a `for await` early
+ * destroys the request and its socket, and the 413 could then not be sent.
+ */
+export function readRawBody(ctx: ApiContext, limitBytes: number): Promise<Buffer> {
+  const encoding = (ctx.get('Content-Encoding') || 'identity').toLowerCase()
+  // Webhook senders do not compress, and a signature is over the bytes as sent.
+  if (encoding !== 'identity') return Promise.reject(new UnsupportedMediaTypeError('unsupported content encoding', 'send the webhook body uncompressed'))
+  if ((ctx.request.length ?? 0) > limitBytes) return Promise.reject(tooLarge(limitBytes))
+  const req = ctx.req
+  return new Promise<Buffer>((resolve, reject) => {
+    const chunks: Buffer[] = []
+    let size = 0
+    const done = (settle: () => void) => {
+      req.off('data', onData).off('end', onEnd).off('error', onAbort).off('close', onAbort)
+      settle()
+    }
+    const onData = (chunk: Buffer) => {
+      size += chunk.length
+      if (size <= limitBytes) return void chunks.push(chunk)
+      // The rest is not read; the 413 says Connection: close.
+      req.pause()
+      done(() => reject(tooLarge(limitBytes)))
+    }
+    const onEnd = () => done(() => resolve(Buffer.concat(chunks)))
+    const onAbort = () => done(() => reject(new ValidationError('request aborted', 'the client closed the connection before the body was complete')))
+    req.on('data', onData).once('end', onEnd).once('error', onAbort).once('close', onAbort)
+  })
 }

@@ -65,3 +65,14 @@ export function schedulePeriodicJob(options: PeriodicJobOptions): PeriodicJob {
     },
   }
 }
+
+/**
+ * A six-field cron expression firing about every `ms` (settings are durations such as 30s or
+ * 5m; cron counts within the minute or hour, so an interval that does not divide it evenly
+ * restarts at the next minute or hour).
+ */
+export function cronEvery(ms: number): string {
+  if (ms < 60_000) return `*/${Math.max(1, Math.round(ms / 1_000))} * * * * *`
+  if (ms < 3_600_000) return `0 */${Math.max(1, Math.round(ms / 60_000))} * * * *`
+  return `0 0 */${Math.max(1, Math.min(23, Math.round(ms / 3_600_000)))} * * *`
+}

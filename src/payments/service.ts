@@ -83,7 +83,18 @@ export const initiatePaymentInput = z.object({
   quote_id: z.string().nullish(),
 })
 
-export type InitiatePaymentInput = z.input<typeof initiatePaymentInput>
+/** What callers pass (strings as received); `initiatePaymentInput` validates it. */
+export interface InitiatePaymentInput {
+  customer: { id: string; email?: string | null; wallet_address?: string | null }
+  items: ReadonlyArray<{ chain_profile_id: string; node_type: string; duration: string }>
+  subscription_ids?: readonly string[]
+  method: string
+  crypto_currency?: string | null
+  idempotency_key: string
+  return_url: string
+  cancel_url: string
+  quote_id?: string | null
+}
 
 export const quoteInput = z.object({
   items: z.array(lineItem).min(1, 'items must not be empty').max(MAX_ITEMS, `at most ${MAX_ITEMS} items`),
@@ -91,7 +102,11 @@ export const quoteInput = z.object({
   customer_id: z.string().refine(isUuid, 'customer_id must be a UUID').nullish(),
 })
 
-export type QuoteInput = z.input<typeof quoteInput>
+export interface QuoteInput {
+  items: ReadonlyArray<{ chain_profile_id: string; node_type: string; duration: string }>
+  crypto_currency?: string | null
+  customer_id?: string | null
+}
 
 export interface QuoteRecord {
   id: string

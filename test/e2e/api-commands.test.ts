@@ -3,8 +3,7 @@ import path from 'node:path'
 import { execa } from 'execa'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { StackFile } from '../../src/daemon/stack-file.js'
-import { BIN, cleanEnv, nodeplane, spawnNodeplane, tempDir, waitForFile, type CliResult } from '../helpers/cli.js'
-import { freePort } from '../helpers/ports.js'
+import { BIN, cleanEnv, nodeplane, spawnNodeplane, tempDir, upPorts, waitForFile, type CliResult } from '../helpers/cli.js'
 
 /**
  * The commands over the API against one `nodeplane up`: api-key create|list|rotate|revoke|delete
@@ -28,7 +27,7 @@ describe('commands over the API (against nodeplane up)', () => {
   beforeAll(async () => {
     dir = fs.realpathSync(tempDir())
     env = { HOME: path.join(dir, 'home'), XDG_CONFIG_HOME: path.join(dir, 'config') }
-    up = spawnNodeplane(['up'], { cwd: dir, env: { ...env, API_SERVER_PORT: String(await freePort()), AUTH_SERVER_PORT: String(await freePort()) } })
+    up = spawnNodeplane(['up'], { cwd: dir, env: { ...env, ...(await upPorts()) } })
     stack = await waitForFile<StackFile>(path.join(dir, '.nodeplane', 'stack.json'), 'stack.json')
     keys.push(fs.readFileSync(stack.admin_api_key_file, 'utf8').trim())
   })

@@ -2,8 +2,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { afterEach, describe, expect, it } from 'vitest'
 import type { StackFile } from '../../src/daemon/stack-file.js'
-import { nodeplane, spawnNodeplane, tempDir, waitForFile } from '../helpers/cli.js'
-import { freePort } from '../helpers/ports.js'
+import { nodeplane, spawnNodeplane, tempDir, upPorts, waitForFile } from '../helpers/cli.js'
 
 const KEY_SHAPE = /^np_[A-Za-z0-9_-]{43}$/
 
@@ -22,7 +21,7 @@ describe('nodeplane up: auth-server, local operator and its admin key', () => {
     const dir = fs.realpathSync(tempDir())
     dirs.push(dir)
     // HOME and XDG_CONFIG_HOME point at empty dirs: no stored login of whoever runs the tests.
-    const env = { API_SERVER_PORT: String(await freePort()), AUTH_SERVER_PORT: String(await freePort()), HOME: path.join(dir, 'home'), XDG_CONFIG_HOME: path.join(dir, 'config') }
+    const env = { ...(await upPorts()), HOME: path.join(dir, 'home'), XDG_CONFIG_HOME: path.join(dir, 'config') }
     const dataDir = path.join(dir, '.nodeplane')
     const stackFile = path.join(dataDir, 'stack.json')
     const keyFile = path.join(dataDir, 'admin-api-key')

@@ -26,8 +26,25 @@ export function cleanEnv(extra: Record<string, string> = {}): Record<string, str
 }
 
 /** Free ports for every server `nodeplane up` starts, so parallel tests never collide on defaults. */
-export async function upPorts(): Promise<Record<string, string>> {
-  return { API_SERVER_PORT: String(await freePort()), AUTH_SERVER_PORT: String(await freePort()), AGENT_GATEWAY_PORT: String(await freePort()) }
+export interface UpPorts {
+  API_SERVER_PORT: string
+  AUTH_SERVER_PORT: string
+  AGENT_GATEWAY_PORT: string
+  PAYMENT_GRPC_PORT: string
+  PAYMENT_HTTP_PORT: string
+  PAYMENT_METRICS_PORT: string
+  [variable: string]: string
+}
+
+export async function upPorts(): Promise<UpPorts> {
+  return {
+    API_SERVER_PORT: String(await freePort()),
+    AUTH_SERVER_PORT: String(await freePort()),
+    AGENT_GATEWAY_PORT: String(await freePort()),
+    PAYMENT_GRPC_PORT: String(await freePort()),
+    PAYMENT_HTTP_PORT: String(await freePort()),
+    PAYMENT_METRICS_PORT: String(await freePort()),
+  }
 }
 
 export async function nodeplane(args: string[], options: { env?: Record<string, string>; cwd?: string } = {}): Promise<CliResult> {

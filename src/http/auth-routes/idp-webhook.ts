@@ -15,10 +15,9 @@ import {
   type WebhookOutcome,
 } from '../../auth/webhooks.js'
 import type { Db } from '../../db/knex.js'
-import { PayloadTooLargeError, ValidationError } from '../../errors.js'
-import { tooLarge } from '../body.js'
+import { ValidationError } from '../../errors.js'
+import { readRawBody } from '../body.js'
 import type { ApiContext, ApiMiddleware } from '../context.js'
-import { UnsupportedMediaTypeError } from '../http-errors.js'
 import { defineRoute, errorResponse, type ApiRoute } from '../route.js'
 import { z } from '../zod.js'
 
@@ -84,25 +83,6 @@ export function idpWebhookRoute(deps: IdpWebhookRouteDeps): ApiRoute {
   return { ...route, hasBody: false, handle }
 }
 
-async function readRawBody(ctx: ApiContext, limitBytes: number): Promise<Buffer> {
-  const encoding = (ctx.get('Content-Encoding') || 'identity').toLowerCase()
-  // The signature covers the bytes as sent; identity providers do not compress webhooks.
-  if (encoding !== 'identity') throw new UnsupportedMediaTypeError('unsupported content encoding', 'send the webhook body uncompressed')
-  const chunks: Buffer[] = []
-  let size = 0
-  try {
-    for await (const chunk of ctx.req) {
-      const buffer = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk as string)
-      size += buffer.length
-      if (size > limitBytes) throw tooLarge(limitBytes)
-      chunks.push(buffer)
-    }
-  } catch (err) {
-    if (err instanceof PayloadTooLargeError) throw err
-    throw new ValidationError('request aborted', 'the client closed the connection before the body was complete')
-  }
-  return Buffer.concat(chunks)
-}
 
 function parseJson(rawBody: Buffer): unknown {
   try {

@@ -2,6 +2,7 @@
 import type { ChainSource } from '../../config/chain-source.js'
 import type { Db } from '../../db/knex.js'
 import type { Logger } from '../../log.js'
+import type { PaymentClient } from '../../payments/client.js'
 import type { MasterKey } from '../../secrets/master-key.js'
 import type { ApiRoute } from '../route.js'
 import { apiKeyRoutes } from './api-keys.js'
@@ -11,6 +12,7 @@ import { inputRoutes } from './inputs.js'
 import { meRoutes } from './me.js'
 import { nodeKeyRoutes } from './node-keys.js'
 import { nodeRoutes } from './nodes.js'
+import { paymentRoutes } from './payments.js'
 import { subscriptionRoutes } from './subscriptions.js'
 import { walletRoutes } from './wallet.js'
 
@@ -23,8 +25,10 @@ export interface ControlPlaneRouteDeps {
   masterKey?: MasterKey
   /** The chain catalogue (GET /chains, provisioning inputs), asked per request; the package's own `chains/` when absent. */
   chains?: ChainSource
+  /** The payment service client (mTLS gRPC); absent when not configured (payment routes answer 503). */
+  payments?: PaymentClient
 }
 
 export function controlPlaneRoutes(deps: ControlPlaneRouteDeps): ApiRoute[] {
-  return [...meRoutes(deps), ...apiKeyRoutes(deps), ...walletRoutes(deps), ...nodeRoutes(deps), ...cryptoRoutes(deps), ...nodeKeyRoutes(deps), ...inputRoutes(deps), ...subscriptionRoutes(deps), ...chainRoutes(deps)]
+  return [...meRoutes(deps), ...apiKeyRoutes(deps), ...walletRoutes(deps), ...nodeRoutes(deps), ...cryptoRoutes(deps), ...nodeKeyRoutes(deps), ...inputRoutes(deps), ...subscriptionRoutes(deps), ...chainRoutes(deps), ...paymentRoutes(deps)]
 }

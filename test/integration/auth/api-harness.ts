@@ -5,6 +5,7 @@
  */
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
+import type { PaymentClient } from '../../../src/payments/client.js'
 import { exportJWK, generateKeyPair, SignJWT, type CryptoKey, type JWK, type JWTPayload } from 'jose'
 import { createApiRateLimiter } from '../../../src/auth/api-rate-limit.js'
 import { createApiKey } from '../../../src/auth/api-keys.js'
@@ -31,6 +32,8 @@ export interface AuthApiOptions {
   perMinute?: number
   clockSkewMs?: number
   clock?: TestClock
+  /** The payment service client for the payment routes (they answer 503 without one). */
+  payments?: PaymentClient
 }
 
 export interface AuthApi extends StartedApi {
@@ -54,7 +57,7 @@ export async function startAuthApi(resources: Resources, db: Db, options: AuthAp
     { db, now: clock.now, keySet: { cooldownMs: 0 } },
   )
   const limiter = createApiRateLimiter({ perMinute: options.perMinute ?? 600, now: () => clock.ms })
-  const api = await resources.api({ db, authenticate, rateLimit: limiter.rateLimit, routes: controlPlaneRoutes({ db, now: clock.now }) })
+  const api = await resources.api({ db, authenticate, rateLimit: limiter.rateLimit, routes: controlPlaneRoutes({ db, now: clock.now, ...(options.payments ? { payments: options.payments } : {}) }) })
   const call: AuthApi['call'] = (method, path, init = {}) => {
     const headers: Record<string, string> = { ...(init.headers ?? {}) }
     if (init.bearer !== undefined) headers.authorization = `Bearer ${init.bearer}`

@@ -1,0 +1,35 @@
+import { startPaymentService } from '../../daemons/payment-service.js'
+import { openDatabase, startHousekeeping, startRelay } from '../../daemons/runtime.js'
+import { BaseCommand } from '../../src/cli/base-command.js'
+import { loadConfig, paymentServiceEnv } from '../../src/config/env.js'
+import { Resources } from '../../src/daemon/resources.js'
+import { installShutdown } from '../../src/daemon/shutdown.js'
+import { assertSchemaCurrent } from '../../src/db/schema-check.js'
+import { openEventBus } from '../../src/events/open-bus.js'
+import { createLogger } from '../../src/log.js'
+
+export default class DaemonPaymentService extends BaseCommand<typeof DaemonPaymentService> {
+  static override summary = 'Run the payment-service daemon: gRPC PaymentService (mTLS, 50051), webhooks and health (8085), metrics (9086)'
+  static override description =
+    'Uses its own database (PAYMENTS_DATABASE_URL, migrated with `nodeplane db migrate`) and publishes payment.completed, payment.failed and payment.canceled on the PAYMENTS stream (NATS_URL required). Enable at least one provider: PAYMENT_TEST_PROVIDER_ENABLED, CARD_PROVIDER_ENABLED or CRYPTO_PROVIDER_ENABLED. See docs/payments.md.'
+  static override examples = [
+    'NATS_URL=nats://127.0.0.1:4222 PAYMENTS_DATABASE_URL=postgres://payments@db/payments CARD_PROVIDER_ENABLED=true <%= config.bin %> daemon payment-service',
+  ]
+
+  async run(): Promise<{ daemon: string; grpc: string; http: string; metrics: string }> {
+    const config = loadConfig(paymentServiceEnv, this.env())
+    const logger = createLogger({ level: config.LOG_LEVEL, daemon: 'payment-service' })
+    const resources = new Resources(logger)
+    const running = await resources.starting(async () => {
+      const bus = resources.add('bus', await openEventBus({ natsUrl: config.NATS_URL, singleProcess: false, logger, name: 'payment-service' }), (b) => b.close())
+      const db = resources.add('database', await openDatabase(config.PAYMENTS_DATABASE_URL, 'nodeplane-payment-service', logger), (d) => d.destroy())
+      await assertSchemaCurrent(db, 'payments')
+      resources.add('outbox relay', startRelay(db, bus, config, logger), (r) => r.stop())
+      resources.add('housekeeping', startHousekeeping(db, config, logger), (j) => j.stop())
+      return resources.add('payment service', await startPaymentService(config, { db, bus, logger }), (s) => s.stop())
+    })
+    installShutdown({ logger, timeoutMs: config.SHUTDOWN_TIMEOUT, stop: () => resources.closeAll() })
+    logger.info({ grpc: running.grpcTarget, http: running.httpUrl, metrics: running.metricsUrl }, 'ready')
+    return { daemon: 'payment-service', grpc: running.grpcTarget, http: running.httpUrl, metrics: running.metricsUrl }
+  }
+}

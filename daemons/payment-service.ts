@@ -1,0 +1,186 @@
+/**
+ * The `payment-service` daemon: gRPC PaymentService on 50051 (mutual TLS), HTTP on 8085
+ * (provider webhooks, /health, /readyz), Prometheus metrics on 9086; its own database.
+ */
+import fs from 'node:fs'
+import http from 'node:http'
+import path from 'node:path'
+import { Gauge } from 'prom-client'
+import type { Db } from '../src/db/knex.js'
+import { ConfigError } from '../src/errors.js'
+import type { EventBus } from '../src/events/bus.js'
+import { createApiApp } from '../src/http/app.js'
+import { startHttpServer, type RunningHttpServer } from '../src/http/server.js'
+import { cronEvery, schedulePeriodicJob } from '../src/jobs/periodic.js'
+import type { Logger } from '../src/log.js'
+import { createMetrics, type Metrics } from '../src/metrics.js'
+import { packageRoot } from '../src/package-root.js'
+import { PaymentGrpcServer } from '../src/payments/grpc-server.js'
+import { loadPricingConfig } from '../src/payments/pricing.js'
+import { paymentProvidersFromSettings, type PaymentProviderSettings } from '../src/payments/providers/index.js'
+import type { PaymentProvider } from '../src/payments/providers/provider.js'
+import { ProviderRegistry } from '../src/payments/providers/registry.js'
+import { PaymentService } from '../src/payments/service.js'
+import { PAYMENT_STATUSES } from '../src/payments/states.js'
+import { ensurePaymentDevCertificates, paymentsCaDir } from '../src/payments/tls.js'
+import { cardWebhookRoute } from '../src/payments/webhook-route.js'
+
+export interface PaymentServiceSettings extends PaymentProviderSettings {
+  NODEPLANE_DATA_DIR: string
+  NODEPLANE_CONFIG_DIR?: string | undefined
+  HTTP_HOST: string
+  HTTP_BODY_LIMIT_BYTES: number
+  PAYMENT_GRPC_HOST: string
+  PAYMENT_GRPC_PORT: number
+  PAYMENT_HTTP_PORT: number
+  PAYMENT_METRICS_PORT: number
+  PAYMENT_TLS_CA_FILE?: string | undefined
+  PAYMENT_TLS_CERT_FILE?: string | undefined
+  PAYMENT_TLS_KEY_FILE?: string | undefined
+  PAYMENT_ALLOWED_CLIENTS: string[]
+  PAYMENT_PRICING_FILE?: string | undefined
+  PAYMENT_EXPIRY_CHECK_INTERVAL: number
+}
+
+export interface RunningPaymentService {
+  service: PaymentService
+  /** host:port of the gRPC server */
+  grpcTarget: string
+  httpUrl: string
+  metricsUrl: string
+  caFile: string
+  stop(): Promise<void>
+}
+
+export function pricingFile(settings: Pick<PaymentServiceSettings, 'PAYMENT_PRICING_FILE' | 'NODEPLANE_CONFIG_DIR'>): string {
+  return settings.PAYMENT_PRICING_FILE ?? path.join(settings.NODEPLANE_CONFIG_DIR ?? packageRoot(), 'pricing.yaml')
+}
+
+function serverTls(settings: PaymentServiceSettings, logger: Logger): { caFile: string; ca: Buffer; cert: Buffer; key: Buffer } {
+  const explicit = { PAYMENT_TLS_CA_FILE: settings.PAYMENT_TLS_CA_FILE, PAYMENT_TLS_CERT_FILE: settings.PAYMENT_TLS_CERT_FILE, PAYMENT_TLS_KEY_FILE: settings.PAYMENT_TLS_KEY_FILE }
+  const set = Object.entries(explicit).filter(([, v]) => v !== undefined)
+  let files: { caFile: string; certFile: string; keyFile: string }
+  if (set.length > 0) {
+    if (set.length !== 3) throw new ConfigError(['PAYMENT_TLS_CA_FILE, PAYMENT_TLS_CERT_FILE and PAYMENT_TLS_KEY_FILE: set all three, or none for the development set'])
+    for (const [name, file] of set) if (!fs.existsSync(file as string)) throw new ConfigError([`${name}=${JSON.stringify(file)}: file not found`])
+    files = { caFile: explicit.PAYMENT_TLS_CA_FILE as string, certFile: explicit.PAYMENT_TLS_CERT_FILE as string, keyFile: explicit.PAYMENT_TLS_KEY_FILE as string }
+  } else {
+    const dev = ensurePaymentDevCertificates(paymentsCaDir(settings.NODEPLANE_DATA_DIR))
+    logger.warn({ ca_file: dev.caFile }, 'serving PaymentService with the development CA; set PAYMENT_TLS_CA_FILE, PAYMENT_TLS_CERT_FILE and PAYMENT_TLS_KEY_FILE in production')
+    files = { caFile: dev.caFile, certFile: dev.serverCertFile, keyFile: dev.serverKeyFile }
+  }
+  return { caFile: files.caFile, ca: fs.readFileSync(files.caFile), cert: fs.readFileSync(files.certFile), key: fs.readFileSync(files.keyFile) }
+}
+
+function paymentMetrics(metrics: Metrics, db: Db): void {
+  new Gauge({
+    name: 'payments',
+    help: 'Payments in the payment service database, by status',
+    labelNames: ['status'],
+    registers: [metrics.registry],
+    async collect() {
+      const rows = (await db('payments').select('status').count({ count: '*' }).groupBy('status')) as Array<{ status: string; count: number | string }>
+      for (const status of PAYMENT_STATUSES) this.set({ status }, Number(rows.find((r) => r.status === status)?.count ?? 0))
+    },
+  })
+}
+
+async function serveMetrics(metrics: Metrics, host: string, port: number): Promise<RunningHttpServer> {
+  const app = {
+    callback: () => async (req: http.IncomingMessage, res: http.ServerResponse) => {
+      if (req.method !== 'GET' || (req.url ?? '').split('?')[0] !== '/metrics') {
+        res.writeHead(404, { 'content-type': 'application/json' }).end(JSON.stringify({ error: 'not found', details: 'metrics are served at GET /metrics' }))
+        return
+      }
+      const body = await metrics.registry.metrics()
+      res.writeHead(200, { 'content-type': metrics.registry.contentType }).end(body)
+    },
+  }
+  return startHttpServer(app, { host, port })
+}
+
+function portInUse(variable: string, host: string, port: number) {
+  return (err: NodeJS.ErrnoException): never => {
+    if (err.code === 'EADDRINUSE' || err.code === 'EACCES') {
+      throw new ConfigError([`${variable}: port ${port} on ${host} ${err.code === 'EADDRINUSE' ? 'is already in use' : 'needs privileges this user lacks'}`])
+    }
+    throw err
+  }
+}
+
+export async function startPaymentService(
+  settings: PaymentServiceSettings,
+  deps: { db: Db; bus?: EventBus; logger: Logger; now?: () => Date; providers?: PaymentProvider[] },
+): Promise<RunningPaymentService> {
+  const now = deps.now ?? (() => new Date())
+  const logger = deps.logger
+  const pricing = loadPricingConfig(pricingFile(settings))
+  const tls = serverTls(settings, logger)
+  const providers = deps.providers ?? paymentProvidersFromSettings(settings, { db: deps.db, logger, now }, pricing)
+  if (providers.length === 0) {
+    throw new ConfigError(['no payment provider is enabled: set PAYMENT_TEST_PROVIDER_ENABLED=true, CARD_PROVIDER_ENABLED=true or CRYPTO_PROVIDER_ENABLED=true'])
+  }
+  const registry = new ProviderRegistry(providers)
+  const service = new PaymentService({ db: deps.db, logger, pricing: () => pricing, providers: registry, now })
+  const stops: Array<() => Promise<void>> = []
+  const stopAll = async () => {
+    for (const stop of stops.splice(0).reverse()) await stop().catch((err: unknown) => logger.error({ err }, 'error while stopping the payment service'))
+  }
+  try {
+    const grpcServer = new PaymentGrpcServer({ service, logger, allowedClients: settings.PAYMENT_ALLOWED_CLIENTS, tls })
+    const grpcPort = await grpcServer.listen(settings.PAYMENT_GRPC_HOST, settings.PAYMENT_GRPC_PORT).catch((err: Error) => {
+      throw new ConfigError([`PAYMENT_GRPC_PORT: cannot listen on ${settings.PAYMENT_GRPC_HOST}:${settings.PAYMENT_GRPC_PORT} (${err.message.split('\n')[0]})`])
+    })
+    stops.push(() => grpcServer.close())
+
+    const metrics = createMetrics('payment-service')
+    paymentMetrics(metrics, deps.db)
+    const card = registry.byName('card')
+    const app = createApiApp({
+      db: deps.db,
+      ...(deps.bus ? { bus: deps.bus } : {}),
+      logger,
+      metrics,
+      bodyLimitBytes: settings.HTTP_BODY_LIMIT_BYTES,
+      routes: card ? [cardWebhookRoute({ provider: card, bodyLimitBytes: settings.HTTP_BODY_LIMIT_BYTES })] : [],
+      info: { title: 'nodeplane payment service HTTP', version: '1', description: 'Provider webhooks and health. The payment API itself is gRPC (proto/payment.proto).' },
+    })
+    const httpServer = await startHttpServer(app, { host: settings.HTTP_HOST, port: settings.PAYMENT_HTTP_PORT }).catch(portInUse('PAYMENT_HTTP_PORT', settings.HTTP_HOST, settings.PAYMENT_HTTP_PORT))
+    stops.push(() => httpServer.close())
+    const metricsServer = await serveMetrics(metrics, settings.HTTP_HOST, settings.PAYMENT_METRICS_PORT).catch(portInUse('PAYMENT_METRICS_PORT', settings.HTTP_HOST, settings.PAYMENT_METRICS_PORT))
+    stops.push(() => metricsServer.close())
+
+    for (const provider of providers) {
+      if (!provider.start) continue
+      await provider.start()
+      stops.push(async () => provider.stop?.())
+    }
+    const expiry = schedulePeriodicJob({
+      name: 'payment-session-expiry',
+      cronTime: cronEvery(settings.PAYMENT_EXPIRY_CHECK_INTERVAL),
+      leaseMs: Math.max(60_000, settings.PAYMENT_EXPIRY_CHECK_INTERVAL * 2),
+      db: deps.db,
+      logger,
+      now,
+      run: async () => {
+        const expired = await service.expireSessions()
+        if (expired > 0) logger.info({ expired }, 'payment sessions expired')
+      },
+    })
+    stops.push(() => expiry.stop())
+
+    const host = ['0.0.0.0', '::'].includes(settings.PAYMENT_GRPC_HOST) ? '127.0.0.1' : settings.PAYMENT_GRPC_HOST
+    logger.info({ providers: providers.map((p) => p.name), methods: registry.methods(), grpc_port: grpcPort }, 'payment service started')
+    return {
+      service,
+      grpcTarget: `${host.includes(':') ? `[${host}]` : host}:${grpcPort}`,
+      httpUrl: httpServer.url,
+      metricsUrl: `${metricsServer.url}/metrics`,
+      caFile: tls.caFile,
+      stop: stopAll,
+    }
+  } catch (err) {
+    await stopAll()
+    throw err
+  }
+}

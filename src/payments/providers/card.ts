@@ -1,0 +1,337 @@
+/**
+ * The card provider (payment service spec, "Provider adapter operations": `card`): a hosted
+ * checkout session at the card processor, completed by the processor's signed webhook. Every
+ * call to the processor goes through its official SDK (`stripe`); `apiUrl` points the SDK at
+ * another host (a local fake in tests). No card data ever reaches us.
+ *
+ * Webhooks: the signature (`Provider-Signature`, scheme `t=…,v1=…`) is verified over the raw
+ * bytes before anything is parsed or written. A verified event is recorded in
+ * `provider_events` in the same transaction as the payment moves it causes, so a replayed
+ * event id is answered `duplicate` and changes nothing. Outcomes: docs/payments-card.md.
+ */
+import Stripe from 'stripe'
+import { z } from 'zod'
+import { isUniqueViolation } from '../../db/errors.js'
+import { isUuid } from '../../db/ids.js'
+import type { Queryable } from '../../db/knex.js'
+import type { Logger } from '../../log.js'
+import { canTransitionPayment, type PaymentStatus } from '../states.js'
+import {
+  completePayment,
+  findPayment,
+  findPaymentByProviderReference,
+  findPaymentForUpdate,
+  recordPaymentEvent,
+  transitionPayment,
+  type AuditContext,
+  type PaymentRecord,
+} from '../store.js'
+import type { PaymentProvider, ProviderContext, ProviderPaymentStatus, ProviderSession, WebhookRequest, WebhookResult } from './provider.js'
+
+export const CARD_PROVIDER_NAME = 'card'
+
+/** The four event types the spec names; every other type is answered 200 `ignored`. */
+export const CARD_WEBHOOK_EVENTS = [
+  'checkout.session.completed',
+  'checkout.session.async_payment_succeeded',
+  'checkout.session.async_payment_failed',
+  'checkout.session.expired',
+] as const
+type CardWebhookEvent = (typeof CARD_WEBHOOK_EVENTS)[number]
+
+/** What the webhook endpoint answers in `outcome` (docs/payments-card.md). */
+export type CardWebhookOutcome =
+  | 'completed'
+  | 'processing'
+  | 'failed'
+  | 'canceled'
+  | 'amount_mismatch'
+  | 'duplicate'
+  | 'ignored'
+  | 'ignored_state'
+  | 'ignored_session'
+  | 'unknown_payment'
+  | 'missing_signature'
+  | 'invalid_signature'
+  | 'malformed_payload'
+  | 'invalid_event'
+
+export interface CardProviderOptions extends ProviderContext {
+  /** CARD_PROVIDER_SECRET_KEY (never logged). */
+  secretKey: string
+  /** CARD_PROVIDER_WEBHOOK_SECRET (never logged). */
+  webhookSecret: string
+  /** CARD_PROVIDER_API_URL, e.g. http://127.0.0.1:12111; default the processor's real API. */
+  apiUrl?: string
+  /** SDK retries of a failed call (same idempotency key); the SDK's default is 2. */
+  maxNetworkRetries?: number
+  /** Per-call timeout; default 20 s (the SDK's own 80 s would hold an InitiatePayment call too long). */
+  timeoutMs?: number
+}
+
+/** How far a webhook's signed timestamp may be from our clock (the SDK's default). */
+const SIGNATURE_TOLERANCE_SECONDS = 300
+/** The processor refuses a session expiring sooner than 30 minutes or later than 24 hours out. */
+const MIN_SESSION_LIFETIME_MS = 31 * 60_000
+const MAX_SESSION_LIFETIME_MS = 24 * 3_600_000 - 60_000
+const DEFAULT_TIMEOUT_MS = 20_000
+
+const ACTOR = `provider:${CARD_PROVIDER_NAME}`
+
+/** The fields of a checkout session the webhook relies on; anything else is passed through. */
+const sessionSchema = z.object({
+  id: z.string().min(1).max(255),
+  object: z.literal('checkout.session'),
+  status: z.string().nullable().optional(),
+  payment_status: z.string(),
+  amount_total: z.number().int().nullable().optional(),
+  currency: z.string().nullable().optional(),
+  client_reference_id: z.string().nullable().optional(),
+  metadata: z.record(z.string()).nullable().optional(),
+})
+type SessionFields = z.infer<typeof sessionSchema>
+
+const eventSchema = z.object({
+  id: z.string().min(1).max(255),
+  type: z.string().min(1).max(100),
+  data: z.object({ object: z.unknown() }),
+})
+
+/** The SDK's host / port / protocol settings for an API base URL. */
+export function sdkHostConfig(apiUrl: string | undefined): Pick<Stripe.StripeConfig, 'host' | 'port' | 'protocol'> {
+  if (!apiUrl) return {}
+  const url = new URL(apiUrl)
+  const protocol = url.protocol === 'http:' ? 'http' : 'https'
+  return { host: url.hostname, port: url.port || (protocol === 'http' ? 80 : 443), protocol }
+}
+
+export function productName(item: { chain_profile_id: string; node_type: string; duration: string }): string {
+  return `${item.chain_profile_id} ${item.node_type} node, ${item.duration}`
+}
+
+/** What a checkout session's state means for the payment. */
+export function statusOfSession(session: { status: string | null; payment_status: string }): ProviderPaymentStatus {
+  if (session.status === 'open') return 'pending'
+  if (session.status === 'expired') return 'canceled'
+  if (session.status === 'complete') {
+    if (session.payment_status === 'paid' || session.payment_status === 'no_payment_required') return 'completed'
+    if (session.payment_status === 'unpaid') return 'processing'
+  }
+  return 'unknown'
+}
+
+/** The payment moves an event asks for, in order; `failureReason` for the last one. */
+interface Plan {
+  steps: PaymentStatus[]
+  outcome: CardWebhookOutcome
+  failureReason?: string
+}
+
+export class CardProvider implements PaymentProvider {
+  readonly name = CARD_PROVIDER_NAME
+  readonly methods = ['card'] as const
+  private readonly stripe: Stripe
+  private readonly log: Logger
+
+  constructor(private readonly options: CardProviderOptions) {
+    this.stripe = new Stripe(options.secretKey, {
+      ...sdkHostConfig(options.apiUrl),
+      maxNetworkRetries: options.maxNetworkRetries ?? 2,
+      timeout: options.timeoutMs ?? DEFAULT_TIMEOUT_MS,
+      telemetry: false,
+    })
+    this.log = options.logger.child({ component: 'payments', provider: CARD_PROVIDER_NAME })
+  }
+
+  async initiatePayment(payment: PaymentRecord): Promise<ProviderSession> {
+    const now = this.options.now().getTime()
+    const expiresAt = Math.min(Math.max(payment.expiresAt.getTime(), now + MIN_SESSION_LIFETIME_MS), now + MAX_SESSION_LIFETIME_MS)
+    const session = await this.stripe.checkout.sessions.create(
+      {
+        mode: 'payment',
+        line_items: payment.items.map((item) => ({
+          price_data: { currency: payment.currency.toLowerCase(), unit_amount: item.unit_price_minor, product_data: { name: productName(item) } },
+          quantity: 1,
+        })),
+        success_url: payment.returnUrl,
+        cancel_url: payment.cancelUrl,
+        client_reference_id: payment.id,
+        metadata: { payment_id: payment.id },
+        expires_at: Math.floor(expiresAt / 1000),
+      },
+      // The SDK's own retries and a retried InitiatePayment reuse this key: one session per payment.
+      { idempotencyKey: `payment:${payment.id}` },
+    )
+    if (!session.url) throw new Error(`checkout session ${session.id} has no url`)
+    this.log.info({ payment_id: payment.id, session_id: session.id }, 'checkout session created')
+    return { providerReference: session.id, checkoutUrl: session.url }
+  }
+
+  async getPaymentStatus(providerReference: string): Promise<ProviderPaymentStatus> {
+    try {
+      return statusOfSession(await this.stripe.checkout.sessions.retrieve(providerReference))
+    } catch (err) {
+      if (err instanceof Stripe.errors.StripeInvalidRequestError && err.statusCode === 404) return 'unknown'
+      throw err
+    }
+  }
+
+  async cancelPayment(providerReference: string): Promise<void> {
+    try {
+      await this.stripe.checkout.sessions.expire(providerReference)
+    } catch (err) {
+      if (!(err instanceof Stripe.errors.StripeInvalidRequestError)) throw err
+      // Only an open session can be expired; one already expired or complete is closed anyway.
+      const session = await this.stripe.checkout.sessions.retrieve(providerReference)
+      if (session.status === 'open') throw err
+    }
+  }
+
+  async handleWebhook(request: WebhookRequest): Promise<WebhookResult> {
+    const log = this.log.child({ requestId: request.requestId })
+    if (!request.signature) {
+      log.warn('card webhook without a Provider-Signature header refused')
+      return { status: 401, outcome: 'missing_signature' }
+    }
+    let raw: unknown
+    try {
+      raw = this.stripe.webhooks.constructEvent(
+        request.payload,
+        request.signature,
+        this.options.webhookSecret,
+        SIGNATURE_TOLERANCE_SECONDS,
+        undefined,
+        this.options.now().getTime(),
+      )
+    } catch (err) {
+      if (err instanceof Stripe.errors.StripeSignatureVerificationError) {
+        // The error object carries the header and the payload: log only why.
+        log.warn({ reason: err.message.split('\n')[0]?.trim() }, 'card webhook with an invalid signature refused')
+        return { status: 401, outcome: 'invalid_signature' }
+      }
+      // The signature matched, so the processor sent it; the bytes are not JSON.
+      log.warn('signed card webhook is not valid JSON')
+      return { status: 400, outcome: 'malformed_payload' }
+    }
+
+    const event = eventSchema.safeParse(raw)
+    if (!event.success) {
+      log.warn('signed card webhook is not an event object')
+      return { status: 400, outcome: 'invalid_event' }
+    }
+    const { id: eventId, type } = event.data
+    if (!(CARD_WEBHOOK_EVENTS as readonly string[]).includes(type)) {
+      log.debug({ event_id: eventId, event_type: type }, 'card webhook event type not handled; ignored')
+      return { status: 200, outcome: 'ignored' }
+    }
+    const session = sessionSchema.safeParse(event.data.data.object)
+    if (!session.success) {
+      log.warn({ event_id: eventId, event_type: type }, 'card webhook event does not carry a checkout session')
+      return { status: 400, outcome: 'invalid_event' }
+    }
+
+    const context: AuditContext = { actor: ACTOR, requestId: request.requestId, ip: request.ip }
+    const eventLog = log.child({ event_id: eventId, event_type: type, session_id: session.data.id })
+    const payment = await this.paymentFor(session.data)
+    if (!payment) {
+      // Another integration on the same processor account, or a payment deleted since.
+      eventLog.info('card webhook for no payment of ours; ignored')
+      return { status: 200, outcome: 'unknown_payment' }
+    }
+
+    try {
+      const outcome = await this.options.db.transaction((trx) =>
+        this.apply(trx, { eventId, type: type as CardWebhookEvent, session: session.data, paymentId: payment.id, context, log: eventLog }),
+      )
+      eventLog.info({ payment_id: payment.id, outcome }, 'card webhook processed')
+      return { status: 200, outcome, paymentId: payment.id }
+    } catch (err) {
+      // Another delivery of the same event committed first (its row blocked ours until then).
+      if (!isUniqueViolation(err)) throw err
+      eventLog.info({ payment_id: payment.id }, 'card webhook event seen before: not processed again')
+      return { status: 200, outcome: 'duplicate', paymentId: payment.id }
+    }
+  }
+
+  /** By our id on the session (set at creation, so found even before the reference is stored), else by the session id. */
+  private async paymentFor(session: SessionFields): Promise<PaymentRecord | undefined> {
+    const ours = session.client_reference_id ?? session.metadata?.payment_id
+    const payment =
+      ours && isUuid(ours) ? await findPayment(this.options.db, ours.toLowerCase()) : await findPaymentByProviderReference(this.options.db, this.name, session.id)
+    return payment?.provider === this.name ? payment : undefined
+  }
+
+  private async apply(
+    trx: Queryable,
+    input: { eventId: string; type: CardWebhookEvent; session: SessionFields; paymentId: string; context: AuditContext; log: Logger },
+  ): Promise<CardWebhookOutcome> {
+    const { eventId, type, session, paymentId, context, log } = input
+    const now = this.options.now()
+    const seen = await trx('provider_events').where({ provider: this.name, event_id: eventId }).first('event_id')
+    if (seen) return 'duplicate'
+    // Inserted first: a concurrent delivery of the same event waits on this row, then fails as a duplicate.
+    await trx('provider_events').insert({ provider: this.name, event_id: eventId, event_type: type, payment_id: paymentId, processed_at: now })
+
+    const payment = (await findPaymentForUpdate(trx, paymentId)) as PaymentRecord
+    const details = { event_id: eventId, event_type: type, session_id: session.id }
+    const ignore = async (reason: string, outcome: CardWebhookOutcome): Promise<CardWebhookOutcome> => {
+      await recordPaymentEvent(trx, payment.id, 'webhook.ignored', context, { ...details, status: payment.status, reason }, now)
+      return outcome
+    }
+
+    if (payment.providerReference && payment.providerReference !== session.id) {
+      return ignore(`session ${session.id} is not the payment's session ${payment.providerReference}`, 'ignored_session')
+    }
+    const plan = planFor(type, session, payment)
+    if (plan.steps.length === 0) return ignore(`${type} with payment_status ${session.payment_status} is not understood`, 'ignored')
+    let from = payment.status
+    for (const to of plan.steps) {
+      if (!canTransitionPayment(from, to)) return ignore(`${type} asks for ${plan.steps.join(' -> ')}, but the payment is ${payment.status}`, 'ignored_state')
+      from = to
+    }
+    // Someone may have been charged a different amount: an operator has to look.
+    if (plan.outcome === 'amount_mismatch') log.error({ payment_id: payment.id, reason: plan.failureReason }, 'card payment amount does not match; payment failed')
+
+    if (plan.steps.at(-1) === 'completed') {
+      await completePayment(trx, payment.id, context, now, details)
+      return plan.outcome
+    }
+    for (const [i, to] of plan.steps.entries()) {
+      const last = i === plan.steps.length - 1
+      await transitionPayment(trx, { paymentId: payment.id, to, context, details, now, ...(last && plan.failureReason ? { failureReason: plan.failureReason } : {}) })
+    }
+    return plan.outcome
+  }
+}
+
+/**
+ * What an event does to the payment. The processor does not promise delivery order, so an
+ * async success or failure may arrive while the payment is still pending; the state table
+ * allows the moves that follow from that.
+ */
+function planFor(type: CardWebhookEvent, session: SessionFields, payment: PaymentRecord): Plan {
+  if (type === 'checkout.session.expired') return { steps: ['canceled'], outcome: 'canceled', failureReason: 'session expired at the card processor' }
+  if (type === 'checkout.session.async_payment_failed') {
+    return { steps: ['failed'], outcome: 'failed', failureReason: 'the card payment failed at the processor (asynchronous payment method)' }
+  }
+  const mismatch = amountMismatch(session, payment)
+  if (mismatch) return { steps: ['failed'], outcome: 'amount_mismatch', failureReason: mismatch }
+  if (type === 'checkout.session.async_payment_succeeded') return { steps: completionSteps(payment.status), outcome: 'completed' }
+  // checkout.session.completed
+  if (session.payment_status === 'paid' || session.payment_status === 'no_payment_required') return { steps: completionSteps(payment.status), outcome: 'completed' }
+  if (session.payment_status === 'unpaid') return { steps: ['processing'], outcome: 'processing' }
+  return { steps: [], outcome: 'ignored' }
+}
+
+function completionSteps(status: PaymentStatus): PaymentStatus[] {
+  return status === 'pending' ? ['processing', 'completed'] : ['completed']
+}
+
+function amountMismatch(session: SessionFields, payment: PaymentRecord): string | undefined {
+  const currency = payment.currency.toLowerCase()
+  if (session.amount_total === payment.amountMinor && session.currency?.toLowerCase() === currency) return undefined
+  return (
+    `amount mismatch: the card processor reported ${session.amount_total ?? 'no amount'} ${session.currency ?? '(no currency)'}, ` +
+    `the payment is ${payment.amountMinor} ${currency}`
+  )
+}
