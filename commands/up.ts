@@ -2,7 +2,8 @@ import fs from 'node:fs'
 import { startAgentGateway } from '../daemons/agent-gateway.js'
 import { startApiServer } from '../daemons/api-server.js'
 import { startAuthServer } from '../daemons/auth-server.js'
-import { lifecycleDeps, orchestratorWorkflows, startOrchestrator } from '../daemons/orchestrator.js'
+import { startHealthEvaluator } from '../daemons/health-evaluator.js'
+import { lifecycleDeps, orchestratorWorkflows, startOrchestrator, startPaymentActivation } from '../daemons/orchestrator.js'
 import { startPaymentService } from '../daemons/payment-service.js'
 import { openDatabase, startHousekeeping, startRelay } from '../daemons/runtime.js'
 import { BaseCommand } from '../src/cli/base-command.js'
@@ -79,6 +80,7 @@ export default class Up extends BaseCommand<typeof Up> {
         { db, logger: logFor('orchestrator'), masterKey: secrets.masterKey, chains },
       )
       resources.add('orchestrator', startOrchestrator(config, { db, logger: logFor('orchestrator'), registry: orchestratorWorkflows(lifecycle) }), (w) => w.stop())
+      resources.add('health-evaluator', startHealthEvaluator(config, { db, logger: logFor('health-evaluator') }), (h) => h.stop())
       // The payment service with its own database, and mutual TLS even here (`nodeplane certs dev` set).
       const paymentsDb = resources.add('payments database', await openDatabase(config.PAYMENTS_DATABASE_URL, 'nodeplane-up-payments', logger), (d) => d.destroy())
       resources.add('payments outbox relay', startRelay(paymentsDb, bus, config, logFor('payments-outbox-relay')), (r) => r.stop())
@@ -87,6 +89,8 @@ export default class Up extends BaseCommand<typeof Up> {
       const paymentService = resources.add('payment-service', await startPaymentService(config, { db: paymentsDb, bus, logger: logFor('payment-service') }), (s) => s.stop())
       const payments = paymentClientFromSettings({ ...config, PAYMENT_SERVICE_URL: config.PAYMENT_SERVICE_URL ?? paymentService.grpcTarget })
       if (payments) resources.add('payment client', payments, (c) => c.close())
+      // Added after the payment service and the orchestrator: closed before them.
+      resources.add('payment consumer', await startPaymentActivation(config, { bus, db, logger: logFor('orchestrator'), chains }), (c) => c.close())
       const auth = resources.add('auth-server', await startAuthServer(config, { db, logger: logFor('auth-server') }), (s) => s.stop())
       // The api-server verifies legacy wallet tokens against the auth-server started here.
       const apiConfig = { ...config, AUTH_LEGACY_JWKS_URL: config.AUTH_LEGACY_JWKS_URL ?? `${auth.url}/.well-known/jwks.json` }
@@ -99,7 +103,7 @@ export default class Up extends BaseCommand<typeof Up> {
         pid: process.pid,
         started_at: new Date().toISOString(),
         data_dir: dataDir,
-        daemons: ['orchestrator', 'agent-gateway', 'payment-service', 'auth-server', 'api-server'],
+        daemons: ['orchestrator', 'health-evaluator', 'agent-gateway', 'payment-service', 'auth-server', 'api-server'],
         api_url: api.url,
         auth_url: auth.url,
         agent_gateway: agents.target,

@@ -1,7 +1,9 @@
 /**
  * The `orchestrator` daemon: runs the durable workflow worker (src/workflows) with the node
- * lifecycle workflows. Any number of orchestrators may share one Postgres; runs are spread
- * between them by leases.
+ * lifecycle workflows, and the payment event consumer `main-app-payment`, which activates paid
+ * subscriptions and starts their provision workflows (src/subscriptions/activation.ts). Any
+ * number of orchestrators may share one Postgres; runs are spread between them by leases, and
+ * payment events between their consumers by the durable consumer.
  */
 import fs from 'node:fs'
 import path from 'node:path'
@@ -10,10 +12,12 @@ import type { z } from 'zod'
 import type { ChainSource } from '../src/config/chain-source.js'
 import { lifecycleEnv, orchestratorEnv } from '../src/config/env.js'
 import type { Db } from '../src/db/knex.js'
+import type { BusSubscription, EventBus } from '../src/events/bus.js'
 import { ConfigError } from '../src/errors.js'
 import type { Logger } from '../src/log.js'
 import type { MasterKey } from '../src/secrets/master-key.js'
 import { registerLifecycleWorkflows, type LifecycleDeps } from '../src/provisioning/index.js'
+import { startPaymentConsumer } from '../src/subscriptions/activation.js'
 import { LocalInfrastructureProvider } from '../src/provisioning/infrastructure/local.js'
 import { createWorkflowRegistry, createWorkflowWorker, type WorkflowRegistry, type WorkflowWorker } from '../src/workflows/index.js'
 import { devCaDir } from './agent-gateway.js'
@@ -81,4 +85,27 @@ export function startOrchestrator(settings: OrchestratorSettings, deps: Orchestr
   })
   worker.start()
   return worker
+}
+
+export interface PaymentActivationDeps {
+  bus: EventBus
+  db: Db
+  logger: Logger
+  chains: ChainSource
+  now?: () => Date
+}
+
+/**
+ * Starts the payment event consumer (durable `main-app-payment` on `payment.*`); close the
+ * returned subscription before the database. `nodeplane up` calls this with its in-process bus.
+ */
+export function startPaymentActivation(settings: { IDEMPOTENCY_KEY_TTL: number }, deps: PaymentActivationDeps): Promise<BusSubscription> {
+  return startPaymentConsumer({
+    bus: deps.bus,
+    db: deps.db,
+    logger: deps.logger,
+    chains: deps.chains,
+    idempotencyTtlMs: settings.IDEMPOTENCY_KEY_TTL,
+    ...(deps.now ? { now: deps.now } : {}),
+  })
 }

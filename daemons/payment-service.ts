@@ -56,13 +56,56 @@ export function pricingFile(settings: Pick<PaymentServiceSettings, 'PAYMENT_PRIC
   return settings.PAYMENT_PRICING_FILE ?? path.join(settings.NODEPLANE_CONFIG_DIR ?? packageRoot(), 'pricing.yaml')
 }
 
+const NO_PROVIDER = 'no payment provider is enabled: set PAYMENT_TEST_PROVIDER_ENABLED=true, CARD_PROVIDER_ENABLED=true or CRYPTO_PROVIDER_ENABLED=true'
+
+function explicitTls(settings: PaymentServiceSettings) {
+  return { PAYMENT_TLS_CA_FILE: settings.PAYMENT_TLS_CA_FILE, PAYMENT_TLS_CERT_FILE: settings.PAYMENT_TLS_CERT_FILE, PAYMENT_TLS_KEY_FILE: settings.PAYMENT_TLS_KEY_FILE }
+}
+
+/** Problems with PAYMENT_TLS_*: all three or none, and the files must exist. */
+function tlsFileProblems(settings: PaymentServiceSettings): string[] {
+  const set = Object.entries(explicitTls(settings)).filter(([, v]) => v !== undefined)
+  if (set.length === 0) return []
+  if (set.length !== 3) return ['PAYMENT_TLS_CA_FILE, PAYMENT_TLS_CERT_FILE and PAYMENT_TLS_KEY_FILE: set all three, or none for the development set']
+  return set.filter(([, file]) => !fs.existsSync(file as string)).map(([name, file]) => `${name}=${JSON.stringify(file)}: file not found`)
+}
+
+/** Provider constructors only check and keep their settings; nothing touches the database before start(). */
+const NO_DATABASE = (() => {
+  throw new Error('the configuration check has no database')
+}) as unknown as Db
+
+/**
+ * Every configuration problem the service can know before it connects to anything: the pricing
+ * file, the providers (at least one enabled, each with its settings complete) and PAYMENT_TLS_*.
+ * The daemon runs this first, so a bad setting is reported at once, together with the others,
+ * instead of after (or hidden behind) connecting to NATS and the database.
+ */
+export function paymentServiceConfigProblems(settings: PaymentServiceSettings, logger: Logger): string[] {
+  const problems: string[] = []
+  const collect = (fn: () => void) => {
+    try {
+      fn()
+    } catch (err) {
+      if (!(err instanceof ConfigError)) throw err
+      problems.push(...err.problems)
+    }
+  }
+  collect(() => {
+    const pricing = loadPricingConfig(pricingFile(settings))
+    const providers = paymentProvidersFromSettings(settings, { db: NO_DATABASE, logger, now: () => new Date() }, pricing)
+    if (providers.length === 0) problems.push(NO_PROVIDER)
+  })
+  problems.push(...tlsFileProblems(settings))
+  return problems
+}
+
 function serverTls(settings: PaymentServiceSettings, logger: Logger): { caFile: string; ca: Buffer; cert: Buffer; key: Buffer } {
-  const explicit = { PAYMENT_TLS_CA_FILE: settings.PAYMENT_TLS_CA_FILE, PAYMENT_TLS_CERT_FILE: settings.PAYMENT_TLS_CERT_FILE, PAYMENT_TLS_KEY_FILE: settings.PAYMENT_TLS_KEY_FILE }
-  const set = Object.entries(explicit).filter(([, v]) => v !== undefined)
+  const explicit = explicitTls(settings)
   let files: { caFile: string; certFile: string; keyFile: string }
-  if (set.length > 0) {
-    if (set.length !== 3) throw new ConfigError(['PAYMENT_TLS_CA_FILE, PAYMENT_TLS_CERT_FILE and PAYMENT_TLS_KEY_FILE: set all three, or none for the development set'])
-    for (const [name, file] of set) if (!fs.existsSync(file as string)) throw new ConfigError([`${name}=${JSON.stringify(file)}: file not found`])
+  if (Object.values(explicit).some((v) => v !== undefined)) {
+    const problems = tlsFileProblems(settings)
+    if (problems.length > 0) throw new ConfigError(problems)
     files = { caFile: explicit.PAYMENT_TLS_CA_FILE as string, certFile: explicit.PAYMENT_TLS_CERT_FILE as string, keyFile: explicit.PAYMENT_TLS_KEY_FILE as string }
   } else {
     const dev = ensurePaymentDevCertificates(paymentsCaDir(settings.NODEPLANE_DATA_DIR))
@@ -117,9 +160,7 @@ export async function startPaymentService(
   const pricing = loadPricingConfig(pricingFile(settings))
   const tls = serverTls(settings, logger)
   const providers = deps.providers ?? paymentProvidersFromSettings(settings, { db: deps.db, logger, now }, pricing)
-  if (providers.length === 0) {
-    throw new ConfigError(['no payment provider is enabled: set PAYMENT_TEST_PROVIDER_ENABLED=true, CARD_PROVIDER_ENABLED=true or CRYPTO_PROVIDER_ENABLED=true'])
-  }
+  if (providers.length === 0) throw new ConfigError([NO_PROVIDER])
   const registry = new ProviderRegistry(providers)
   const service = new PaymentService({ db: deps.db, logger, pricing: () => pricing, providers: registry, now })
   const stops: Array<() => Promise<void>> = []

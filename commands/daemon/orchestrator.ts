@@ -1,4 +1,4 @@
-import { lifecycleDeps, orchestratorEnv, orchestratorWorkflows, startOrchestrator } from '../../daemons/orchestrator.js'
+import { lifecycleDeps, orchestratorEnv, orchestratorWorkflows, startOrchestrator, startPaymentActivation } from '../../daemons/orchestrator.js'
 import { openDatabase } from '../../daemons/runtime.js'
 import { BaseCommand } from '../../src/cli/base-command.js'
 import { loadConfig } from '../../src/config/env.js'
@@ -9,18 +9,20 @@ import { createLogger } from '../../src/log.js'
 import { openMasterKey } from '../../src/secrets/master-key.js'
 import { ensureServerKeyPair } from '../../src/secrets/server-key.js'
 import { openChainCatalogueFromSettings } from '../../src/config/chain-source.js'
+import { openEventBus } from '../../src/events/open-bus.js'
 
 export default class DaemonOrchestrator extends BaseCommand<typeof DaemonOrchestrator> {
-  static override summary = 'Run the orchestrator daemon: executes durable workflows (provisioning, migrations, rollouts)'
+  static override summary = 'Run the orchestrator daemon: executes durable workflows (provisioning, migrations, rollouts) and activates paid subscriptions'
   static override description =
-    'Needs a migrated database. Several orchestrators may share one Postgres; a run held by a killed orchestrator is taken over after WORKFLOW_LEASE (30s). On SIGTERM, steps in flight finish (within SHUTDOWN_TIMEOUT) and their runs are handed back.'
-  static override examples = ['DATABASE_URL=postgres://nodeplane@db/nodeplane <%= config.bin %> daemon orchestrator']
+    'Needs a migrated database. Several orchestrators may share one Postgres; a run held by a killed orchestrator is taken over after WORKFLOW_LEASE (30s). It also consumes payment events (durable consumer main-app-payment on payment.*), so it needs NATS_URL: payment.completed activates the subscriptions and starts their provisioning. On SIGTERM, the payment consumer stops, steps in flight finish (within SHUTDOWN_TIMEOUT) and their runs are handed back.'
+  static override examples = ['NATS_URL=nats://127.0.0.1:4222 DATABASE_URL=postgres://nodeplane@db/nodeplane <%= config.bin %> daemon orchestrator']
 
   async run(): Promise<{ daemon: string; owner: string }> {
     const config = loadConfig(orchestratorEnv, this.env())
     const logger = createLogger({ level: config.LOG_LEVEL, daemon: 'orchestrator' })
     const resources = new Resources(logger)
     const owner = await resources.starting(async () => {
+      const bus = resources.add('bus', await openEventBus({ natsUrl: config.NATS_URL, singleProcess: false, logger, name: 'orchestrator' }), (b) => b.close())
       const db = resources.add('database', await openDatabase(config.DATABASE_URL, 'nodeplane-orchestrator', logger), (d) => d.destroy())
       await assertSchemaCurrent(db, 'control-plane')
       // Added after the database, so it is stopped (drained) before the database closes.
@@ -31,6 +33,8 @@ export default class DaemonOrchestrator extends BaseCommand<typeof DaemonOrchest
       const chains = resources.add('chain catalogue', await openChainCatalogueFromSettings(config, logger), (c) => c.close())
       const registry = orchestratorWorkflows(await lifecycleDeps(config, { db, logger, masterKey, chains }))
       const worker = resources.add('workflow worker', startOrchestrator(config, { db, logger, registry }), (w) => w.stop())
+      // Added last: closed first, so no payment event is handled while the worker and database close.
+      resources.add('payment consumer', await startPaymentActivation(config, { bus, db, logger, chains }), (s) => s.close())
       return worker.owner
     })
     installShutdown({ logger, timeoutMs: config.SHUTDOWN_TIMEOUT, stop: () => resources.closeAll() })

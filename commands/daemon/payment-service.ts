@@ -1,10 +1,11 @@
-import { startPaymentService } from '../../daemons/payment-service.js'
+import { paymentServiceConfigProblems, startPaymentService } from '../../daemons/payment-service.js'
 import { openDatabase, startHousekeeping, startRelay } from '../../daemons/runtime.js'
 import { BaseCommand } from '../../src/cli/base-command.js'
 import { loadConfig, paymentServiceEnv } from '../../src/config/env.js'
 import { Resources } from '../../src/daemon/resources.js'
 import { installShutdown } from '../../src/daemon/shutdown.js'
 import { assertSchemaCurrent } from '../../src/db/schema-check.js'
+import { ConfigError } from '../../src/errors.js'
 import { openEventBus } from '../../src/events/open-bus.js'
 import { createLogger } from '../../src/log.js'
 
@@ -19,6 +20,12 @@ export default class DaemonPaymentService extends BaseCommand<typeof DaemonPayme
   async run(): Promise<{ daemon: string; grpc: string; http: string; metrics: string }> {
     const config = loadConfig(paymentServiceEnv, this.env())
     const logger = createLogger({ level: config.LOG_LEVEL, daemon: 'payment-service' })
+    // Everything knowable from the settings alone, in one message, before connecting to anything.
+    const problems = [
+      ...(config.NATS_URL ? [] : ['NATS_URL: required when a daemon runs as its own process (set it to nats://host:4222); only `nodeplane up` runs without NATS']),
+      ...paymentServiceConfigProblems(config, logger),
+    ]
+    if (problems.length > 0) throw new ConfigError(problems)
     const resources = new Resources(logger)
     const running = await resources.starting(async () => {
       const bus = resources.add('bus', await openEventBus({ natsUrl: config.NATS_URL, singleProcess: false, logger, name: 'payment-service' }), (b) => b.close())

@@ -309,6 +309,7 @@ export const apiServerEnv = z.object({
 export const authServerEnv = z.object({ ...sharedEnv, ...httpEnv, ...authEnv, ...authServerOnlyEnv, AUTH_SERVER_PORT: portsEnv.AUTH_SERVER_PORT })
 export const orchestratorEnv = z.object({
   ...sharedEnv,
+  ...eventsEnv,
   SHUTDOWN_TIMEOUT: httpEnv.SHUTDOWN_TIMEOUT,
   ...workflowEnv,
   ...lifecycleEnv,

@@ -8,6 +8,7 @@ import { createLocalMasterKey } from '../../src/secrets/master-key.js'
 import { getRun, listSteps } from '../../src/workflows/index.js'
 import { spawnNodeplane, tempDir } from '../helpers/cli.js'
 import { createTestDatabase, DIALECTS, type TestDatabase } from '../helpers/db.js'
+import { startNats, type NatsServer } from '../helpers/nats.js'
 import { insertTestNode } from '../helpers/fixtures.js'
 import { waitFor } from '../helpers/ports.js'
 import { devTls, quiet, startGateway, type RunningGateway } from '../integration/agents/harness.js'
@@ -20,8 +21,11 @@ describe.each(DIALECTS)('orchestrator killed mid-provision on %s', (dialect) => 
   let database: TestDatabase | undefined
   let gateway: RunningGateway | undefined
   let hostsDir: string | undefined
+  let nats: NatsServer | undefined
 
   afterEach(async () => {
+    await nats?.destroy()
+    nats = undefined
     if (hostsDir) {
       const provider = new LocalInfrastructureProvider({ root: hostsDir, logger: quiet })
       for (const host of fs.readdirSync(hostsDir)) await provider.destroyHost(host)
@@ -36,6 +40,7 @@ describe.each(DIALECTS)('orchestrator killed mid-provision on %s', (dialect) => 
     database = await createTestDatabase(dialect)
     const db = database.db
     gateway = await startGateway(db, { heartbeatFlushIntervalMs: 50, commandPollIntervalMs: 50 })
+    nats = await startNats()
     const dir = tempDir()
     hostsDir = path.join(dir, 'hosts')
     const caFile = path.join(dir, 'ca.pem')
@@ -44,6 +49,7 @@ describe.each(DIALECTS)('orchestrator killed mid-provision on %s', (dialect) => 
     await createLocalMasterKey(masterKeyFile)
     const env = {
       DATABASE_URL: database.url,
+      NATS_URL: nats.url,
       NODEPLANE_DATA_DIR: path.join(dir, 'data'),
       LOCAL_HOSTS_DIR: hostsDir,
       AGENT_GATEWAY_URL: gateway.target,

@@ -28,7 +28,7 @@ describe('nodeplane up', () => {
     const stackFile = path.join(dir, 'data', 'stack.json')
     const stack = await waitForFile<StackFile>(stackFile, 'stack.json')
     expect(stack).toMatchObject({
-      daemons: ['orchestrator', 'agent-gateway', 'auth-server', 'api-server'],
+      daemons: ['orchestrator', 'health-evaluator', 'agent-gateway', 'payment-service', 'auth-server', 'api-server'],
       api_url: `http://127.0.0.1:${port}`,
       auth_url: `http://127.0.0.1:${ports.AUTH_SERVER_PORT}`,
       bus: 'local',
@@ -37,6 +37,11 @@ describe('nodeplane up', () => {
     expect(stack.database_url).toBe(`sqlite://${path.join(dir, 'data', 'control-plane.db')}`)
     expect(stack.agent_gateway).toBe(`127.0.0.1:${ports.AGENT_GATEWAY_PORT}`)
     expect(fs.readFileSync(stack.agent_ca_file as string, 'utf8')).toContain('BEGIN CERTIFICATE')
+    // The payment service runs too, behind mutual TLS with the development set.
+    expect(stack.payment_grpc).toBe(`127.0.0.1:${ports.PAYMENT_GRPC_PORT}`)
+    expect(stack.payment_ca_file).toBe(path.join(dir, 'data', 'payments-ca', 'ca.pem'))
+    expect((await fetch(`${stack.payment_http_url}/health`)).status).toBe(200)
+    expect(await (await fetch(stack.payment_metrics_url as string)).text()).toMatch(/^payments\{status="pending",daemon="payment-service"\} 0$/m)
 
     const health = await fetch(`${stack.api_url}/health`)
     expect(health.status).toBe(200)

@@ -8,11 +8,15 @@ import { migrateLatest } from '../../src/db/migrate.js'
 import { createWorkflowRegistry, createWorkflowWorker, startWorkflow } from '../../src/workflows/index.js'
 import { silentLogger } from '../integration/workflows/harness.js'
 import { nodeplane, spawnNodeplane, tempDir } from '../helpers/cli.js'
+import { startNats, type NatsServer } from '../helpers/nats.js'
 
 describe('workflow list|show and the orchestrator daemon (SQLite file)', () => {
   let db: Db | undefined
   let dir: string | undefined
+  let nats: NatsServer | undefined
   afterEach(async () => {
+    await nats?.destroy()
+    nats = undefined
     await db?.destroy()
     if (dir) fs.rmSync(dir, { recursive: true, force: true })
     db = undefined
@@ -68,16 +72,21 @@ describe('workflow list|show and the orchestrator daemon (SQLite file)', () => {
     const url = `sqlite://${path.join(dir, 'control-plane.db')}`
     db = createDatabase(url)
     await migrateLatest(db, 'control-plane')
+    // It consumes payment events: without NATS it refuses to start (exit 78) and says why.
+    const noNats = await nodeplane(['daemon', 'orchestrator'], { env: { DATABASE_URL: url, NODEPLANE_DATA_DIR: dir } })
+    expect(noNats.exitCode).toBe(78)
+    expect(noNats.stderr).toMatch(/^Error: invalid configuration: NATS_URL: required when a daemon runs as its own process/)
+    nats = await startNats()
     // Without the master key and the gateway's CA the orchestrator refuses to start (exit 78).
-    const refused = await nodeplane(['daemon', 'orchestrator'], { env: { DATABASE_URL: url, NODEPLANE_DATA_DIR: dir } })
+    const refused = await nodeplane(['daemon', 'orchestrator'], { env: { DATABASE_URL: url, NODEPLANE_DATA_DIR: dir, NATS_URL: nats.url } })
     expect(refused.exitCode).toBe(78)
     expect(refused.stderr).toContain('nodeplane secrets init')
     await createLocalMasterKey(path.join(dir, 'master.key'))
-    const noCa = await nodeplane(['daemon', 'orchestrator'], { env: { DATABASE_URL: url, NODEPLANE_DATA_DIR: dir } })
+    const noCa = await nodeplane(['daemon', 'orchestrator'], { env: { DATABASE_URL: url, NODEPLANE_DATA_DIR: dir, NATS_URL: nats.url } })
     expect(noCa.exitCode).toBe(78)
     expect(noCa.stderr).toContain('AGENT_GATEWAY_CA_FILE')
     ensureDevCertificates(path.join(dir, 'agent-ca'))
-    const child = spawnNodeplane(['daemon', 'orchestrator'], { env: { DATABASE_URL: url, NODEPLANE_DATA_DIR: dir, LOG_LEVEL: 'info' } })
+    const child = spawnNodeplane(['daemon', 'orchestrator'], { env: { DATABASE_URL: url, NODEPLANE_DATA_DIR: dir, NATS_URL: nats.url, LOG_LEVEL: 'info' } })
     let output = ''
     child.all?.on('data', (chunk: Buffer) => (output += chunk.toString()))
     const deadline = Date.now() + 30_000

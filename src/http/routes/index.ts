@@ -12,6 +12,7 @@ import { inputRoutes } from './inputs.js'
 import { meRoutes } from './me.js'
 import { nodeKeyRoutes } from './node-keys.js'
 import { nodeRoutes } from './nodes.js'
+import { notificationRoutes } from './notifications.js'
 import { paymentRoutes } from './payments.js'
 import { subscriptionRoutes } from './subscriptions.js'
 import { walletRoutes } from './wallet.js'
@@ -30,5 +31,5 @@ export interface ControlPlaneRouteDeps {
 }
 
 export function controlPlaneRoutes(deps: ControlPlaneRouteDeps): ApiRoute[] {
-  return [...meRoutes(deps), ...apiKeyRoutes(deps), ...walletRoutes(deps), ...nodeRoutes(deps), ...cryptoRoutes(deps), ...nodeKeyRoutes(deps), ...inputRoutes(deps), ...subscriptionRoutes(deps), ...chainRoutes(deps), ...paymentRoutes(deps)]
+  return [...meRoutes(deps), ...apiKeyRoutes(deps), ...walletRoutes(deps), ...nodeRoutes(deps), ...cryptoRoutes(deps), ...nodeKeyRoutes(deps), ...inputRoutes(deps), ...subscriptionRoutes(deps), ...chainRoutes(deps), ...paymentRoutes(deps), ...notificationRoutes(deps)]
 }
