@@ -11,6 +11,7 @@ import { startPostgres } from '../test/helpers/postgres.js'
 import { benchAuth } from './auth.js'
 import { benchEvents } from './events.js'
 import { benchHeartbeats } from './heartbeats.js'
+import { benchPayments } from './payments.js'
 import type { Bench, BenchFigure } from './lib.js'
 import { benchStateMachine } from './state-machine.js'
 import { benchWorkflows } from './workflows.js'
@@ -21,6 +22,7 @@ const BENCHES: Record<string, Bench> = {
   auth: benchAuth,
   workflows: benchWorkflows,
   heartbeats: benchHeartbeats,
+  payments: benchPayments,
 }
 
 const resultsDir = path.join(path.dirname(fileURLToPath(import.meta.url)), 'results')

@@ -45,6 +45,13 @@ export default class PaymentCreate extends BaseCommand<typeof PaymentCreate> {
   }
 
   async run(): Promise<PaymentCreateResult> {
+    // Checked here, before any request, in the flags' own words.
+    if (this.flags.method === 'crypto' && !this.flags['crypto-currency']) {
+      throw new ValidationError('--method crypto needs --crypto-currency', `give --crypto-currency, one of ${CRYPTO_CURRENCIES.join(', ')}`)
+    }
+    if (this.flags.method !== 'crypto' && this.flags['crypto-currency']) {
+      throw new ValidationError(`--crypto-currency is only for --method crypto, not ${this.flags.method}`)
+    }
     const api = apiClientFor(this.env(), this.flags['api-url'])
     const subscriptionIds = this.flags.subscription ?? []
     let items = (this.flags.item ?? []).map(parseItem)

@@ -29,6 +29,8 @@ describe('chain commands (against nodeplane up)', () => {
     dir = fs.realpathSync(tempDir())
     const configDir = path.join(dir, 'config')
     fs.cpSync(path.join(repoRoot, 'chains', 'devnet'), path.join(configDir, 'chains', 'devnet'), { recursive: true })
+    // A config dir is the deployment's whole configuration: the payment service in `up` reads its pricing there.
+    fs.copyFileSync(path.join(repoRoot, 'pricing.yaml'), path.join(configDir, 'pricing.yaml'))
     profile = path.join(configDir, 'chains', 'devnet', 'profile.yaml')
     up = spawnNodeplane(['up'], { cwd: dir, env: { ...(await upPorts()), NODEPLANE_CONFIG_DIR: configDir, CHAINS_CHECK_INTERVAL: '200ms' } })
     await waitForFile<StackFile>(path.join(dir, '.nodeplane', 'stack.json'), 'stack.json')

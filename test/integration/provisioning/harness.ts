@@ -27,8 +27,9 @@ export interface LifecycleSetting {
   masterKey: MasterKey
 }
 
-export async function lifecycleSetting(db: Db, options: { logger?: Logger; migrationCooldownMs?: number } = {}): Promise<LifecycleSetting> {
-  const gateway = await startGateway(db, { heartbeatFlushIntervalMs: 50, commandPollIntervalMs: 50 })
+export async function lifecycleSetting(db: Db, options: { logger?: Logger; migrationCooldownMs?: number; now?: () => Date } = {}): Promise<LifecycleSetting> {
+  // `now`: one injected clock for the gateway and the workflows (tests that move time).
+  const gateway = await startGateway(db, { heartbeatFlushIntervalMs: 50, commandPollIntervalMs: 50, ...(options.now ? { now: options.now } : {}) })
   const root = tempDir('nodeplane-lifecycle-hosts-')
   const store = tempDir('nodeplane-lifecycle-backups-')
   const masterKey = LocalFileMasterKey.fromBytes(crypto.randomBytes(32))
@@ -46,12 +47,13 @@ export async function lifecycleSetting(db: Db, options: { logger?: Logger; migra
     agentReadyWaitMs: 30_000,
     commandTimeoutMs: 60_000,
     pollIntervalMs: 50,
+    ...(options.now ? { now: options.now } : {}),
   }
   return { gateway, provider, deps, root, store, masterKey }
 }
 
 export function startLifecycleWorker(db: Db, deps: LifecycleDeps, concurrency = 4): WorkflowWorker {
-  const worker = createWorkflowWorker({ db, registry: registerLifecycleWorkflows(createWorkflowRegistry(), deps), logger: deps.logger, leaseMs: 30_000, pollIntervalMs: 50, concurrency })
+  const worker = createWorkflowWorker({ db, registry: registerLifecycleWorkflows(createWorkflowRegistry(), deps), logger: deps.logger, leaseMs: 30_000, pollIntervalMs: 50, concurrency, ...(deps.now ? { now: deps.now } : {}) })
   worker.start()
   return worker
 }

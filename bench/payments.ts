@@ -1,0 +1,208 @@
+/**
+ * Payment completion -> provisioning workflow started, with NATS in the path (issue 6,
+ * "Benchmark"): a payment moves to `completed` in the payment service's database (payment row,
+ * audit event and outbox row in one transaction), the payment service's relay publishes
+ * `payment.completed` on JetStream, and the control plane's consumer activates the linked
+ * subscription, creates its node and starts its provision workflow in one transaction, then
+ * acks. Measured from the completion commit to the consumer's commit of the activation.
+ *
+ * Baseline, same run and server: a bare JetStream round trip with nats.js, publish (awaiting the
+ * PubAck) -> pull consumer -> handler, with no database on either side.
+ *
+ * - latency: one payment at a time; p50 and p99; the figure is baseline p50 / our p50.
+ * - throughput: a burst of payments completed back to back; payments/s against round trips/s
+ *   of a burst of bare messages.
+ */
+import crypto from 'node:crypto'
+import { AckPolicy, DeliverPolicy, connect } from 'nats'
+import { createLogger } from '../src/log.js'
+import { staticChainSource } from '../src/config/chain-source.js'
+import { defaultConfigDir, loadChainCatalogue } from '../src/config/chains.js'
+import { connectNatsBus } from '../src/events/nats-bus.js'
+import { runConsumer } from '../src/events/consumer.js'
+import { OutboxRelay } from '../src/events/relay.js'
+import { completePayment, insertPayment } from '../src/payments/store.js'
+import { paymentConsumerOptions } from '../src/subscriptions/activation.js'
+import { createSubscription } from '../src/subscriptions/subscriptions.js'
+import { createUser } from '../src/auth/users.js'
+import { benchDatabase, type Dialect } from './databases.js'
+import { figure, type Bench, type BenchFigure } from './lib.js'
+
+function percentile(sorted: number[], p: number): number {
+  return sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))] ?? 0
+}
+
+export const benchPayments: Bench = async (ctx) => {
+  const latencyRuns = Math.max(30, Math.round(200 * ctx.scale))
+  const burst = Math.max(50, Math.round(300 * ctx.scale))
+  const logger = createLogger({ level: 'silent' })
+  const run = crypto.randomBytes(4).toString('hex')
+  const catalogue = staticChainSource(await loadChainCatalogue(defaultConfigDir()))
+  const figures: BenchFigure[] = []
+
+  // Baseline: bare JetStream publish -> pull consumer round trips on the EVENTS stream.
+  const nc = await connect({ servers: ctx.natsUrl, name: 'bench-payments-baseline' })
+  const setupBus = await connectNatsBus({ url: ctx.natsUrl, logger, name: 'bench-payments-setup' }) // makes the streams
+  const js = nc.jetstream()
+  const jsm = await nc.jetstreamManager()
+  const subject = `events.bench.${run}.rtt`
+  await jsm.consumers.add('EVENTS', { durable_name: `bench-rtt-${run}`, filter_subject: subject, ack_policy: AckPolicy.Explicit, deliver_policy: DeliverPolicy.New })
+  const consumer = await js.consumers.get('EVENTS', `bench-rtt-${run}`)
+  const received = new Map<string, () => void>()
+  const messages = await consumer.consume({ max_messages: 64 })
+  const pump = (async () => {
+    for await (const m of messages) {
+      m.ack()
+      received.get(m.headers?.get('Nats-Msg-Id') ?? '')?.()
+    }
+  })()
+  const roundTrip = async (): Promise<void> => {
+    const id = crypto.randomUUID()
+    const arrived = new Promise<void>((resolve) => received.set(id, resolve))
+    await js.publish(subject, new TextEncoder().encode(JSON.stringify({ id, at: Date.now() })), { msgID: id })
+    await arrived
+    received.delete(id)
+  }
+  for (let i = 0; i < 20; i++) await roundTrip()
+  const bareLatencies: number[] = []
+  for (let i = 0; i < latencyRuns; i++) {
+    const t0 = performance.now()
+    await roundTrip()
+    bareLatencies.push(performance.now() - t0)
+  }
+  bareLatencies.sort((a, b) => a - b)
+  const bareStarted = performance.now()
+  await Promise.all(Array.from({ length: burst }, () => roundTrip()))
+  const bareRate = burst / ((performance.now() - bareStarted) / 1000)
+  ctx.log(`bare JetStream round trip: p50 ${percentile(bareLatencies, 0.5).toFixed(2)} ms, p99 ${percentile(bareLatencies, 0.99).toFixed(2)} ms, burst ${bareRate.toFixed(0)}/s`)
+
+  try {
+    for (const dialect of ['sqlite', 'postgres'] as Dialect[]) {
+      const controlPlane = await benchDatabase(dialect, ctx.postgresUrl, 'control-plane')
+      const payments = await benchDatabase(dialect, ctx.postgresUrl, 'payments')
+      // Separate connections, as separate processes would have.
+      const paymentBus = await connectNatsBus({ url: ctx.natsUrl, logger, name: `bench-payment-service-${dialect}` })
+      const consumerBus = await connectNatsBus({ url: ctx.natsUrl, logger, name: `bench-control-plane-${dialect}` })
+      await jsm.streams.purge('PAYMENTS')
+      const relay = new OutboxRelay({ db: payments.db, bus: paymentBus, logger, pollIntervalMs: 500 })
+      const processedAt = new Map<string, number>()
+      const waiters = new Map<string, () => void>()
+      const options = paymentConsumerOptions({
+        bus: consumerBus,
+        db: controlPlane.db,
+        logger,
+        chains: catalogue,
+        idempotencyTtlMs: 86_400_000,
+        concurrency: 8,
+        onOutcome: (outcome, info) => {
+          if (outcome !== 'processed' || !info.messageId) return
+          processedAt.set(info.messageId, performance.now())
+          waiters.get(info.messageId)?.()
+        },
+      })
+      const subscription = await runConsumer({ ...options, durable: `bench-payments-${dialect}-${run}` })
+      relay.start()
+      try {
+        /** A user with a pending subscription and a pending payment linked to it. */
+        const prepare = async (): Promise<string> => {
+          const now = new Date()
+          const user = await createUser(controlPlane.db, { email: `bench-${crypto.randomUUID()}@example.test` })
+          const { subscription: sub } = await createSubscription(controlPlane.db, { userId: user.id, chainProfileId: 'devnet', nodeType: 'full', duration: '1m' }, { catalogue: catalogue.current() })
+          const paymentId = crypto.randomUUID()
+          await payments.db.transaction(async (trx) => {
+            await trx('customers').insert({ id: user.id, email: user.email, created_at: now, updated_at: now })
+            await insertPayment(
+              trx,
+              {
+                id: paymentId,
+                customerId: user.id,
+                method: 'card',
+                provider: 'test',
+                amountMinor: 1500,
+                currency: 'USD',
+                idempotencyKey: paymentId,
+                subscriptionIds: [sub.id],
+                returnUrl: 'https://example.test/r',
+                cancelUrl: 'https://example.test/c',
+                expiresAt: new Date(now.getTime() + 1_800_000),
+                items: [{ chain_profile_id: 'devnet', node_type: 'full', duration: '1m', unit_price_minor: 1500 }],
+              },
+              { actor: 'bench' },
+              now,
+            )
+          })
+          await controlPlane.db('subscriptions').where({ id: sub.id }).update({ payment_id: paymentId })
+          return paymentId
+        }
+        /** Completes the payment; resolves with the completion time and the event's message id. */
+        const complete = async (paymentId: string): Promise<{ t0: number; messageId: string }> => {
+          await payments.db.transaction((trx) => completePayment(trx, paymentId, { actor: 'bench' }, new Date()))
+          const t0 = performance.now()
+          const row = (await payments.db('outbox').where({ subject: 'payment.completed' }).orderBy('id', 'desc').first('message_id')) as { message_id: string }
+          return { t0, messageId: row.message_id }
+        }
+        const activated = (messageId: string): Promise<void> =>
+          processedAt.has(messageId) ? Promise.resolve() : new Promise((resolve) => waiters.set(messageId, () => resolve()))
+
+        for (let i = 0; i < 5; i++) {
+          const { messageId } = await complete(await prepare())
+          await activated(messageId)
+        }
+        const latencies: number[] = []
+        for (let i = 0; i < latencyRuns; i++) {
+          const paymentId = await prepare()
+          const { t0, messageId } = await complete(paymentId)
+          await activated(messageId)
+          latencies.push((processedAt.get(messageId) as number) - t0)
+        }
+        latencies.sort((a, b) => a - b)
+
+        const ids: string[] = []
+        for (let i = 0; i < burst; i++) ids.push(await prepare())
+        const started = performance.now()
+        const done = await Promise.all(ids.map((id) => complete(id)))
+        await Promise.all(done.map((d) => activated(d.messageId)))
+        const rate = burst / ((performance.now() - started) / 1000)
+
+        const runs = Number(((await controlPlane.db('workflow_runs').where({ workflow_name: 'provision' }).count({ n: '*' })) as Array<{ n: number | string }>)[0]?.n)
+        const expected = 5 + latencyRuns + burst
+        if (runs !== expected) throw new Error(`${runs} provision runs started, expected ${expected}`)
+        const p50 = percentile(latencies, 0.5)
+        const p99 = percentile(latencies, 0.99)
+        const bareP50 = percentile(bareLatencies, 0.5)
+        ctx.log(`${dialect}: completion -> provisioning started p50 ${p50.toFixed(1)} ms, p99 ${p99.toFixed(1)} ms; burst of ${burst}: ${rate.toFixed(0)} payments/s`)
+        figures.push(
+          figure({
+            name: `payment completed -> provision workflow started, one at a time (${dialect}); p50 ${p50.toFixed(1)} ms, p99 ${p99.toFixed(1)} ms (bare p50 ${bareP50.toFixed(2)} ms, p99 ${percentile(bareLatencies, 0.99).toFixed(2)} ms)`,
+            baseline: 'bare JetStream publish -> consume round trip, p50 (ratio = bare p50 / ours)',
+            unit: 'inverse ms',
+            value: 1 / p50,
+            baselineValue: 1 / bareP50,
+            notes: `${latencyRuns} payments; two database transactions and an outbox relay in the path`,
+          }),
+          figure({
+            name: `payment completed -> provision workflow started, burst of ${burst} (${dialect})`,
+            baseline: 'bare JetStream round trips, same burst size',
+            unit: 'payments/s',
+            value: rate,
+            baselineValue: bareRate,
+            notes: 'consumer concurrency 8; relay wakes on commit',
+          }),
+        )
+      } finally {
+        await subscription.close()
+        await relay.stop()
+        await paymentBus.close()
+        await consumerBus.close()
+        await controlPlane.drop()
+        await payments.drop()
+      }
+    }
+  } finally {
+    messages.stop()
+    await pump
+    await nc.close()
+    await setupBus.close()
+  }
+  return figures
+}
