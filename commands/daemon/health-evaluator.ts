@@ -7,11 +7,12 @@ import { installShutdown } from '../../src/daemon/shutdown.js'
 import { assertSchemaCurrent } from '../../src/db/schema-check.js'
 import { openEventBus } from '../../src/events/open-bus.js'
 import { createLogger } from '../../src/log.js'
+import { openChainCatalogueFromSettings } from '../../src/config/chain-source.js'
 
 export default class DaemonHealthEvaluator extends BaseCommand<typeof DaemonHealthEvaluator> {
-  static override summary = 'Run the health-evaluator daemon: for now the subscription cleanup scheduler (expiry, grace period, termination, unpaid subscriptions)'
+  static override summary = 'Run the health-evaluator daemon: heartbeat and policy evaluation, the migration trigger, maintenance recovery, and the subscription cleanup scheduler'
   static override description =
-    'Every SUBSCRIPTION_CLEANUP_INTERVAL (1m) it deletes pending_payment subscriptions older than PENDING_SUBSCRIPTION_TTL (30m), moves expired active subscriptions to expiring with a SUBSCRIPTION_GRACE_PERIOD (24h), and terminates expiring ones whose grace period ended (their nodes\' terminate workflows run on the orchestrator). Replicas share the job through a database lease. Heartbeat and policy evaluation, incidents and uptime rollups come in a later release. Needs NATS_URL (it runs an outbox relay) and a migrated database; stops on SIGTERM.'
+    'Every HEALTH_EVALUATION_INTERVAL (15s) it counts missed heartbeats (HEARTBEAT_TIMEOUT 60s; down at 3 in a row), returns nodes to healthy, judges application health by the chain profiles\' health policies, and starts a migration for nodes down longer than MIGRATION_GRACE (60s) outside their MIGRATION_COOLDOWN (1h). Every MAINTENANCE_RECOVERY_INTERVAL (30m) it recovers nodes left in maintenance. Every SUBSCRIPTION_CLEANUP_INTERVAL (1m) it deletes unpaid subscriptions past PENDING_SUBSCRIPTION_TTL (30m), moves expired ones into their SUBSCRIPTION_GRACE_PERIOD (24h) and terminates them after it. Replicas share each job through a database lease (docs/health.md). Needs NATS_URL (it runs an outbox relay) and a migrated database; stops on SIGTERM.'
   static override examples = ['NATS_URL=nats://127.0.0.1:4222 DATABASE_URL=postgres://nodeplane@db/nodeplane <%= config.bin %> daemon health-evaluator']
 
   async run(): Promise<{ daemon: string }> {
@@ -27,10 +28,11 @@ export default class DaemonHealthEvaluator extends BaseCommand<typeof DaemonHeal
       const db = resources.add('database', await openDatabase(config.DATABASE_URL, 'nodeplane-health-evaluator', logger), (d) => d.destroy())
       await assertSchemaCurrent(db, 'control-plane')
       resources.add('outbox relay', startRelay(db, bus, config, logger), (r) => r.stop())
-      resources.add('health evaluator', startHealthEvaluator(config, { db, logger }), (h) => h.stop())
+      const chains = resources.add('chain catalogue', await openChainCatalogueFromSettings(config, logger), (c) => c.close())
+      resources.add('health evaluator', startHealthEvaluator(config, { db, logger, chains }), (h) => h.stop())
     })
     installShutdown({ logger, timeoutMs: config.SHUTDOWN_TIMEOUT, stop: () => resources.closeAll() })
-    logger.info({ cleanup_interval_ms: config.SUBSCRIPTION_CLEANUP_INTERVAL }, 'ready')
+    logger.info({ evaluation_interval_ms: config.HEALTH_EVALUATION_INTERVAL, cleanup_interval_ms: config.SUBSCRIPTION_CLEANUP_INTERVAL }, 'ready')
     return { daemon: 'health-evaluator' }
   }
 }

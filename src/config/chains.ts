@@ -14,6 +14,7 @@ import { parseDocument } from 'yaml'
 import { z } from 'zod'
 import { commandPayloads, crashLoopSpec, relativePath, sha256Hex, type CommandPayload } from '../agents/protocol.js'
 import { ConfigError, ValidationError } from '../errors.js'
+import { healthPolicySchema } from './health-policy.js'
 import { packageRoot } from '../package-root.js'
 import { INPUT_PHASES, INPUT_TYPES, legacyKeysToInputSpecs, type InputSpec } from '../secrets/input-specs.js'
 
@@ -123,6 +124,7 @@ export const chainProfileSchema = z
       .default({}),
     probe: probeTemplateSchema.optional(),
     crash_loop: crashLoopSpec.optional(),
+    health_policy: healthPolicySchema.optional(),
     inputs: z.array(inputSpecSchema).max(50).default([]),
     /** Legacy: names of keys the service generates; converted to generated secret inputs. */
     keys: z.array(z.string()).max(50).optional(),

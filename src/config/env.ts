@@ -282,11 +282,32 @@ export const subscriptionLifecycleEnv = {
   SUBSCRIPTION_CLEANUP_INTERVAL: duration('1m'),
 }
 
+/** Health evaluation (docs/health.md), run by the health-evaluator. */
+export const healthEvaluationEnv = {
+  /** One heartbeat and policy evaluation cycle over the fleet (the agents heartbeat every 15 s). */
+  HEALTH_EVALUATION_INTERVAL: duration('15s'),
+  /** Spec: heartbeat timeout 60 s; also how old an agent's report may be for the policy evaluation. */
+  HEARTBEAT_TIMEOUT: duration('60s'),
+  /** Spec: wait after DOWN before migrating, 60 s. */
+  MIGRATION_GRACE: duration('60s'),
+  /** At most this many migrations start per cycle, oldest outage first. */
+  MIGRATIONS_PER_CYCLE: z.coerce.number().int().min(1).max(10_000).default(10),
+  /** Spec: the periodic check for nodes left in maintenance, every 30 minutes. */
+  MAINTENANCE_RECOVERY_INTERVAL: duration('30m'),
+  /** A node in maintenance this long, held by no workflow or running rollout, is recovered. */
+  MAINTENANCE_RECOVERY_AFTER: duration('1h'),
+}
+
 export const healthEvaluatorEnv = z.object({
   ...sharedEnv,
   ...eventsEnv,
   SHUTDOWN_TIMEOUT: httpEnv.SHUTDOWN_TIMEOUT,
   ...subscriptionLifecycleEnv,
+  ...healthEvaluationEnv,
+  NODEPLANE_CONFIG_DIR: lifecycleEnv.NODEPLANE_CONFIG_DIR,
+  CHAIN_PROFILE_VERSION: lifecycleEnv.CHAIN_PROFILE_VERSION,
+  CHAINS_CHECK_INTERVAL: lifecycleEnv.CHAINS_CHECK_INTERVAL,
+  MIGRATION_COOLDOWN: lifecycleEnv.MIGRATION_COOLDOWN,
 })
 
 export const databaseCommandEnv = z.object(sharedEnv)
@@ -352,6 +373,7 @@ export const upEnv = z.object({
   ...paymentServiceOnlyEnv,
   ...paymentClientEnv,
   ...subscriptionLifecycleEnv,
+  ...healthEvaluationEnv,
   // On a laptop nothing real can take a payment: the test provider is on unless turned off.
   PAYMENT_TEST_PROVIDER_ENABLED: bool('true'),
 })

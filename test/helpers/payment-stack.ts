@@ -176,9 +176,20 @@ export async function startPaymentStack(options: PaymentStackOptions): Promise<P
     }
 
     const evaluator = startHealthEvaluator(
-      // An interval the test never reaches: passes run on `tick()` after the clock moved.
-      { PENDING_SUBSCRIPTION_TTL: 30 * 60_000, SUBSCRIPTION_GRACE_PERIOD: GRACE_PERIOD_MS, SUBSCRIPTION_CLEANUP_INTERVAL: 6 * HOUR_MS },
-      { db: cp.db, logger, now },
+      // Intervals the test never reaches: passes run on `tick()` after the clock moved.
+      {
+        PENDING_SUBSCRIPTION_TTL: 30 * 60_000,
+        SUBSCRIPTION_GRACE_PERIOD: GRACE_PERIOD_MS,
+        SUBSCRIPTION_CLEANUP_INTERVAL: 6 * HOUR_MS,
+        HEALTH_EVALUATION_INTERVAL: 6 * HOUR_MS,
+        HEARTBEAT_TIMEOUT: 60_000,
+        MIGRATION_GRACE: 60_000,
+        MIGRATIONS_PER_CYCLE: 10,
+        MIGRATION_COOLDOWN: HOUR_MS,
+        MAINTENANCE_RECOVERY_INTERVAL: 6 * HOUR_MS,
+        MAINTENANCE_RECOVERY_AFTER: HOUR_MS,
+      },
+      { db: cp.db, logger, now, chains },
     )
     closers.push(() => evaluator.stop())
 

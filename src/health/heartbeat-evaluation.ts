@@ -1,0 +1,108 @@
+/**
+ * Heartbeat evaluation (spec: "Node state", known drivers; docs/health.md): one cycle over the
+ * whole fleet in a handful of statements.
+ *
+ * 1. A node whose heartbeat is fresh again gets its consecutive-failure counter back to 0.
+ * 2. A node in syncing, healthy or degraded whose last heartbeat (or, if later, its entry into
+ *    that state) is older than the heartbeat timeout gets one more failure — once per cycle:
+ *    `heartbeat_checked_at` keeps an overlapping cycle of another evaluator from counting the
+ *    same timeout again.
+ * 3. Moves, each through the health state machine (one health event each):
+ *    - 3 consecutive failures -> down;
+ *    - down with a fresh heartbeat (the grace before its migration starts) -> healthy;
+ *    - syncing whose agent reports synced, heartbeat fresh -> healthy.
+ * Nodes in maintenance are skipped (spec); provisioning is the provision workflow's business.
+ */
+import type { Db } from '../db/knex.js'
+import { ConflictError } from '../errors.js'
+import type { Logger } from '../log.js'
+import { applyHealthUpdate } from '../nodes/health-state-machine.js'
+import { nodeFromRow, type NodeRecord } from '../nodes/node-store.js'
+import type { NodeState } from '../nodes/states.js'
+
+/** Spec: heartbeat timeout 60 s. */
+export const HEARTBEAT_TIMEOUT_MS = 60_000
+/** Spec: consecutive failures before DOWN. */
+export const FAILURES_BEFORE_DOWN = 3
+/** States whose heartbeats count toward `down`. */
+export const HEARTBEAT_EVALUATED_STATES: readonly NodeState[] = ['syncing', 'healthy', 'degraded']
+
+export interface HeartbeatEvaluationOptions {
+  now: Date
+  heartbeatTimeoutMs: number
+  /** The cycle interval: a node is counted at most once per half of it. */
+  intervalMs: number
+  logger: Logger
+}
+
+export interface NodeMove {
+  node_id: string
+  from: NodeState
+  to: NodeState
+}
+
+export interface HeartbeatEvaluationResult {
+  /** Nodes whose counter went back to 0. */
+  reset: number
+  /** Nodes that got one more consecutive failure. */
+  counted: number
+  moves: NodeMove[]
+  /** Moves refused because another writer changed the node first; the next cycle sees it again. */
+  conflicts: number
+}
+
+type NodeRowOf = Parameters<typeof nodeFromRow>[0]
+
+export async function evaluateHeartbeats(db: Db, options: HeartbeatEvaluationOptions): Promise<HeartbeatEvaluationResult> {
+  const { now } = options
+  const cutoff = new Date(now.getTime() - options.heartbeatTimeoutMs)
+  const countedBefore = new Date(now.getTime() - Math.max(1, Math.floor(options.intervalMs / 2)))
+
+  const reset = await db('nodes')
+    .whereIn('state', [...HEARTBEAT_EVALUATED_STATES, 'down'])
+    .where('consecutive_failures', '>', 0)
+    .where('last_heartbeat', '>=', cutoff)
+    .update({ consecutive_failures: 0 })
+
+  const counted = await db('nodes')
+    .whereIn('state', HEARTBEAT_EVALUATED_STATES)
+    .where((q) => q.whereNull('last_heartbeat').orWhere('last_heartbeat', '<', cutoff))
+    .where('state_changed_at', '<', cutoff)
+    .where((q) => q.whereNull('heartbeat_checked_at').orWhere('heartbeat_checked_at', '<=', countedBefore))
+    .update({ consecutive_failures: db.raw('consecutive_failures + 1'), heartbeat_checked_at: now })
+
+  const candidates = (await db('nodes')
+    .where((q) =>
+      q
+        .where((failing) => failing.whereIn('state', HEARTBEAT_EVALUATED_STATES).where('consecutive_failures', '>=', FAILURES_BEFORE_DOWN))
+        .orWhere((back) => back.where('state', 'down').where('last_heartbeat', '>=', cutoff))
+        .orWhere((synced) => synced.where({ state: 'syncing', sync_status: 'synced', consecutive_failures: 0 }).where('last_heartbeat', '>=', cutoff)),
+    )
+    .select('*')) as NodeRowOf[]
+
+  const moves: NodeMove[] = []
+  let conflicts = 0
+  for (const row of candidates) {
+    const node = nodeFromRow(row)
+    const move = moveFor(node)
+    try {
+      const result = await db.transaction((trx) =>
+        applyHealthUpdate(trx, { nodeId: node.id, current: node, change: { writer: 'heartbeat_evaluation', state: move.to }, reason: move.reason, now }),
+      )
+      if (result.changed) moves.push({ node_id: node.id, from: node.state, to: move.to })
+    } catch (err) {
+      if (!(err instanceof ConflictError)) throw err
+      conflicts += 1
+      options.logger.debug({ nodeId: node.id, err: err.message }, 'node changed during heartbeat evaluation; next cycle')
+    }
+  }
+  return { reset, counted, moves, conflicts }
+}
+
+function moveFor(node: NodeRecord): { to: NodeState; reason: string } {
+  if (node.state === 'down') return { to: 'healthy', reason: 'heartbeat received while down' }
+  if (node.consecutive_failures >= FAILURES_BEFORE_DOWN) {
+    return { to: 'down', reason: `${node.consecutive_failures} consecutive heartbeat timeouts` }
+  }
+  return { to: 'healthy', reason: 'agent reports synced' }
+}

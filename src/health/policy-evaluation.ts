@@ -1,0 +1,143 @@
+/**
+ * Policy evaluation (spec: application_health is written only by the policy evaluation;
+ * docs/health.md): the latest report of each node's agent (`agent_status`, written with the
+ * heartbeats) against its chain profile's `health_policy`. One read of the evaluated fleet per
+ * cycle; only nodes whose application_health changes are written, each through the health state
+ * machine.
+ *
+ * - No report, or one older than the heartbeat timeout: `unknown` (nothing current to judge).
+ * - Otherwise the worst of: each rule (a metric the report lacks is not judged), and the chain
+ *   process crash-looping (`crash_loop` of the policy, critical by default).
+ * - `block_lag` is derived: the highest head reported by any node of the same chain profile
+ *   (block_height or the highest_block a syncing node sees) minus this node's block_height.
+ */
+import { DEFAULT_HEALTH_POLICY, type HealthPolicy, type HealthRule } from '../config/health-policy.js'
+import type { ChainCatalogue } from '../config/chains.js'
+import { fromJson, toDateOrNull } from '../db/dialect.js'
+import type { Db } from '../db/knex.js'
+import { ConflictError } from '../errors.js'
+import type { Logger } from '../log.js'
+import { applyHealthUpdate } from '../nodes/health-state-machine.js'
+import { nodeFromRow, type NodeRecord } from '../nodes/node-store.js'
+import type { ApplicationHealth, NodeState } from '../nodes/states.js'
+
+/** Maintenance is skipped (spec); provisioning has no chain to judge yet; terminal nodes stay unknown. */
+export const POLICY_EVALUATED_STATES: readonly NodeState[] = ['syncing', 'healthy', 'degraded', 'down']
+
+export interface AgentReport {
+  reported_at: Date
+  process_state: string
+  metrics: Record<string, number>
+}
+
+const SEVERITY: Record<ApplicationHealth, number> = { unknown: -1, ok: 0, degraded: 1, critical: 2 }
+
+function worst(a: ApplicationHealth, b: ApplicationHealth): ApplicationHealth {
+  return SEVERITY[b] > SEVERITY[a] ? b : a
+}
+
+export function ruleResult(rule: HealthRule, value: number | undefined): ApplicationHealth {
+  if (value === undefined) return 'ok'
+  if ((rule.critical_below !== undefined && value < rule.critical_below) || (rule.critical_above !== undefined && value > rule.critical_above)) return 'critical'
+  if ((rule.degraded_below !== undefined && value < rule.degraded_below) || (rule.degraded_above !== undefined && value > rule.degraded_above)) return 'degraded'
+  return 'ok'
+}
+
+/** The application_health a fresh report earns under `policy`; `derived` holds metrics like block_lag. */
+export function applicationHealthFor(report: AgentReport, policy: HealthPolicy, derived: Record<string, number> = {}): ApplicationHealth {
+  let health: ApplicationHealth = report.process_state === 'crash_loop' ? policy.crash_loop : 'ok'
+  for (const rule of policy.rules) health = worst(health, ruleResult(rule, derived[rule.metric] ?? report.metrics[rule.metric]))
+  return health
+}
+
+/** The highest head among a chain's fresh reports: block_lag's reference. */
+export function referenceHead(reports: Iterable<AgentReport>): number | undefined {
+  let best: number | undefined
+  for (const report of reports) {
+    for (const name of ['block_height', 'highest_block']) {
+      const value = report.metrics[name]
+      if (value !== undefined && (best === undefined || value > best)) best = value
+    }
+  }
+  return best
+}
+
+export interface PolicyEvaluationOptions {
+  now: Date
+  catalogue: ChainCatalogue
+  /** A report older than this is not current: HEARTBEAT_TIMEOUT. */
+  reportMaxAgeMs: number
+  logger: Logger
+}
+
+export interface PolicyEvaluationResult {
+  evaluated: number
+  changes: Array<{ node_id: string; from: ApplicationHealth; to: ApplicationHealth }>
+  conflicts: number
+}
+
+interface EvaluatedNode {
+  node: NodeRecord
+  report: AgentReport | undefined
+}
+
+type Row = Parameters<typeof nodeFromRow>[0] & { report_at: unknown; report_metrics: unknown; report_process_state: unknown }
+
+export async function evaluatePolicies(db: Db, options: PolicyEvaluationOptions): Promise<PolicyEvaluationResult> {
+  const freshSince = options.now.getTime() - options.reportMaxAgeMs
+  const rows = (await db('nodes')
+    .leftJoin('agent_status', 'agent_status.node_id', 'nodes.id')
+    .whereIn('nodes.state', POLICY_EVALUATED_STATES)
+    .select('nodes.*', 'agent_status.reported_at as report_at', 'agent_status.metrics as report_metrics', 'agent_status.process_state as report_process_state')) as Row[]
+
+  const fleet: EvaluatedNode[] = rows.map((row) => {
+    const reportedAt = toDateOrNull(row.report_at)
+    const report =
+      reportedAt && reportedAt.getTime() >= freshSince
+        ? { reported_at: reportedAt, process_state: String(row.report_process_state), metrics: fromJson<Record<string, number>>(row.report_metrics) }
+        : undefined
+    return { node: nodeFromRow(row), report }
+  })
+
+  const heads = new Map<string, number | undefined>()
+  const byChain = new Map<string, AgentReport[]>()
+  for (const { node, report } of fleet) {
+    if (!report) continue
+    const reports = byChain.get(node.chain_profile_id)
+    if (reports) reports.push(report)
+    else byChain.set(node.chain_profile_id, [report])
+  }
+  for (const [chain, reports] of byChain) heads.set(chain, referenceHead(reports))
+
+  const result: PolicyEvaluationResult = { evaluated: fleet.length, changes: [], conflicts: 0 }
+  for (const { node, report } of fleet) {
+    const target = report ? applicationHealthFor(report, policyOf(options.catalogue, node.chain_profile_id), derivedMetrics(report, heads.get(node.chain_profile_id))) : 'unknown'
+    if (target === node.application_health) continue
+    try {
+      const written = await db.transaction((trx) =>
+        applyHealthUpdate(trx, {
+          nodeId: node.id,
+          current: node,
+          change: { writer: 'policy_evaluation', application_health: target },
+          reason: report ? `health policy of ${node.chain_profile_id}` : 'no current agent report',
+          now: options.now,
+        }),
+      )
+      if (written.changed) result.changes.push({ node_id: node.id, from: node.application_health, to: target })
+    } catch (err) {
+      if (!(err instanceof ConflictError)) throw err
+      result.conflicts += 1
+      options.logger.debug({ nodeId: node.id, err: err.message }, 'node changed during policy evaluation; next cycle')
+    }
+  }
+  return result
+}
+
+function policyOf(catalogue: ChainCatalogue, chainProfileId: string): HealthPolicy {
+  return catalogue.profiles.get(chainProfileId)?.health_policy ?? DEFAULT_HEALTH_POLICY
+}
+
+function derivedMetrics(report: AgentReport, head: number | undefined): Record<string, number> {
+  const height = report.metrics.block_height
+  return head !== undefined && height !== undefined ? { block_lag: Math.max(0, head - height) } : {}
+}
