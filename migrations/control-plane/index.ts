@@ -5,6 +5,7 @@ import * as agents from './0003_agents.js'
 import * as nodeKeys from './0004_node_keys.js'
 import * as payments from './0005_payments.js'
 import * as healthEvaluation from './0006_health_evaluation.js'
+import * as incidents from './0007_incidents.js'
 
 /** In order; a released migration is never edited, a change is a new entry. */
-export const controlPlaneMigrations: readonly Migration[] = [initialSchema, authServer, agents, nodeKeys, payments, healthEvaluation]
+export const controlPlaneMigrations: readonly Migration[] = [initialSchema, authServer, agents, nodeKeys, payments, healthEvaluation, incidents]

@@ -13,7 +13,17 @@ import type { Page } from '../http/pagination.js'
 import { paginateKeyset } from '../http/pagination.js'
 
 /** Kinds written today; the column is free text so later kinds (incidents, rollouts) need no migration. */
-export const NOTIFICATION_KINDS = ['payment_failed', 'payment_canceled', 'subscription_expiring', 'subscription_terminated'] as const
+export const NOTIFICATION_KINDS = [
+  'payment_failed',
+  'payment_canceled',
+  'subscription_expiring',
+  'subscription_terminated',
+  // docs/incidents.md, "Notifications"
+  'incident_opened',
+  'incident_escalated',
+  'incident_flapping',
+  'incident_resolved',
+] as const
 export type NotificationKind = (typeof NOTIFICATION_KINDS)[number]
 
 export type NotificationData = Record<string, string | number | boolean | null>

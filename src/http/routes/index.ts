@@ -8,6 +8,7 @@ import type { ApiRoute } from '../route.js'
 import { apiKeyRoutes } from './api-keys.js'
 import { chainRoutes } from './chains.js'
 import { cryptoRoutes } from './crypto.js'
+import { incidentRoutes } from './incidents.js'
 import { inputRoutes } from './inputs.js'
 import { meRoutes } from './me.js'
 import { nodeKeyRoutes } from './node-keys.js'
@@ -31,5 +32,5 @@ export interface ControlPlaneRouteDeps {
 }
 
 export function controlPlaneRoutes(deps: ControlPlaneRouteDeps): ApiRoute[] {
-  return [...meRoutes(deps), ...apiKeyRoutes(deps), ...walletRoutes(deps), ...nodeRoutes(deps), ...cryptoRoutes(deps), ...nodeKeyRoutes(deps), ...inputRoutes(deps), ...subscriptionRoutes(deps), ...chainRoutes(deps), ...paymentRoutes(deps), ...notificationRoutes(deps)]
+  return [...meRoutes(deps), ...apiKeyRoutes(deps), ...walletRoutes(deps), ...nodeRoutes(deps), ...cryptoRoutes(deps), ...nodeKeyRoutes(deps), ...inputRoutes(deps), ...subscriptionRoutes(deps), ...chainRoutes(deps), ...paymentRoutes(deps), ...notificationRoutes(deps), ...incidentRoutes(deps)]
 }
