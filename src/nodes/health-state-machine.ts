@@ -10,6 +10,7 @@ import { ConflictError, NotFoundError, ValidationError } from '../errors.js'
 import { isConcurrentWriteFailure } from '../db/errors.js'
 import { uuidv7 } from '../db/ids.js'
 import { enqueueEvent } from '../events/outbox.js'
+import { appendStateChange } from '../uptime/state-log.js'
 import { findNode, type NodeRecord } from './node-store.js'
 import {
   APPLICATION_HEALTH_VALUES,
@@ -238,6 +239,7 @@ async function writeVersioned(trx: Queryable, node: NodeRecord, health: NodeHeal
   if (health.application_health !== node.application_health) changed.application_health = health.application_health
   const updated = await trx('nodes').where({ id: node.id, version: node.version }).update(changed)
   if (updated !== 1) throw versionConflict(node.id, node.version, 'a newer one')
+  if (stateChanged) await appendStateChange(trx, { nodeId: node.id, state: health.state, at: now, writer: meta.writer, reason: meta.reason })
 
   const previous: NodeHealth = { state: node.state, sync_status: node.sync_status, application_health: node.application_health }
   const event: HealthEvent = {

@@ -2,6 +2,7 @@
 import crypto from 'node:crypto'
 import type { Queryable } from '../db/knex.js'
 import { toDate, toDateOrNull } from '../db/dialect.js'
+import { openFirstInterval } from '../uptime/state-log.js'
 import { INITIAL_NODE_STATE, type ApplicationHealth, type NodeState, type SyncStatus } from './states.js'
 
 export interface NodeRecord {
@@ -87,5 +88,6 @@ export async function insertNode(db: Queryable, node: NewNode, now: Date = new D
     updated_at: now,
   }
   await db('nodes').insert(row)
+  await openFirstInterval(db, { nodeId: row.id, state: INITIAL_NODE_STATE, at: now, writer: 'node_created' })
   return nodeFromRow({ ...row, host_id: null, host_ip: null, last_heartbeat: null, last_migration_triggered_at: null } as NodeRow)
 }
