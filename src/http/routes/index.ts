@@ -16,6 +16,7 @@ import { nodeRoutes } from './nodes.js'
 import { notificationRoutes } from './notifications.js'
 import { paymentRoutes } from './payments.js'
 import { subscriptionRoutes } from './subscriptions.js'
+import { uptimeRoutes } from './uptime.js'
 import { walletRoutes } from './wallet.js'
 
 export interface ControlPlaneRouteDeps {
@@ -32,5 +33,5 @@ export interface ControlPlaneRouteDeps {
 }
 
 export function controlPlaneRoutes(deps: ControlPlaneRouteDeps): ApiRoute[] {
-  return [...meRoutes(deps), ...apiKeyRoutes(deps), ...walletRoutes(deps), ...nodeRoutes(deps), ...cryptoRoutes(deps), ...nodeKeyRoutes(deps), ...inputRoutes(deps), ...subscriptionRoutes(deps), ...chainRoutes(deps), ...paymentRoutes(deps), ...notificationRoutes(deps), ...incidentRoutes(deps)]
+  return [...meRoutes(deps), ...apiKeyRoutes(deps), ...walletRoutes(deps), ...nodeRoutes(deps), ...cryptoRoutes(deps), ...nodeKeyRoutes(deps), ...inputRoutes(deps), ...subscriptionRoutes(deps), ...chainRoutes(deps), ...paymentRoutes(deps), ...notificationRoutes(deps), ...uptimeRoutes(deps), ...incidentRoutes(deps)]
 }
