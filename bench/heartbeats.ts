@@ -24,13 +24,12 @@ import type { Db } from '../src/db/knex.js'
 import { toJson } from '../src/db/dialect.js'
 import { uuidv7 } from '../src/db/ids.js'
 import { benchDatabase, type Dialect } from './databases.js'
+import { INSERT_CHUNK, insertFleet } from './fleet.js'
 import { figure, interleaved, type Bench, type BenchFigure } from './lib.js'
 
 const FLEET = 50_000
 const TARGET_RATE = FLEET / 15
 const BATCH = 1_000
-/** knex writes a multi-row insert on SQLite as a compound SELECT, limited to 500 terms. */
-const INSERT_CHUNK = 400
 const quiet = pino({ level: 'silent' })
 
 export const benchHeartbeats: Bench = async (ctx) => {
@@ -54,35 +53,6 @@ export const benchHeartbeats: Bench = async (ctx) => {
     fs.rmSync(tlsDir, { recursive: true, force: true })
   }
   return figures
-}
-
-async function insertFleet(db: Db, count: number): Promise<string[]> {
-  const now = new Date()
-  const userId = crypto.randomUUID()
-  await db('users').insert({ id: userId, email: `${userId}@bench.test`, is_admin: false, created_at: now, updated_at: now })
-  const ids: string[] = []
-  for (let start = 0; start < count; start += INSERT_CHUNK) {
-    const subscriptions: Record<string, unknown>[] = []
-    const nodes: Record<string, unknown>[] = []
-    for (let i = start; i < Math.min(count, start + INSERT_CHUNK); i++) {
-      const subscriptionId = uuidv7()
-      const nodeId = uuidv7()
-      subscriptions.push({
-        id: subscriptionId, user_id: userId, chain_profile_id: 'devnet', node_type: 'full', duration: '1m', provider: 'local', region: 'local',
-        instance_type: 'local.small', status: 'active', expires_at: new Date(now.getTime() + 30 * 86_400_000), created_at: now, updated_at: now,
-      })
-      nodes.push({
-        id: nodeId, subscription_id: subscriptionId, chain_profile_id: 'devnet', node_type: 'full', state: 'healthy', sync_status: 'synced',
-        application_health: 'ok', consecutive_failures: 0, state_changed_at: now, version: 1, created_at: now, updated_at: now,
-      })
-      ids.push(nodeId)
-    }
-    await db.transaction(async (trx) => {
-      await trx('subscriptions').insert(subscriptions)
-      await trx('nodes').insert(nodes)
-    })
-  }
-  return ids
 }
 
 function heartbeat(nodeId: string, now: Date): HeartbeatRecord {

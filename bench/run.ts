@@ -10,6 +10,7 @@ import { startNats } from '../test/helpers/nats.js'
 import { startPostgres } from '../test/helpers/postgres.js'
 import { benchAuth } from './auth.js'
 import { benchEvents } from './events.js'
+import { benchHealth } from './health.js'
 import { benchHeartbeats } from './heartbeats.js'
 import { benchPayments } from './payments.js'
 import type { Bench, BenchFigure } from './lib.js'
@@ -23,6 +24,7 @@ const BENCHES: Record<string, Bench> = {
   workflows: benchWorkflows,
   heartbeats: benchHeartbeats,
   payments: benchPayments,
+  health: benchHealth,
 }
 
 const resultsDir = path.join(path.dirname(fileURLToPath(import.meta.url)), 'results')
@@ -32,20 +34,24 @@ async function main(): Promise<void> {
   const scale = Number(process.env.BENCH_SCALE ?? '1')
   const postgres = await startPostgres()
   const nats = await startNats()
-  const figures: BenchFigure[] = []
+  const fresh: RecordedFigure[] = []
+  const ranAt = new Date().toISOString()
   try {
     for (const [name, bench] of Object.entries(BENCHES)) {
       if (only.length > 0 && !only.includes(name)) continue
       process.stderr.write(`bench ${name}...\n`)
-      figures.push(...(await bench({ postgresUrl: postgres.url, natsUrl: nats.url, scale, log: (l) => process.stderr.write(`  ${l}\n`) })))
+      const figures = await bench({ postgresUrl: postgres.url, natsUrl: nats.url, scale, log: (l) => process.stderr.write(`  ${l}\n`) })
+      fresh.push(...figures.map((f) => ({ ...f, bench: name, ran_at: ranAt })))
     }
   } finally {
     await nats.destroy()
     await postgres.stop()
   }
 
+  // `npm run bench -- payments` re-measures one bench: the others' figures stay as last measured.
+  const figures = mergeFigures(readPrevious(), fresh, new Set(fresh.map((f) => f.bench)))
   const run = {
-    ran_at: new Date().toISOString(),
+    ran_at: ranAt,
     machine: { cpus: os.cpus().length, cpu_model: os.cpus()[0]?.model ?? 'unknown', memory_gib: Math.round(os.totalmem() / 2 ** 30), node: process.version },
     scale,
     figures,
@@ -53,21 +59,39 @@ async function main(): Promise<void> {
   fs.mkdirSync(resultsDir, { recursive: true })
   fs.writeFileSync(path.join(resultsDir, 'latest.json'), `${JSON.stringify(run, null, 2)}\n`)
   const rows = figures.map(
-    (f) => `| ${f.name} | ${f.value.toFixed(0)} ${f.unit} | ${f.baseline}: ${f.baselineValue.toFixed(0)} | **${f.ratio.toFixed(2)}** | ${f.aim ?? ''} |`,
+    (f) => `| ${f.name} | ${f.value.toFixed(0)} ${f.unit} | ${f.baseline}: ${f.baselineValue.toFixed(0)} | **${f.ratio.toFixed(2)}** | ${f.aim ?? ''} | ${(f.ran_at ?? '').slice(0, 10)} |`,
   )
   const md = [
     `# Benchmark results (${run.ran_at})`,
     '',
     `${run.machine.cpus} cores (${run.machine.cpu_model}), ${run.machine.memory_gib} GiB, Node ${run.machine.node}, scale ${scale}.`,
-    'Each figure is a ratio against a baseline measured in the same run on the same machine.',
+    'Each figure is a ratio against a baseline measured in the same run on the same machine; a bench run alone (`npm run bench -- NAME`) replaces only its own rows.',
     '',
-    '| measured | value | baseline | ratio | aim |',
-    '|---|---|---|---|---|',
+    '| measured | value | baseline | ratio | aim | measured on |',
+    '|---|---|---|---|---|---|',
     ...rows,
     '',
   ].join('\n')
   fs.writeFileSync(path.join(resultsDir, 'latest.md'), md)
   process.stdout.write(md)
+}
+
+/** A figure with the bench and the run that measured it. */
+type RecordedFigure = BenchFigure & { bench?: string; ran_at?: string }
+
+function readPrevious(): RecordedFigure[] {
+  try {
+    const previous = JSON.parse(fs.readFileSync(path.join(resultsDir, 'latest.json'), 'utf8')) as { ran_at?: string; figures?: RecordedFigure[] }
+    return (previous.figures ?? []).map((f) => ({ ...f, ran_at: f.ran_at ?? previous.ran_at }))
+  } catch {
+    return []
+  }
+}
+
+/** The previous figures of benches not re-run (kept in their order), then the fresh ones. */
+export function mergeFigures(previous: RecordedFigure[], fresh: RecordedFigure[], rerun: ReadonlySet<string | undefined>): RecordedFigure[] {
+  const freshNames = new Set(fresh.map((f) => f.name))
+  return [...previous.filter((f) => !rerun.has(f.bench) && !freshNames.has(f.name)), ...fresh]
 }
 
 main().catch((err: unknown) => {

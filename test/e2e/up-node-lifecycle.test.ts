@@ -10,9 +10,11 @@ import { waitFor } from '../helpers/ports.js'
 
 /**
  * On a laptop a node really comes up: `nodeplane up`, then `node provision` starts a real node
- * agent and devnet-node on the local provider; `node show` reports it; `node terminate` removes it.
- * (The subscription is written into the stack's database: subscriptions and payments are
- * another issue.)
+ * agent and devnet-node on the local provider; the health evaluation takes it from syncing to
+ * healthy with its application health ok; when its host dies (agent and chain killed) the node
+ * goes down and is migrated to a new host by itself; `node terminate` removes it. Short
+ * heartbeat timeout, grace and evaluation interval so this takes seconds. (The subscription is
+ * written into the stack's database: the payment journey tests buy one.)
  */
 describe('a node on nodeplane up (local provider, real agent and devnet-node)', () => {
   let dir: string
@@ -25,7 +27,10 @@ describe('a node on nodeplane up (local provider, real agent and devnet-node)', 
 
   beforeAll(async () => {
     dir = fs.realpathSync(tempDir())
-    up = spawnNodeplane(['up'], { cwd: dir, env: { ...(await upPorts()), AGENT_HEARTBEAT_INTERVAL: '1s' } })
+    up = spawnNodeplane(['up'], {
+      cwd: dir,
+      env: { ...(await upPorts()), AGENT_HEARTBEAT_INTERVAL: '1s', HEALTH_EVALUATION_INTERVAL: '1s', HEARTBEAT_TIMEOUT: '3s', MIGRATION_GRACE: '2s' },
+    })
     stack = await waitForFile<StackFile>(path.join(dir, '.nodeplane', 'stack.json'), 'stack.json', 60_000)
     db = createDatabase(stack.database_url)
   })
@@ -37,7 +42,7 @@ describe('a node on nodeplane up (local provider, real agent and devnet-node)', 
     if (dir) fs.rmSync(dir, { recursive: true, force: true })
   })
 
-  it('provisions, reports syncing then synced, and terminates with its host removed', { timeout: 120_000 }, async () => {
+  it('provisions, becomes healthy, heals by migration when its host dies, and terminates with its host removed', { timeout: 240_000 }, async () => {
     expect(fs.statSync(path.join(dir, '.nodeplane', 'master.key')).mode & 0o777).toBe(0o600)
     const operator = (await db('users').where({ email: 'operator@localhost' }).first()) as { id: string }
     const subscription = await insertSubscription(db, operator.id)
@@ -49,14 +54,51 @@ describe('a node on nodeplane up (local provider, real agent and devnet-node)', 
     const again = await run(['node', 'provision', '--node', node.id, '--json'])
     expect(json<{ created: boolean; run_id: string }>(again)).toMatchObject({ created: false, run_id: json<{ run_id: string }>(provision).run_id })
 
-    const shown = await waitFor(async () => {
+    interface NodeView {
+      state: string
+      sync_status: string
+      application_health: string
+      binary_version: string | null
+      display_state: string
+    }
+    const show = async (): Promise<NodeView | undefined> => {
       const result = await run(['node', 'show', '--id', node.id, '--json'])
-      const view = result.exitCode === 0 ? json<{ state: string; sync_status: string; binary_version: string | null; display_state: string }>(result) : undefined
-      return view?.state === 'syncing' && view.sync_status === 'synced' ? view : undefined
-    }, 'node show: syncing and synced', 90_000, 500)
-    expect(shown).toMatchObject({ binary_version: '1.0.0', display_state: 'syncing' })
+      return result.exitCode === 0 ? json<NodeView>(result) : undefined
+    }
+    const healthy = () =>
+      waitFor(async () => {
+        const view = await show()
+        return view?.state === 'healthy' && view.application_health === 'ok' ? view : undefined
+      }, 'node show: healthy with application health ok', 90_000, 250)
+    expect(await healthy()).toMatchObject({ sync_status: 'synced', binary_version: '1.0.0', display_state: 'healthy' })
     const hosts = path.join(dir, '.nodeplane', 'hosts')
     expect(fs.readdirSync(hosts)).toEqual([`local-${node.id}`])
+    const moves = async () =>
+      ((await db('outbox').where({ subject: `events.node.${node.id}.health_changed` }).orderBy('id').pluck('payload')) as unknown[])
+        .map((p) => (typeof p === 'string' ? JSON.parse(p) : p) as { dimension: string; to: string; writer: string })
+        .filter((e) => e.dimension === 'state')
+        .map((e) => `${e.writer}:${e.to}`)
+    expect(await moves()).toEqual(['provisioning:syncing', 'heartbeat_evaluation:healthy'])
+
+    // The host dies: its agent's process group (agent and devnet-node) is killed.
+    const record = JSON.parse(fs.readFileSync(path.join(hosts, `local-${node.id}`, 'host.json'), 'utf8')) as { pid: number }
+    process.kill(-record.pid, 'SIGKILL')
+    await waitFor(async () => (await moves()).includes('heartbeat_evaluation:down'), 'the node to be marked down', 60_000, 250)
+    // Down past the grace: migrated to a new host, which comes up healthy; the old host is gone.
+    await waitFor(async () => (await moves()).includes('migration:maintenance'), 'the migration to start', 60_000, 250)
+    const back = await healthy()
+    expect(back.binary_version).toBe('1.0.0')
+    const [newHost] = fs.readdirSync(hosts)
+    expect(fs.readdirSync(hosts)).toHaveLength(1)
+    expect(newHost).toMatch(new RegExp(`^local-${node.id}-m\\d+$`))
+    expect(await moves()).toEqual([
+      'provisioning:syncing',
+      'heartbeat_evaluation:healthy',
+      'heartbeat_evaluation:down',
+      'migration:maintenance',
+      'migration:syncing',
+      'heartbeat_evaluation:healthy',
+    ])
 
     const terminate = await run(['node', 'terminate', '--node', node.id, '--json'])
     expect(terminate.exitCode, terminate.stderr).toBe(0)

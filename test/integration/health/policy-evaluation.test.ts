@@ -1,0 +1,95 @@
+/**
+ * Policy evaluation against the devnet profile's health_policy (rpc_up, peer_count, block_lag)
+ * on both databases: agents' reports turn into application_health through the health state
+ * machine, one event per change, nothing for nodes in maintenance.
+ */
+import { afterEach, beforeAll, describe, expect, it } from 'vitest'
+import { defaultConfigDir, loadChainCatalogue, type ChainCatalogue } from '../../../src/config/chains.js'
+import { toJson } from '../../../src/db/dialect.js'
+import type { Db } from '../../../src/db/knex.js'
+import { evaluatePolicies } from '../../../src/health/policy-evaluation.js'
+import { createTestDatabase, DIALECTS, type TestDatabase } from '../../helpers/db.js'
+import { at, healthEvents, logger, nodeNow, nodeWith, SECOND } from './support.js'
+
+let catalogue: ChainCatalogue
+beforeAll(async () => {
+  catalogue = await loadChainCatalogue(defaultConfigDir())
+})
+
+describe.each(DIALECTS)('policy evaluation on %s', (dialect) => {
+  let t: TestDatabase | undefined
+  afterEach(async () => {
+    await t?.destroy()
+    t = undefined
+  })
+  async function database(): Promise<Db> {
+    t = await createTestDatabase(dialect)
+    return t.db
+  }
+  const evaluate = (db: Db, ms = 0) => evaluatePolicies(db, { now: at(ms), catalogue, reportMaxAgeMs: 60 * SECOND, logger })
+
+  async function reporting(db: Db, metrics: Record<string, number>, options: { state?: string; reportedAt?: number; processState?: string; health?: string } = {}) {
+    const id = await nodeWith(db, { state: options.state ?? 'healthy', heartbeatAt: -5 * SECOND, applicationHealth: options.health ?? 'unknown' })
+    await db('agent_status').insert({
+      node_id: id,
+      reported_at: at(options.reportedAt ?? -5 * SECOND),
+      agent_version: '0.1.0',
+      binary_version: '1.0.0',
+      sync_status: 'synced',
+      process_state: options.processState ?? 'running',
+      restarts_in_window: 0,
+      metrics: toJson(metrics),
+      running_command_ids: toJson([]),
+    })
+    return id
+  }
+
+  it('turns each node\'s report into ok, degraded or critical by the profile\'s rules, one event per change', async () => {
+    const db = await database()
+    const good = await reporting(db, { rpc_up: 1, peer_count: 3, block_height: 100 })
+    const fewPeers = await reporting(db, { rpc_up: 1, peer_count: 1, block_height: 100 })
+    const noPeers = await reporting(db, { rpc_up: 1, peer_count: 0, block_height: 100 })
+    const rpcDown = await reporting(db, { rpc_up: 0 })
+    const behind = await reporting(db, { rpc_up: 1, peer_count: 3, block_height: 90 })
+    const farBehind = await reporting(db, { rpc_up: 1, peer_count: 3, block_height: 60 }, { state: 'syncing' })
+    const crashing = await reporting(db, { rpc_up: 1, peer_count: 3, block_height: 100 }, { processState: 'crash_loop', state: 'degraded' })
+
+    const result = await evaluate(db)
+    const expected: Record<string, string> = { [good]: 'ok', [fewPeers]: 'degraded', [noPeers]: 'critical', [rpcDown]: 'critical', [behind]: 'degraded', [farBehind]: 'critical', [crashing]: 'critical' }
+    for (const [id, health] of Object.entries(expected)) {
+      expect((await nodeNow(db, id)).application_health, id).toBe(health)
+      const events = await healthEvents(db, id)
+      expect(events).toHaveLength(1)
+      expect(events[0]).toMatchObject({ writer: 'policy_evaluation', dimension: 'application_health', from: 'unknown', to: health })
+    }
+    expect(result.changes).toHaveLength(7)
+    // The node's state is not the policy's to write.
+    expect((await nodeNow(db, farBehind)).state).toBe('syncing')
+
+    // Nothing changed: nothing written.
+    expect((await evaluate(db, 15 * SECOND)).changes).toEqual([])
+    expect(await healthEvents(db, good)).toHaveLength(1)
+
+    // The laggard catches up.
+    await db('agent_status').where({ node_id: behind }).update({ metrics: toJson({ rpc_up: 1, peer_count: 3, block_height: 100 }), reported_at: at(20 * SECOND) })
+    await db('agent_status').whereNot({ node_id: behind }).update({ reported_at: at(20 * SECOND) })
+    const caughtUp = await evaluate(db, 30 * SECOND)
+    expect(caughtUp.changes).toContainEqual({ node_id: behind, from: 'degraded', to: 'ok' })
+  })
+
+  it('a missing or stale report is unknown; maintenance, provisioning and terminal nodes are not judged', async () => {
+    const db = await database()
+    const stale = await reporting(db, { rpc_up: 1, peer_count: 3 }, { reportedAt: -61 * SECOND, health: 'ok' })
+    const silent = await nodeWith(db, { state: 'down', heartbeatAt: -10 * 60 * SECOND, applicationHealth: 'ok' })
+    const skipped = await Promise.all(['maintenance', 'provisioning', 'terminating'].map((state) => reporting(db, { rpc_up: 0 }, { state, health: 'ok' })))
+
+    await evaluate(db)
+    expect((await nodeNow(db, stale)).application_health).toBe('unknown')
+    expect((await healthEvents(db, stale))[0]).toMatchObject({ to: 'unknown', reason: 'no current agent report' })
+    expect((await nodeNow(db, silent)).application_health).toBe('unknown')
+    for (const id of skipped) {
+      expect((await nodeNow(db, id)).application_health).toBe('ok')
+      expect(await healthEvents(db, id)).toEqual([])
+    }
+  })
+})

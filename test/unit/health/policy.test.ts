@@ -1,0 +1,44 @@
+import { describe, expect, it } from 'vitest'
+import { healthPolicySchema, type HealthPolicy } from '../../../src/config/health-policy.js'
+import { applicationHealthFor, referenceHead, ruleResult } from '../../../src/health/policy-evaluation.js'
+
+const policy: HealthPolicy = healthPolicySchema.parse({
+  rules: [
+    { metric: 'peer_count', degraded_below: 2, critical_below: 1 },
+    { metric: 'block_lag', degraded_above: 5, critical_above: 30 },
+  ],
+})
+const report = (metrics: Record<string, number>, processState = 'running') => ({ reported_at: new Date(), process_state: processState, metrics })
+
+describe('application health policy', () => {
+  it('judges each threshold at its boundary: below and above are strict', () => {
+    const rule = { metric: 'peer_count', degraded_below: 2, critical_below: 1 }
+    expect([3, 2, 1.5, 1, 0].map((v) => ruleResult(rule, v))).toEqual(['ok', 'ok', 'degraded', 'degraded', 'critical'])
+    const lag = { metric: 'block_lag', degraded_above: 5, critical_above: 30 }
+    expect([0, 5, 6, 30, 31].map((v) => ruleResult(lag, v))).toEqual(['ok', 'ok', 'degraded', 'degraded', 'critical'])
+    expect(ruleResult(rule, undefined)).toBe('ok')
+  })
+
+  it('takes the worst rule, derived metrics first, and a crash loop as the policy says', () => {
+    expect(applicationHealthFor(report({ peer_count: 3 }), policy)).toBe('ok')
+    expect(applicationHealthFor(report({ peer_count: 1 }), policy, { block_lag: 2 })).toBe('degraded')
+    expect(applicationHealthFor(report({ peer_count: 3, block_lag: 0 }), policy, { block_lag: 40 })).toBe('critical')
+    expect(applicationHealthFor(report({ peer_count: 3 }, 'crash_loop'), policy)).toBe('critical')
+    expect(applicationHealthFor(report({ peer_count: 3 }, 'crash_loop'), { ...policy, crash_loop: 'degraded' })).toBe('degraded')
+    expect(applicationHealthFor(report({}), { rules: [], crash_loop: 'critical' })).toBe('ok')
+  })
+
+  it('uses the highest head of the fleet, including what syncing nodes see, as the block_lag reference', () => {
+    expect(referenceHead([report({ block_height: 10 }), report({ block_height: 7, highest_block: 12 }), report({})])).toBe(12)
+    expect(referenceHead([report({ peer_count: 1 })])).toBeUndefined()
+  })
+
+  it('refuses rules without a threshold, with thresholds in the wrong order, or with a bad metric name', () => {
+    const problems = (rule: unknown) => healthPolicySchema.safeParse({ rules: [rule] }).error?.issues.map((i) => i.message) ?? []
+    expect(problems({ metric: 'peer_count' })).toEqual(['needs at least one of degraded_below, critical_below, degraded_above, critical_above'])
+    expect(problems({ metric: 'peer_count', degraded_below: 1, critical_below: 2 })).toEqual(['critical_below must not be above degraded_below'])
+    expect(problems({ metric: 'lag', degraded_above: 10, critical_above: 5 })).toEqual(['critical_above must not be below degraded_above'])
+    expect(problems({ metric: 'Peer Count', critical_below: 1 })).toHaveLength(1)
+    expect(healthPolicySchema.safeParse({ rules: [], surprise: true }).success).toBe(false)
+  })
+})
