@@ -298,12 +298,26 @@ export const healthEvaluationEnv = {
   MAINTENANCE_RECOVERY_AFTER: duration('1h'),
 }
 
+/** Incidents (docs/incidents.md), raised by the health-incidents consumer and advanced by the evaluation cycle. */
+export const incidentEnv = {
+  /** K: consecutive evaluation cycles with the node recovered before an incident auto-resolves. */
+  INCIDENT_RESOLUTION_DEBOUNCE: z.coerce.number().int().min(1).max(1_000).default(3),
+  /** Transitions of one node into one category within INCIDENT_FLAP_WINDOW that make it flapping. */
+  INCIDENT_FLAP_THRESHOLD: z.coerce.number().int().min(2).max(1_000).default(3),
+  INCIDENT_FLAP_WINDOW: duration('15m'),
+  /** No new transition for this long ends flapping. */
+  INCIDENT_FLAP_QUIET: duration('15m'),
+  /** An open, unacknowledged warning incident still unrecovered after this long escalates to critical. */
+  INCIDENT_ESCALATE_AFTER: duration('1h'),
+}
+
 export const healthEvaluatorEnv = z.object({
   ...sharedEnv,
   ...eventsEnv,
   SHUTDOWN_TIMEOUT: httpEnv.SHUTDOWN_TIMEOUT,
   ...subscriptionLifecycleEnv,
   ...healthEvaluationEnv,
+  ...incidentEnv,
   NODEPLANE_CONFIG_DIR: lifecycleEnv.NODEPLANE_CONFIG_DIR,
   CHAIN_PROFILE_VERSION: lifecycleEnv.CHAIN_PROFILE_VERSION,
   CHAINS_CHECK_INTERVAL: lifecycleEnv.CHAINS_CHECK_INTERVAL,
@@ -374,6 +388,7 @@ export const upEnv = z.object({
   ...paymentClientEnv,
   ...subscriptionLifecycleEnv,
   ...healthEvaluationEnv,
+  ...incidentEnv,
   // On a laptop nothing real can take a payment: the test provider is on unless turned off.
   PAYMENT_TEST_PROVIDER_ENABLED: bool('true'),
 })

@@ -25,7 +25,7 @@ export function incidentNotification(incident: Incident, kind: IncidentNotificat
       return {
         ...base,
         title: `Incident escalated to ${incident.severity}: ${incident.title}`,
-        body: `Open since ${incident.first_seen_at} and not recovered; its severity rose to ${incident.severity}. Acknowledge it with \`nodeplane incident ack ${incident.id}\` once someone is on it.`,
+        body: `Open since ${incident.first_seen_at} and not recovered; its severity rose to ${incident.severity}. Acknowledge it with \`nodeplane incident ack --id ${incident.id}\` once someone is on it.`,
       }
     case 'incident_flapping':
       return {

@@ -123,3 +123,18 @@ const CATEGORY_TITLES: Readonly<Record<IncidentCategory, string>> = {
 export function incidentTitle(category: IncidentCategory, chainProfileId: string, nodeId: string): string {
   return `${chainProfileId} node ${nodeId.slice(0, 8)}: ${CATEGORY_TITLES[category]}`
 }
+
+/** The INCIDENT_* settings of the env schema (src/config/env.ts, `incidentEnv`) as the rules want them. */
+export function incidentSettingsFromEnv(env: {
+  INCIDENT_RESOLUTION_DEBOUNCE: number
+  INCIDENT_FLAP_THRESHOLD: number
+  INCIDENT_FLAP_WINDOW: number
+  INCIDENT_FLAP_QUIET: number
+  INCIDENT_ESCALATE_AFTER: number
+}): IncidentSettings {
+  return {
+    resolutionDebounce: env.INCIDENT_RESOLUTION_DEBOUNCE,
+    flapping: { threshold: env.INCIDENT_FLAP_THRESHOLD, windowMs: env.INCIDENT_FLAP_WINDOW, quietMs: env.INCIDENT_FLAP_QUIET },
+    escalateAfterMs: env.INCIDENT_ESCALATE_AFTER,
+  }
+}

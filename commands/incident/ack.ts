@@ -1,0 +1,50 @@
+import { Flags } from '@oclif/core'
+import { BaseCommand } from '../../src/cli/base-command.js'
+import { apiClientFor, apiUrlFlag } from '../../src/cli/api-flags.js'
+import { describeFailure } from '../../src/cli/errors.js'
+import { describeMove, incidentNotFound } from '../../src/cli/incident-views.js'
+import type { Incident } from '../../src/health/incident-store.js'
+
+export interface AckFailure {
+  id: string
+  error: { name: string; message: string; details?: string | undefined; exit_code: number }
+}
+
+export interface AckResult {
+  acknowledged: Incident[]
+  failed: AckFailure[]
+}
+
+export default class IncidentAck extends BaseCommand<typeof IncidentAck> {
+  static override summary = 'Acknowledge one or more open incidents (someone is on it)'
+  static override description =
+    'Each id is acknowledged on its own: one that fails does not stop the others. Exit 0 when all were acknowledged, else the exit code of the first failure (3 unknown or not yours, 4 not open). An acknowledged incident still auto-resolves when the node recovers. Needs the scope nodes:write.'
+  static override examples = [
+    '<%= config.bin %> incident ack --id 0193a1b2-…',
+    '<%= config.bin %> incident ack --id "$A" --id "$B" --json | jq ".failed"',
+    '<%= config.bin %> incident ack $(<%= config.bin %> incident list --status open --json | jq -r \'.incidents[] | "--id " + .id\')',
+  ]
+  static override flags = {
+    id: Flags.string({ description: 'incident id (repeatable)', required: true, multiple: true }),
+    'api-url': apiUrlFlag,
+  }
+
+  async run(): Promise<AckResult> {
+    const api = apiClientFor(this.env(), this.flags['api-url'])
+    const result: AckResult = { acknowledged: [], failed: [] }
+    for (const id of new Set(this.flags.id)) {
+      try {
+        const incident = await api.post<Incident>(`/incidents/${encodeURIComponent(id)}/acknowledge`, {}).catch(incidentNotFound(id))
+        result.acknowledged.push(incident)
+        if (!this.jsonEnabled()) this.log(describeMove(incident))
+      } catch (err) {
+        const failure = describeFailure(err)
+        result.failed.push({ id, error: { name: failure.name, message: failure.message, details: failure.details, exit_code: failure.exitCode } })
+        if (!this.jsonEnabled()) process.stderr.write(`Error: ${failure.message}\n`)
+      }
+    }
+    const first = result.failed[0]
+    if (first) process.exitCode = first.error.exit_code
+    return result
+  }
+}

@@ -1,0 +1,59 @@
+/** Human output of the incident commands (the `--json` output is the commands' return value). */
+import type { Incident } from '../health/incident-store.js'
+import { NotFoundError } from '../errors.js'
+import { renderTable, shortTime } from './display.js'
+
+function statusText(i: Pick<Incident, 'status' | 'is_flapping'>): string {
+  return i.is_flapping ? `${i.status} (flapping)` : i.status
+}
+
+export function renderIncidents(incidents: readonly Incident[]): string {
+  return renderTable(incidents, [
+    { header: 'id', value: (i) => i.id },
+    { header: 'severity', value: (i) => i.severity },
+    { header: 'status', value: (i) => statusText(i) },
+    { header: 'category', value: (i) => i.category },
+    { header: 'node', value: (i) => i.node_id },
+    { header: 'count', value: (i) => String(i.occurrence_count) },
+    { header: 'last seen', value: (i) => shortTime(i.last_seen_at) },
+    { header: 'title', value: (i) => i.title },
+  ])
+}
+
+export function noIncidents(filtered: boolean): string {
+  return filtered ? 'No incidents match these filters.' : 'No incidents.'
+}
+
+export function describeIncident(i: Incident): string {
+  const line = (label: string, value: string) => `  ${`${label}:`.padEnd(16)}${value}`
+  const by = (who: string | null) => (who ? ` by ${who}` : '')
+  const lines = [
+    `incident ${i.id}`,
+    `  ${i.title}`,
+    line('severity', i.escalated_at ? `${i.severity} (escalated ${shortTime(i.escalated_at)})` : i.severity),
+    line('status', statusText(i)),
+    line('category', i.category),
+    line('node', `${i.node_id} (${i.chain_profile_id})`),
+    line('subscription', i.subscription_id),
+    line('occurrences', String(i.occurrence_count)),
+    line('first seen', shortTime(i.first_seen_at)),
+    line('last seen', shortTime(i.last_seen_at)),
+    line('acknowledged', i.acknowledged_at ? `${shortTime(i.acknowledged_at)}${by(i.acknowledged_by)}` : '-'),
+    line('resolved', i.resolved_at ? `${shortTime(i.resolved_at)}${by(i.resolved_by)}` : '-'),
+    '',
+    `  ${i.description}`,
+  ]
+  return lines.join('\n')
+}
+
+export function describeMove(i: Incident): string {
+  return `${i.status === 'acknowledged' ? 'Acknowledged' : 'Resolved'} incident ${i.id}: ${i.title}`
+}
+
+/** An API 404 for one incident, said as a person needs it (exit 3 stays). */
+export function incidentNotFound(id: string): (err: unknown) => never {
+  return (err) => {
+    if (err instanceof NotFoundError) throw new NotFoundError(`no incident ${id} among the incidents you can see`, 'list them with `nodeplane incident list`')
+    throw err
+  }
+}
