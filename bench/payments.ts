@@ -15,6 +15,7 @@
  */
 import crypto from 'node:crypto'
 import { AckPolicy, DeliverPolicy, connect } from 'nats'
+import { fromJson } from '../src/db/dialect.js'
 import { createLogger } from '../src/log.js'
 import { staticChainSource } from '../src/config/chain-source.js'
 import { defaultConfigDir, loadChainCatalogue } from '../src/config/chains.js'
@@ -136,10 +137,16 @@ export const benchPayments: Bench = async (ctx) => {
         }
         /** Completes the payment; resolves with the completion time and the event's message id. */
         const complete = async (paymentId: string): Promise<{ t0: number; messageId: string }> => {
-          await payments.db.transaction((trx) => completePayment(trx, paymentId, { actor: 'bench' }, new Date()))
-          const t0 = performance.now()
-          const row = (await payments.db('outbox').where({ subject: 'payment.completed' }).orderBy('id', 'desc').first('message_id')) as { message_id: string }
-          return { t0, messageId: row.message_id }
+          // The event's message id from the outbox row this completion wrote (completions of a burst
+          // commit concurrently, so "the newest row" may be another payment's).
+          const messageId = await payments.db.transaction(async (trx) => {
+            await completePayment(trx, paymentId, { actor: 'bench' }, new Date())
+            const rows = (await trx('outbox').where({ subject: 'payment.completed' }).orderBy('id', 'desc').limit(burst + 10).select('message_id', 'payload')) as Array<{ message_id: string; payload: unknown }>
+            const own = rows.find((r) => fromJson<{ payment_id: string }>(r.payload).payment_id === paymentId)
+            if (!own) throw new Error(`no payment.completed outbox row for ${paymentId}`)
+            return own.message_id
+          })
+          return { t0: performance.now(), messageId }
         }
         const activated = (messageId: string): Promise<void> =>
           processedAt.has(messageId) ? Promise.resolve() : new Promise((resolve) => waiters.set(messageId, () => resolve()))
