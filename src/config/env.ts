@@ -272,6 +272,16 @@ export const paymentClientEnv = {
   PAYMENT_CALL_TIMEOUT: duration('10s'),
 }
 
+/** Uptime (docs/uptime.md): the hourly rollup worker, run by the health-evaluator. */
+export const uptimeEnv = {
+  /** How often the worker turns the state log into hourly buckets (spec: every 5 minutes). */
+  UPTIME_ROLLUP_INTERVAL: duration('5m'),
+  /** Nodes per batch (spec: 500). */
+  UPTIME_ROLLUP_BATCH_SIZE: z.coerce.number().int().min(1).max(10_000).default(500),
+  /** Buckets and state-log rows older than this are purged (spec: 90 days). */
+  UPTIME_RETENTION: duration('90d').refine((ms) => ms >= 31 * 86_400_000, 'must be at least 31d: the 30d window reads that far back'),
+}
+
 /** Subscription lifecycle (spec: "Subscription status"), run by the health-evaluator's cleanup scheduler. */
 export const subscriptionLifecycleEnv = {
   /** Spec: a pending_payment subscription older than this is deleted (default 30 minutes). */

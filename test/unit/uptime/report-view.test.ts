@@ -1,0 +1,67 @@
+import { Writable } from 'node:stream'
+import { describe, expect, it } from 'vitest'
+import { dailyBars, nodesBelow, renderUptimeReport, type NodeUptimeRow } from '../../../src/cli/uptime-report.js'
+import { showUptimeReport } from '../../../src/cli/uptime-view.js'
+
+function figures(up: number, down: number) {
+  const counted = up + down
+  return { window_start: '2026-05-01T00:00:00.000Z', uptime_seconds: up, downtime_seconds: down, unknown_seconds: 0, total_seconds: counted, uptime_percentage: counted === 0 ? null : Math.floor((up * 100_000) / counted) / 1_000 }
+}
+
+function node(id: string, days: Array<[string, number, number]>): NodeUptimeRow {
+  const up = days.reduce((s, d) => s + d[1], 0)
+  const down = days.reduce((s, d) => s + d[2], 0)
+  return {
+    node_id: id,
+    chain_profile_id: 'devnet',
+    node_type: 'full',
+    state: 'healthy',
+    windows: { '24h': figures(up, down), '7d': figures(up, down), '30d': figures(up, down) },
+    daily: days.map(([day, u, d]) => ({ period_start: `${day}T00:00:00.000Z`, period_end: `${day}T23:59:59.000Z`, ...figures(u, d) })),
+  }
+}
+
+/** A terminal-like stream that keeps what ink writes. */
+class Screen extends Writable {
+  text = ''
+  columns = 120
+  rows = 50
+  isTTY = true
+  override _write(chunk: Buffer, _enc: BufferEncoding, done: () => void): void {
+    this.text += chunk.toString('utf8')
+    done()
+  }
+}
+
+const ANSI = new RegExp(String.raw`\u001b\[[0-9;?]*[A-Za-z]`, 'g')
+
+describe('uptime report rendering', () => {
+  const a = node('node-a', [['2026-05-01', 86_400, 0], ['2026-05-02', 43_200, 43_200]])
+  const b = node('node-b', [['2026-05-01', 0, 0], ['2026-05-02', 86_400, 0]])
+
+  it('adds the fleet up per day, and leaves a day with nothing counted without a bar', () => {
+    expect(dailyBars([a, b], 40)).toEqual([
+      { day: '2026-05-01', percentage: 100, filled: 40, width: 40 },
+      { day: '2026-05-02', percentage: 75, filled: 30, width: 40 },
+    ])
+    expect(dailyBars([b], 10)[0]).toEqual({ day: '2026-05-01', percentage: null, filled: 0, width: 10 })
+  })
+
+  it('finds the nodes below a minimum, never one without data', () => {
+    expect(nodesBelow([a, b, node('node-c', [])], 99.9, '30d')).toEqual(['node-a'])
+  })
+
+  it('draws the table and one bar per day, in plain text and in the ink view', async () => {
+    const text = renderUptimeReport({ generated_at: '2026-05-02T12:00:00.000Z', nodes: [a], check: { min: 99.9, window: '30d', below: ['node-a'] } })
+    expect(text).toContain('2026-05-02  ████████████████████░░░░░░░░░░░░░░░░░░░░  50.000%')
+    expect(text).toContain('1 node(s) below 99.9% over 30d: node-a')
+
+    const screen = new Screen()
+    await showUptimeReport({ generated_at: '2026-05-02T12:00:00.000Z', nodes: [a] }, screen as unknown as NodeJS.WriteStream)
+    const shown = screen.text.replace(ANSI, '')
+    expect(shown).toMatch(/NODE\s+CHAIN\s+STATE\s+24H\s+7D\s+30D/)
+    expect(shown).toContain('Uptime per UTC day, last 30 days (node node-a)')
+    expect(shown).toContain('2026-05-01  ████████████████████████████████████████  100.000%')
+    expect(shown).toContain('2026-05-02  ████████████████████░░░░░░░░░░░░░░░░░░░░  50.000%')
+  })
+})
