@@ -80,7 +80,7 @@ export default class Up extends BaseCommand<typeof Up> {
         { db, logger: logFor('orchestrator'), masterKey: secrets.masterKey, chains },
       )
       resources.add('orchestrator', startOrchestrator(config, { db, logger: logFor('orchestrator'), registry: orchestratorWorkflows(lifecycle) }), (w) => w.stop())
-      resources.add('health-evaluator', startHealthEvaluator(config, { db, logger: logFor('health-evaluator'), chains }), (h) => h.stop())
+      resources.add('health-evaluator', await startHealthEvaluator(config, { db, bus, logger: logFor('health-evaluator'), chains }), (h) => h.stop())
       // The payment service with its own database, and mutual TLS even here (`nodeplane certs dev` set).
       const paymentsDb = resources.add('payments database', await openDatabase(config.PAYMENTS_DATABASE_URL, 'nodeplane-up-payments', logger), (d) => d.destroy())
       resources.add('payments outbox relay', startRelay(paymentsDb, bus, config, logFor('payments-outbox-relay')), (r) => r.stop())

@@ -1,13 +1,18 @@
 /**
  * The `health-evaluator` daemon (ARCHITECTURE.md, Processes): heartbeat and policy evaluation
- * with the migration trigger (src/health/evaluator.ts), maintenance recovery, and the
- * subscription cleanup scheduler (src/subscriptions/cleanup.ts). Every job takes its own
- * database lease, so any number of evaluators may share one database.
+ * with incident auto-resolution and the migration trigger (src/health/evaluator.ts), maintenance
+ * recovery, the incident consumer on the nodes' health events, and the subscription cleanup
+ * scheduler (src/subscriptions/cleanup.ts). Every job takes its own database lease and the
+ * consumer is durable, so any number of evaluators may share one database and bus.
  */
 import type { z } from 'zod'
 import type { ChainSource } from '../src/config/chain-source.js'
 import { healthEvaluatorEnv } from '../src/config/env.js'
 import type { Db } from '../src/db/knex.js'
+import type { BusSubscription, EventBus } from '../src/events/bus.js'
+import { startIncidentConsumer } from '../src/health/incident-consumer.js'
+import { advanceIncidentResolution } from '../src/health/incident-resolution.js'
+import { incidentSettingsFromEnv } from '../src/health/incident-rules.js'
 import { scheduleHealthEvaluation, scheduleMaintenanceRecovery, type AfterEvaluation } from '../src/health/evaluator.js'
 import type { PeriodicJob } from '../src/jobs/periodic.js'
 import type { Logger } from '../src/log.js'
@@ -27,10 +32,18 @@ export type HealthEvaluatorSettings = Pick<
   | 'MIGRATION_COOLDOWN'
   | 'MAINTENANCE_RECOVERY_INTERVAL'
   | 'MAINTENANCE_RECOVERY_AFTER'
+  | 'INCIDENT_RESOLUTION_DEBOUNCE'
+  | 'INCIDENT_FLAP_THRESHOLD'
+  | 'INCIDENT_FLAP_WINDOW'
+  | 'INCIDENT_FLAP_QUIET'
+  | 'INCIDENT_ESCALATE_AFTER'
+  | 'IDEMPOTENCY_KEY_TTL'
 >
 
 export interface HealthEvaluatorDeps {
   db: Db
+  /** Health events arrive here for the incident consumer. */
+  bus: EventBus
   logger: Logger
   /** The chain catalogue: each profile's health policy. */
   chains: ChainSource
@@ -43,13 +56,35 @@ export interface HealthEvaluator {
   readonly maintenanceRecovery: PeriodicJob
   /** The subscription cleanup job. */
   readonly subscriptionCleanup: PeriodicJob
-  /** Stops the schedulers; a pass in progress finishes first and the leases are released. */
+  /** The incident consumer (durable `health-incidents` on the nodes' health events). */
+  readonly incidents: BusSubscription
+  /** Stops the consumer and the schedulers; a pass in progress finishes first and the leases are released. */
   stop(): Promise<void>
 }
 
-export function startHealthEvaluator(settings: HealthEvaluatorSettings, deps: HealthEvaluatorDeps): HealthEvaluator {
+export async function startHealthEvaluator(settings: HealthEvaluatorSettings, deps: HealthEvaluatorDeps): Promise<HealthEvaluator> {
   const clock = deps.now ? { now: deps.now } : {}
-  const afterEvaluation: AfterEvaluation[] = []
+  const incidentSettings = incidentSettingsFromEnv(settings)
+  const incidentLogger = deps.logger.child({ component: 'incidents' })
+  const incidents = await startIncidentConsumer({
+    bus: deps.bus,
+    db: deps.db,
+    logger: incidentLogger,
+    idempotencyTtlMs: settings.IDEMPOTENCY_KEY_TTL,
+    flapping: incidentSettings.flapping,
+    ...clock,
+  })
+  // Auto-resolution counts evaluation cycles, so it runs inside each cycle, under its lease.
+  const afterEvaluation: AfterEvaluation[] = [
+    (db, now) =>
+      advanceIncidentResolution(db, {
+        now,
+        debounce: incidentSettings.resolutionDebounce,
+        flapping: incidentSettings.flapping,
+        escalateAfterMs: incidentSettings.escalateAfterMs,
+        logger: incidentLogger,
+      }),
+  ]
   const healthEvaluation = scheduleHealthEvaluation(
     {
       heartbeatTimeoutMs: settings.HEARTBEAT_TIMEOUT,
@@ -77,7 +112,9 @@ export function startHealthEvaluator(settings: HealthEvaluatorSettings, deps: He
     healthEvaluation,
     maintenanceRecovery,
     subscriptionCleanup,
+    incidents,
     stop: async () => {
+      await incidents.close()
       await Promise.all(jobs.map((job) => job.stop()))
     },
   }

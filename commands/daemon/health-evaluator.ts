@@ -29,7 +29,7 @@ export default class DaemonHealthEvaluator extends BaseCommand<typeof DaemonHeal
       await assertSchemaCurrent(db, 'control-plane')
       resources.add('outbox relay', startRelay(db, bus, config, logger), (r) => r.stop())
       const chains = resources.add('chain catalogue', await openChainCatalogueFromSettings(config, logger), (c) => c.close())
-      resources.add('health evaluator', startHealthEvaluator(config, { db, logger, chains }), (h) => h.stop())
+      resources.add('health evaluator', await startHealthEvaluator(config, { db, bus, logger, chains }), (h) => h.stop())
     })
     installShutdown({ logger, timeoutMs: config.SHUTDOWN_TIMEOUT, stop: () => resources.closeAll() })
     logger.info({ evaluation_interval_ms: config.HEALTH_EVALUATION_INTERVAL, cleanup_interval_ms: config.SUBSCRIPTION_CLEANUP_INTERVAL }, 'ready')

@@ -18,7 +18,6 @@ import type { Db } from '../db/knex.js'
 import { ConflictError } from '../errors.js'
 import type { Logger } from '../log.js'
 import { applyHealthUpdate } from '../nodes/health-state-machine.js'
-import { nodeFromRow, type NodeRecord } from '../nodes/node-store.js'
 import type { ApplicationHealth, NodeState } from '../nodes/states.js'
 
 /** Maintenance is skipped (spec); provisioning has no chain to judge yet; terminal nodes stay unknown. */
@@ -77,18 +76,38 @@ export interface PolicyEvaluationResult {
 }
 
 interface EvaluatedNode {
-  node: NodeRecord
+  id: string
+  chain_profile_id: string
+  application_health: ApplicationHealth
+  version: number
   report: AgentReport | undefined
 }
 
-type Row = Parameters<typeof nodeFromRow>[0] & { report_at: unknown; report_metrics: unknown; report_process_state: unknown }
+interface Row {
+  id: unknown
+  chain_profile_id: unknown
+  application_health: unknown
+  version: unknown
+  report_at: unknown
+  report_metrics: unknown
+  report_process_state: unknown
+}
 
 export async function evaluatePolicies(db: Db, options: PolicyEvaluationOptions): Promise<PolicyEvaluationResult> {
   const freshSince = options.now.getTime() - options.reportMaxAgeMs
+  // Only what the judgement needs: reading whole node rows for the fleet costs more than the judging.
   const rows = (await db('nodes')
     .leftJoin('agent_status', 'agent_status.node_id', 'nodes.id')
     .whereIn('nodes.state', POLICY_EVALUATED_STATES)
-    .select('nodes.*', 'agent_status.reported_at as report_at', 'agent_status.metrics as report_metrics', 'agent_status.process_state as report_process_state')) as Row[]
+    .select(
+      'nodes.id',
+      'nodes.chain_profile_id',
+      'nodes.application_health',
+      'nodes.version',
+      'agent_status.reported_at as report_at',
+      'agent_status.metrics as report_metrics',
+      'agent_status.process_state as report_process_state',
+    )) as Row[]
 
   const fleet: EvaluatedNode[] = rows.map((row) => {
     const reportedAt = toDateOrNull(row.report_at)
@@ -96,28 +115,36 @@ export async function evaluatePolicies(db: Db, options: PolicyEvaluationOptions)
       reportedAt && reportedAt.getTime() >= freshSince
         ? { reported_at: reportedAt, process_state: String(row.report_process_state), metrics: fromJson<Record<string, number>>(row.report_metrics) }
         : undefined
-    return { node: nodeFromRow(row), report }
+    return {
+      id: String(row.id),
+      chain_profile_id: String(row.chain_profile_id),
+      application_health: row.application_health as ApplicationHealth,
+      version: Number(row.version),
+      report,
+    }
   })
 
   const heads = new Map<string, number | undefined>()
   const byChain = new Map<string, AgentReport[]>()
-  for (const { node, report } of fleet) {
+  for (const { chain_profile_id: chain, report } of fleet) {
     if (!report) continue
-    const reports = byChain.get(node.chain_profile_id)
+    const reports = byChain.get(chain)
     if (reports) reports.push(report)
-    else byChain.set(node.chain_profile_id, [report])
+    else byChain.set(chain, [report])
   }
   for (const [chain, reports] of byChain) heads.set(chain, referenceHead(reports))
 
   const result: PolicyEvaluationResult = { evaluated: fleet.length, changes: [], conflicts: 0 }
-  for (const { node, report } of fleet) {
+  for (const node of fleet) {
+    const { report } = node
     const target = report ? applicationHealthFor(report, policyOf(options.catalogue, node.chain_profile_id), derivedMetrics(report, heads.get(node.chain_profile_id))) : 'unknown'
     if (target === node.application_health) continue
     try {
+      // The version read above: a node changed since is a conflict, judged again next cycle.
       const written = await db.transaction((trx) =>
         applyHealthUpdate(trx, {
           nodeId: node.id,
-          current: node,
+          expectedVersion: node.version,
           change: { writer: 'policy_evaluation', application_health: target },
           reason: report ? `health policy of ${node.chain_profile_id}` : 'no current agent report',
           now: options.now,

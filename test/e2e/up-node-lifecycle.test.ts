@@ -12,7 +12,8 @@ import { waitFor } from '../helpers/ports.js'
  * On a laptop a node really comes up: `nodeplane up`, then `node provision` starts a real node
  * agent and devnet-node on the local provider; the health evaluation takes it from syncing to
  * healthy with its application health ok; when its host dies (agent and chain killed) the node
- * goes down and is migrated to a new host by itself; `node terminate` removes it. Short
+ * goes down, a node_down incident opens, the node is migrated to a new host by itself and the
+ * incident resolves itself; `node terminate` removes it. Short
  * heartbeat timeout, grace and evaluation interval so this takes seconds. (The subscription is
  * written into the stack's database: the payment journey tests buy one.)
  */
@@ -99,6 +100,22 @@ describe('a node on nodeplane up (local provider, real agent and devnet-node)', 
       'migration:syncing',
       'heartbeat_evaluation:healthy',
     ])
+
+    // The outage raised one node_down incident for the node's owner, which resolved itself after
+    // the node was healthy for the debounce (3 cycles).
+    interface IncidentView {
+      category: string
+      severity: string
+      status: string
+      node_id: string
+      resolved_by: string | null
+    }
+    const incidents = async () => json<{ incidents: IncidentView[] }>(await run(['incident', 'list', '--node', node.id, '--json'])).incidents
+    const resolved = await waitFor(async () => {
+      const list = await incidents()
+      return list.length === 1 && list[0]?.status === 'auto_resolved' ? list : undefined
+    }, 'the node_down incident to auto-resolve', 60_000, 250)
+    expect(resolved[0]).toMatchObject({ category: 'node_down', severity: 'critical', node_id: node.id })
 
     const terminate = await run(['node', 'terminate', '--node', node.id, '--json'])
     expect(terminate.exitCode, terminate.stderr).toBe(0)

@@ -175,7 +175,7 @@ export async function startPaymentStack(options: PaymentStackOptions): Promise<P
       chains = staticChainSource(await loadChainCatalogue(defaultConfigDir()))
     }
 
-    const evaluator = startHealthEvaluator(
+    const evaluator = await startHealthEvaluator(
       // Intervals the test never reaches: passes run on `tick()` after the clock moved.
       {
         PENDING_SUBSCRIPTION_TTL: 30 * 60_000,
@@ -188,8 +188,14 @@ export async function startPaymentStack(options: PaymentStackOptions): Promise<P
         MIGRATION_COOLDOWN: HOUR_MS,
         MAINTENANCE_RECOVERY_INTERVAL: 6 * HOUR_MS,
         MAINTENANCE_RECOVERY_AFTER: HOUR_MS,
+        INCIDENT_RESOLUTION_DEBOUNCE: 3,
+        INCIDENT_FLAP_THRESHOLD: 3,
+        INCIDENT_FLAP_WINDOW: 15 * 60_000,
+        INCIDENT_FLAP_QUIET: 15 * 60_000,
+        INCIDENT_ESCALATE_AFTER: HOUR_MS,
+        IDEMPOTENCY_KEY_TTL,
       },
-      { db: cp.db, logger, now, chains },
+      { db: cp.db, bus: options.controlBus, logger, now, chains },
     )
     closers.push(() => evaluator.stop())
 
