@@ -3,25 +3,17 @@
  * `down` at exactly 3, recovery during the down grace, syncing -> healthy on synced, maintenance
  * and other states skipped, and evaluators that overlap never counting a timeout twice.
  */
-import { afterEach, describe, expect, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import { staticChainSource } from '../../../src/config/chain-source.js'
 import { defaultConfigDir, loadChainCatalogue } from '../../../src/config/chains.js'
 import type { Db } from '../../../src/db/knex.js'
 import { scheduleHealthEvaluation } from '../../../src/health/evaluator.js'
 import { evaluateHeartbeats } from '../../../src/health/heartbeat-evaluation.js'
-import { createTestDatabase, DIALECTS, type TestDatabase } from '../../helpers/db.js'
-import { at, healthEvents, logger, nodeNow, nodeWith, SECOND, SETTINGS } from './support.js'
+import { DIALECTS } from '../../helpers/db.js'
+import { at, freshDatabases, healthEvents, logger, nodeNow, nodeWith, SECOND, SETTINGS } from './support.js'
 
 describe.each(DIALECTS)('heartbeat evaluation on %s', (dialect) => {
-  let t: TestDatabase | undefined
-  afterEach(async () => {
-    await t?.destroy()
-    t = undefined
-  })
-  async function database(): Promise<Db> {
-    t = await createTestDatabase(dialect)
-    return t.db
-  }
+  const { database, current } = freshDatabases(dialect)
   const cycle = (db: Db, ms: number) => evaluateHeartbeats(db, { now: at(ms), heartbeatTimeoutMs: SETTINGS.heartbeatTimeoutMs, intervalMs: SETTINGS.intervalMs, logger })
 
   it('counts one failure per cycle after the 60 s timeout and moves the node down at exactly 3', async () => {
@@ -113,7 +105,7 @@ describe.each(DIALECTS)('heartbeat evaluation on %s', (dialect) => {
 
   it('two evaluators: the lease runs one cycle at a time, and overlapping cycles count a timeout once and move the node once', async () => {
     const db = await database()
-    const other = t?.connect() as Db
+    const other = current()?.connect() as Db
     const node = await nodeWith(db, { state: 'healthy', heartbeatAt: -61 * SECOND, consecutiveFailures: 2 })
     const catalogue = staticChainSource(await loadChainCatalogue(defaultConfigDir()))
 

@@ -4,15 +4,15 @@
  * The migrate runs are only started here; the provisioning tests run them.
  */
 import crypto from 'node:crypto'
-import { afterEach, describe, expect, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import type { Db } from '../../../src/db/knex.js'
 import { recoverMaintenance } from '../../../src/health/maintenance-recovery.js'
 import { triggerMigrations } from '../../../src/health/migration-trigger.js'
 import { MIGRATE_WORKFLOW, migrationKey } from '../../../src/provisioning/migrate.js'
 import { requestMigration } from '../../../src/provisioning/triggers.js'
 import { findRunByKey } from '../../../src/workflows/index.js'
-import { createTestDatabase, DIALECTS, type TestDatabase } from '../../helpers/db.js'
-import { at, healthEvents, HOUR, logger, MINUTE, nodeNow, nodeWith, SECOND } from './support.js'
+import { DIALECTS } from '../../helpers/db.js'
+import { at, freshDatabases, healthEvents, HOUR, logger, MINUTE, nodeNow, nodeWith, SECOND } from './support.js'
 
 async function migrateRuns(db: Db, nodeId?: string): Promise<number> {
   const query = db('workflow_runs').where({ workflow_name: MIGRATE_WORKFLOW })
@@ -22,15 +22,7 @@ async function migrateRuns(db: Db, nodeId?: string): Promise<number> {
 }
 
 describe.each(DIALECTS)('migration trigger and maintenance recovery on %s', (dialect) => {
-  let t: TestDatabase | undefined
-  afterEach(async () => {
-    await t?.destroy()
-    t = undefined
-  })
-  async function database(): Promise<Db> {
-    t = await createTestDatabase(dialect)
-    return t.db
-  }
+  const { database } = freshDatabases(dialect)
   const trigger = (db: Db, ms: number, maxPerCycle = 10) => triggerMigrations(db, { now: at(ms), graceMs: 60 * SECOND, cooldownMs: HOUR, maxPerCycle, logger })
 
   it('starts one migration for a node down longer than 60 s, and no second one while it runs', async () => {

@@ -3,13 +3,13 @@
  * on both databases: agents' reports turn into application_health through the health state
  * machine, one event per change, nothing for nodes in maintenance.
  */
-import { afterEach, beforeAll, describe, expect, it } from 'vitest'
+import { beforeAll, describe, expect, it } from 'vitest'
 import { defaultConfigDir, loadChainCatalogue, type ChainCatalogue } from '../../../src/config/chains.js'
 import { toJson } from '../../../src/db/dialect.js'
 import type { Db } from '../../../src/db/knex.js'
 import { evaluatePolicies } from '../../../src/health/policy-evaluation.js'
-import { createTestDatabase, DIALECTS, type TestDatabase } from '../../helpers/db.js'
-import { at, healthEvents, logger, nodeNow, nodeWith, SECOND } from './support.js'
+import { DIALECTS } from '../../helpers/db.js'
+import { at, freshDatabases, healthEvents, logger, nodeNow, nodeWith, SECOND } from './support.js'
 
 let catalogue: ChainCatalogue
 beforeAll(async () => {
@@ -17,15 +17,7 @@ beforeAll(async () => {
 })
 
 describe.each(DIALECTS)('policy evaluation on %s', (dialect) => {
-  let t: TestDatabase | undefined
-  afterEach(async () => {
-    await t?.destroy()
-    t = undefined
-  })
-  async function database(): Promise<Db> {
-    t = await createTestDatabase(dialect)
-    return t.db
-  }
+  const { database } = freshDatabases(dialect)
   const evaluate = (db: Db, ms = 0) => evaluatePolicies(db, { now: at(ms), catalogue, reportMaxAgeMs: 60 * SECOND, logger })
 
   async function reporting(db: Db, metrics: Record<string, number>, options: { state?: string; reportedAt?: number; processState?: string; health?: string } = {}) {

@@ -5,6 +5,8 @@ import type { HealthEvaluationSettings } from '../../../src/health/evaluator.js'
 import { healthEventSubject, type HealthEvent } from '../../../src/nodes/health-state-machine.js'
 import { findNode, type NodeRecord } from '../../../src/nodes/node-store.js'
 import { createLogger } from '../../../src/log.js'
+import { afterEach } from 'vitest'
+import { createTestDatabase, type Dialect, type TestDatabase } from '../../helpers/db.js'
 import { insertTestNode } from '../../helpers/fixtures.js'
 
 export const T0 = Date.parse('2026-06-01T10:00:00.000Z')
@@ -62,3 +64,19 @@ export async function healthEvents(db: Db, nodeId: string): Promise<HealthEvent[
 }
 
 export const at = (ms: number): Date => new Date(T0 + ms)
+
+/** A fresh database per test (call inside a describe): `database()` creates it, destroyed after the test. */
+export function freshDatabases(dialect: Dialect): { database(): Promise<Db>; current(): TestDatabase | undefined } {
+  let t: TestDatabase | undefined
+  afterEach(async () => {
+    await t?.destroy()
+    t = undefined
+  })
+  return {
+    async database() {
+      t = await createTestDatabase(dialect)
+      return t.db
+    },
+    current: () => t,
+  }
+}
