@@ -3,7 +3,7 @@
  * the job's lease, it turns the state log into hourly buckets. Set-based: nodes go in batches
  * (500 by default), and a batch is three statements whatever its size: one picks the nodes and
  * where each one's buckets stand, one reads their log rows for the whole range, one upserts the
- * buckets computed in memory (chunked only to stay under the drivers' bind-parameter limits).
+ * buckets computed in memory (one statement on Postgres; chunks of 400 rows on SQLite).
  *
  * Per node, the worker recomputes from its oldest bucket still marked `is_complete = false`, or
  * else from the hour after its last complete bucket, or else from its first log entry; up to the
@@ -11,7 +11,7 @@
  * buckets (and closed log rows) older than the retention are purged.
  */
 import type { Db, Queryable } from '../db/knex.js'
-import { toDateOrNull } from '../db/dialect.js'
+import { isPostgres, toDateOrNull } from '../db/dialect.js'
 import { cronEvery, schedulePeriodicJob, type PeriodicJob } from '../jobs/periodic.js'
 import type { Logger } from '../log.js'
 import { NODE_STATES } from '../nodes/states.js'
@@ -140,14 +140,42 @@ export async function readIntervals(db: Queryable, nodeIds: readonly string[], f
   return byNode
 }
 
+const BUCKET_COLUMNS = ['uptime_seconds', 'downtime_seconds', 'unknown_seconds', 'total_seconds', 'is_complete', 'computed_at'] as const
+
 async function upsertBuckets(db: Queryable, buckets: readonly HourlyBucket[], computedAt: Date): Promise<void> {
+  if (buckets.length === 0) return
+  if (isPostgres(db)) return upsertBucketsPostgres(db, buckets, computedAt)
   for (let i = 0; i < buckets.length; i += UPSERT_CHUNK) {
     const rows = buckets.slice(i, i + UPSERT_CHUNK).map((b) => ({ ...b, computed_at: computedAt }))
     await db(BUCKETS_TABLE)
       .insert(rows)
       .onConflict(['node_id', 'bucket_hour'])
-      .merge(['uptime_seconds', 'downtime_seconds', 'unknown_seconds', 'total_seconds', 'is_complete', 'computed_at'])
+      .merge([...BUCKET_COLUMNS])
   }
+}
+
+/**
+ * Postgres: the whole batch in one statement, one array per column. The benchmark showed the
+ * multi-row VALUES form (8 parameters a row, built by knex) at over half of a run's time.
+ */
+async function upsertBucketsPostgres(db: Queryable, buckets: readonly HourlyBucket[], computedAt: Date): Promise<void> {
+  await db.raw(
+    `INSERT INTO ${BUCKETS_TABLE} (node_id, bucket_hour, ${BUCKET_COLUMNS.join(', ')})
+     SELECT node_id, bucket_hour, uptime_seconds, downtime_seconds, unknown_seconds, total_seconds, is_complete, ?::timestamptz
+     FROM unnest(?::uuid[], ?::timestamptz[], ?::int[], ?::int[], ?::int[], ?::int[], ?::boolean[])
+       AS b(node_id, bucket_hour, uptime_seconds, downtime_seconds, unknown_seconds, total_seconds, is_complete)
+     ON CONFLICT (node_id, bucket_hour) DO UPDATE SET ${BUCKET_COLUMNS.map((c) => `${c} = excluded.${c}`).join(', ')}`,
+    [
+      computedAt,
+      buckets.map((b) => b.node_id),
+      buckets.map((b) => b.bucket_hour),
+      buckets.map((b) => b.uptime_seconds),
+      buckets.map((b) => b.downtime_seconds),
+      buckets.map((b) => b.unknown_seconds),
+      buckets.map((b) => b.total_seconds),
+      buckets.map((b) => b.is_complete),
+    ],
+  )
 }
 
 /**
