@@ -17,7 +17,6 @@ import type { Bench, BenchFigure } from './lib.js'
 import { benchStateMachine } from './state-machine.js'
 import { benchWorkflows } from './workflows.js'
 import { benchUptime } from './uptime.js'
-import { benchUptime } from './uptime.js'
 
 const BENCHES: Record<string, Bench> = {
   'state-machine': benchStateMachine,
@@ -26,7 +25,6 @@ const BENCHES: Record<string, Bench> = {
   workflows: benchWorkflows,
   heartbeats: benchHeartbeats,
   payments: benchPayments,
-  uptime: benchUptime,
   uptime: benchUptime,
   health: benchHealth,
 }
