@@ -1,8 +1,8 @@
 /**
  * The `health-evaluator` daemon (ARCHITECTURE.md, Processes): heartbeat and policy evaluation
  * with incident auto-resolution and the migration trigger (src/health/evaluator.ts), maintenance
- * recovery, the incident consumer on the nodes' health events, and the subscription cleanup
- * scheduler (src/subscriptions/cleanup.ts). Every job takes its own database lease and the
+ * recovery, the incident consumer on the nodes' health events, the hourly uptime rollup
+ * (src/uptime/rollup.ts) and the subscription cleanup scheduler (src/subscriptions/cleanup.ts). Every job takes its own database lease and the
  * consumer is durable, so any number of evaluators may share one database and bus.
  */
 import type { z } from 'zod'
@@ -17,6 +17,7 @@ import { scheduleHealthEvaluation, scheduleMaintenanceRecovery, type AfterEvalua
 import type { PeriodicJob } from '../src/jobs/periodic.js'
 import type { Logger } from '../src/log.js'
 import { scheduleSubscriptionCleanup } from '../src/subscriptions/cleanup.js'
+import { scheduleUptimeRollup } from '../src/uptime/rollup.js'
 
 export { healthEvaluatorEnv }
 
@@ -38,6 +39,9 @@ export type HealthEvaluatorSettings = Pick<
   | 'INCIDENT_FLAP_QUIET'
   | 'INCIDENT_ESCALATE_AFTER'
   | 'IDEMPOTENCY_KEY_TTL'
+  | 'UPTIME_ROLLUP_INTERVAL'
+  | 'UPTIME_ROLLUP_BATCH_SIZE'
+  | 'UPTIME_RETENTION'
 >
 
 export interface HealthEvaluatorDeps {
@@ -56,6 +60,8 @@ export interface HealthEvaluator {
   readonly maintenanceRecovery: PeriodicJob
   /** The subscription cleanup job. */
   readonly subscriptionCleanup: PeriodicJob
+  /** The hourly uptime buckets from the state log. */
+  readonly uptimeRollup: PeriodicJob
   /** The incident consumer (durable `health-incidents` on the nodes' health events). */
   readonly incidents: BusSubscription
   /** Stops the consumer and the schedulers; a pass in progress finishes first and the leases are released. */
@@ -107,11 +113,20 @@ export async function startHealthEvaluator(settings: HealthEvaluatorSettings, de
     intervalMs: settings.SUBSCRIPTION_CLEANUP_INTERVAL,
     ...clock,
   })
-  const jobs = [healthEvaluation, maintenanceRecovery, subscriptionCleanup]
+  const uptimeRollup = scheduleUptimeRollup({
+    db: deps.db,
+    logger: deps.logger.child({ component: 'uptime-rollup' }),
+    intervalMs: settings.UPTIME_ROLLUP_INTERVAL,
+    batchSize: settings.UPTIME_ROLLUP_BATCH_SIZE,
+    retentionMs: settings.UPTIME_RETENTION,
+    ...clock,
+  })
+  const jobs = [healthEvaluation, maintenanceRecovery, subscriptionCleanup, uptimeRollup]
   return {
     healthEvaluation,
     maintenanceRecovery,
     subscriptionCleanup,
+    uptimeRollup,
     incidents,
     stop: async () => {
       await incidents.close()

@@ -328,6 +328,7 @@ export const healthEvaluatorEnv = z.object({
   ...subscriptionLifecycleEnv,
   ...healthEvaluationEnv,
   ...incidentEnv,
+  ...uptimeEnv,
   NODEPLANE_CONFIG_DIR: lifecycleEnv.NODEPLANE_CONFIG_DIR,
   CHAIN_PROFILE_VERSION: lifecycleEnv.CHAIN_PROFILE_VERSION,
   CHAINS_CHECK_INTERVAL: lifecycleEnv.CHAINS_CHECK_INTERVAL,
@@ -398,6 +399,7 @@ export const upEnv = z.object({
   ...paymentClientEnv,
   ...subscriptionLifecycleEnv,
   ...healthEvaluationEnv,
+  ...uptimeEnv,
   ...incidentEnv,
   // On a laptop nothing real can take a payment: the test provider is on unless turned off.
   PAYMENT_TEST_PROVIDER_ENABLED: bool('true'),

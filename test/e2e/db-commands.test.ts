@@ -4,6 +4,10 @@ import { afterAll, describe, expect, it } from 'vitest'
 import { execa } from 'execa'
 import { createTestDatabase, DIALECTS } from '../helpers/db.js'
 import { BIN, cleanEnv, nodeplane, tempDir } from '../helpers/cli.js'
+import { controlPlaneMigrations } from '../../migrations/control-plane/index.js'
+
+// Every released migration, in order (the index is the source of truth; a new one joins it).
+const CONTROL_PLANE = controlPlaneMigrations.map((m) => m.name)
 
 const dirs: string[] = []
 afterAll(() => dirs.forEach((d) => fs.rmSync(d, { recursive: true, force: true })))
@@ -16,11 +20,11 @@ describe.each(DIALECTS)('nodeplane db migrate / db status on %s', (dialect) => {
     try {
       const pending = await nodeplane(['db', 'status', '--check', '--json'], { env })
       expect(pending.exitCode).toBe(1)
-      expect(JSON.parse(pending.stdout)).toMatchObject({ up_to_date: false, databases: [{ database: 'control-plane', applied: [], pending: ['0001_initial_schema', '0002_auth_server', '0003_agents', '0004_node_keys', '0005_payments'] }, { database: 'payments' }] })
+      expect(JSON.parse(pending.stdout)).toMatchObject({ up_to_date: false, databases: [{ database: 'control-plane', applied: [], pending: CONTROL_PLANE }, { database: 'payments' }] })
 
       const first = await nodeplane(['db', 'migrate', '--json'], { env })
       expect(first.exitCode).toBe(0)
-      expect(JSON.parse(first.stdout).databases.map((d: { applied: string[] }) => d.applied)).toEqual([['0001_initial_schema', '0002_auth_server', '0003_agents', '0004_node_keys', '0005_payments'], ['0001_initial_schema', '0002_providers']])
+      expect(JSON.parse(first.stdout).databases.map((d: { applied: string[] }) => d.applied)).toEqual([CONTROL_PLANE, ['0001_initial_schema', '0002_providers']])
 
       const second = await nodeplane(['db', 'migrate', '--database', 'payments'], { env })
       expect(second.exitCode).toBe(0)

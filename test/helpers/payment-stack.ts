@@ -194,6 +194,9 @@ export async function startPaymentStack(options: PaymentStackOptions): Promise<P
         INCIDENT_FLAP_QUIET: 15 * 60_000,
         INCIDENT_ESCALATE_AFTER: HOUR_MS,
         IDEMPOTENCY_KEY_TTL,
+        UPTIME_ROLLUP_INTERVAL: 6 * HOUR_MS,
+        UPTIME_ROLLUP_BATCH_SIZE: 500,
+        UPTIME_RETENTION: 90 * DAY_MS,
       },
       { db: cp.db, bus: options.controlBus, logger, now, chains },
     )
