@@ -7,6 +7,7 @@ import * as payments from './0005_payments.js'
 import * as healthEvaluation from './0006_health_evaluation.js'
 import * as incidents from './0007_incidents.js'
 import * as uptime from './0008_uptime.js'
+import * as rollouts from './0009_rollouts.js'
 
 /** In order; a released migration is never edited, a change is a new entry. */
-export const controlPlaneMigrations: readonly Migration[] = [initialSchema, authServer, agents, nodeKeys, payments, healthEvaluation, incidents, uptime]
+export const controlPlaneMigrations: readonly Migration[] = [initialSchema, authServer, agents, nodeKeys, payments, healthEvaluation, incidents, uptime, rollouts]
