@@ -48,7 +48,22 @@ describe('node commands (against nodeplane up)', () => {
 
     db = createDatabase(stack.database_url)
     const t0 = Date.now() - 60_000
-    const critical = await node(aliceId, new Date(t0), 'healthy', { sync_status: 'synced', application_health: 'critical', last_heartbeat: new Date() })
+    // The stack's health evaluator judges nodes by their agents' reports: this one reports its RPC
+    // down (critical by devnet's policy). Its heartbeat and report are dated ahead, so they stay
+    // fresh however long the test runs.
+    const ahead = new Date(Date.now() + 3_600_000)
+    const critical = await node(aliceId, new Date(t0), 'healthy', { sync_status: 'synced', application_health: 'critical', last_heartbeat: ahead })
+    await db('agent_status').insert({
+      node_id: critical.id,
+      reported_at: ahead,
+      agent_version: '0.1.0',
+      binary_version: '1.1.0',
+      sync_status: 'synced',
+      process_state: 'running',
+      restarts_in_window: 0,
+      metrics: JSON.stringify({ rpc_up: 0 }),
+      running_command_ids: JSON.stringify([]),
+    })
     const failed = await node(aliceId, new Date(t0 + 1000), 'failed')
     const fresh = await node(aliceId, new Date(t0 + 2000), 'provisioning')
     await db('node_config_state').insert({ node_id: critical.id, binary_version: '1.1.0', config_version: null, updated_at: new Date() })
