@@ -1,6 +1,6 @@
 /**
  * The `orchestrator` daemon: runs the durable workflow worker (src/workflows) with the node
- * lifecycle workflows, and the payment event consumer `main-app-payment`, which activates paid
+ * lifecycle and rollout workflows, and the payment event consumer `main-app-payment`, which activates paid
  * subscriptions and starts their provision workflows (src/subscriptions/activation.ts). Any
  * number of orchestrators may share one Postgres; runs are spread between them by leases, and
  * payment events between their consumers by the durable consumer.
@@ -17,6 +17,7 @@ import { ConfigError } from '../src/errors.js'
 import type { Logger } from '../src/log.js'
 import type { MasterKey } from '../src/secrets/master-key.js'
 import { registerLifecycleWorkflows, type LifecycleDeps } from '../src/provisioning/index.js'
+import { registerRolloutWorkflows } from '../src/rollouts/index.js'
 import { startPaymentConsumer } from '../src/subscriptions/activation.js'
 import { LocalInfrastructureProvider } from '../src/provisioning/infrastructure/local.js'
 import { createWorkflowRegistry, createWorkflowWorker, type WorkflowRegistry, type WorkflowWorker } from '../src/workflows/index.js'
@@ -63,7 +64,7 @@ export async function lifecycleDeps(settings: LifecycleSettings, deps: { db: Db;
 /** The workflows this orchestrator runs. */
 export function orchestratorWorkflows(lifecycle?: LifecycleDeps): WorkflowRegistry {
   const registry = createWorkflowRegistry()
-  return lifecycle ? registerLifecycleWorkflows(registry, lifecycle) : registry
+  return lifecycle ? registerRolloutWorkflows(registerLifecycleWorkflows(registry, lifecycle), lifecycle) : registry
 }
 
 export interface OrchestratorDeps {

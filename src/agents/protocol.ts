@@ -107,6 +107,8 @@ export const commandPayloads = {
     run: runSpec,
     probe: probeSpec.optional(),
     crash_loop: crashLoopSpec.default({}),
+    /** The port the templates were rendered with: a later upgrade renders its config changes with it. */
+    rpc_port: z.number().int().min(1).max(65_535).optional(),
   }),
   start: z.object({}).strict(),
   stop: z.object({}).strict(),

@@ -411,6 +411,7 @@ export function renderNodeConfig(profile: ChainProfile, nodeType: string, input:
           ? { type: probe.type, url: render(probe.url, 'probe.url'), timeout_ms: probe.timeout_ms }
           : { type: probe.type, command: probe.command.map((c, i) => render(c, `probe.command[${i}]`)), timeout_ms: probe.timeout_ms },
     crash_loop: profile.crash_loop,
+    rpc_port: input.rpc_port,
   }
   const parsed = commandPayloads.configure.safeParse(payload)
   if (!parsed.success) {

@@ -23,6 +23,13 @@ export const NOTIFICATION_KINDS = [
   'incident_escalated',
   'incident_flapping',
   'incident_resolved',
+  // docs/rollouts.md, "Events and notifications": to the operator who created the rollout
+  'rollout_started',
+  'rollout_completed',
+  'rollout_paused',
+  'rollout_failed',
+  'rollback_initiated',
+  'rollback_completed',
 ] as const
 export type NotificationKind = (typeof NOTIFICATION_KINDS)[number]
 

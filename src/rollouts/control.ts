@@ -1,0 +1,130 @@
+/**
+ * What an operator does to a rollout or a group (the API's action endpoints and the CLI):
+ * start it, signal it, retry one node. Each checks the current status first and refuses with
+ * 409 what the status tables do not allow (docs/rollouts.md); a signal is then handed to the
+ * rollout's workflow, which acts on it between batches (spec: pause after the current batch,
+ * cancel lets in-flight nodes finish).
+ */
+import type { Db } from '../db/knex.js'
+import { ConflictError } from '../errors.js'
+import { sendSignal, startWorkflow } from '../workflows/index.js'
+import { notifyOperator, publishRolloutEvent, rolloutProgress } from './events.js'
+import { CONTROL_SIGNAL, GROUP_CONTROL_SIGNAL, GROUP_WORKFLOW, ROLLOUT_WORKFLOW, type ControlSignal, type GroupControlSignal } from './workflow-names.js'
+import type { GroupSignal, RolloutSignal, RolloutStatus } from './states.js'
+import {
+  requireRollout,
+  requireRolloutGroup,
+  getRolloutNode,
+  updateGroupStatus,
+  updateRolloutNode,
+  updateRolloutStatus,
+  type RolloutGroupRecord,
+  type RolloutNodeRecord,
+  type RolloutRecord,
+} from './store.js'
+
+export interface ActionOptions {
+  /** Who asks (the caller's user id); recorded with the signal. */
+  by: string
+  now?: Date
+}
+
+/**
+ * pending -> running (or -> scheduled when its scheduled_at is still ahead), and its workflow,
+ * in one transaction. A component rollout of a group is started by its group.
+ */
+export async function startRollout(db: Db, rolloutId: string, options: ActionOptions): Promise<RolloutRecord> {
+  const now = options.now ?? new Date()
+  return db.transaction(async (trx) => {
+    const current = await requireRollout(trx, rolloutId)
+    if (current.group_id) {
+      throw new ConflictError(`rollout ${current.id} is component ${current.component_index ?? '?'} of group ${current.group_id}`, 'its group starts it: POST /api/v1/rollout-groups/{id}/start')
+    }
+    const to: RolloutStatus = current.scheduled_at && current.scheduled_at.getTime() > now.getTime() ? 'scheduled' : 'running'
+    const moved = await updateRolloutStatus(trx, rolloutId, to, { expectedVersion: current.version, now })
+    await startWorkflow(trx, ROLLOUT_WORKFLOW, { rolloutId }, { key: rolloutId, now })
+    if (to === 'running') {
+      await publishRolloutEvent(trx, 'started', rolloutProgress(moved), now)
+      await notifyOperator(trx, 'rollout_started', moved.created_by, rolloutProgress(moved), now)
+    }
+    return moved
+  })
+}
+
+/** When each signal makes sense; anything else is a 409 naming the status. */
+function refusal(r: RolloutRecord, signal: RolloutSignal): string | null {
+  const rollingBack = r.pause_reason === 'rollback'
+  switch (signal) {
+    case 'pause':
+      return r.status === 'running' ? null : 'only a running rollout can be paused'
+    case 'resume':
+      return r.status === 'paused' && !rollingBack ? null : rollingBack ? 'it is being rolled back' : 'only a paused rollout can be resumed'
+    case 'cancel':
+      return (r.status === 'running' || r.status === 'paused') && !rollingBack ? null : rollingBack ? 'it is being rolled back' : 'only a running or paused rollout can be cancelled'
+    case 'rollback':
+      return (r.status === 'running' || r.status === 'paused') && !rollingBack ? null : rollingBack ? 'it is already being rolled back' : 'only a running or paused rollout can be rolled back'
+    case 'force':
+      return (r.status === 'running' || r.status === 'paused') && !rollingBack ? null : 'only a running or paused rollout can be forced past its failure threshold'
+    case 'approve_canary':
+      return r.status === 'running' && r.awaiting === 'approve_canary' ? null : 'it is not waiting for a canary approval'
+  }
+}
+
+export async function signalRollout(db: Db, rolloutId: string, signal: RolloutSignal, options: ActionOptions): Promise<RolloutRecord> {
+  const now = options.now ?? new Date()
+  const current = await requireRollout(db, rolloutId)
+  const refused = refusal(current, signal)
+  if (refused) throw new ConflictError(`cannot ${signal.replace('_', ' ')} rollout ${current.id}: it is ${current.status}`, refused)
+  const payload: ControlSignal = { signal, by: options.by }
+  await sendSignal(db, { name: ROLLOUT_WORKFLOW, key: rolloutId }, CONTROL_SIGNAL, payload, { now })
+  return current
+}
+
+/** A failed node of a running or paused rollout goes back to pending: the next batch takes it. */
+export async function retryRolloutNode(db: Db, rolloutId: string, nodeId: string, options: ActionOptions): Promise<RolloutNodeRecord> {
+  const now = options.now ?? new Date()
+  return db.transaction(async (trx) => {
+    const rollout = await requireRollout(trx, rolloutId)
+    if (rollout.status !== 'running' && rollout.status !== 'paused') {
+      throw new ConflictError(`cannot retry a node of rollout ${rollout.id}: it is ${rollout.status}`, 'nodes are retried while their rollout runs or is paused; for a finished rollout, create a new one with the same source version')
+    }
+    const node = await getRolloutNode(trx, rolloutId, nodeId)
+    if (!node) throw new ConflictError(`node ${nodeId} is not part of rollout ${rolloutId}`, 'list its nodes: GET /api/v1/rollouts/{id}/nodes')
+    if (node.status !== 'failed') throw new ConflictError(`node ${nodeId} of rollout ${rolloutId} is ${node.status}`, 'only a failed node can be retried')
+    return updateRolloutNode(trx, rolloutId, nodeId, { status: 'pending', upgrade_phase: null, error_message: null, completed_at: null }, now)
+  })
+}
+
+export async function startRolloutGroup(db: Db, groupId: string, options: ActionOptions): Promise<RolloutGroupRecord> {
+  const now = options.now ?? new Date()
+  return db.transaction(async (trx) => {
+    const current = await requireRolloutGroup(trx, groupId)
+    const moved = await updateGroupStatus(trx, groupId, 'running', { expectedVersion: current.version, now, fields: { current_component_index: 0 } })
+    await startWorkflow(trx, GROUP_WORKFLOW, { groupId }, { key: groupId, now })
+    return moved
+  })
+}
+
+function groupRefusal(g: RolloutGroupRecord, signal: GroupSignal): string | null {
+  switch (signal) {
+    case 'pause':
+      return g.status === 'running' ? null : 'only a running group can be paused'
+    case 'resume':
+      return g.status === 'paused' ? null : 'only a paused group can be resumed'
+    case 'cancel':
+      return g.status === 'running' || g.status === 'paused' ? null : 'only a running or paused group can be cancelled'
+    case 'skip':
+      return g.status === 'running' || g.status === 'paused' ? null : 'components are skipped while the group runs or is paused'
+  }
+}
+
+export async function signalRolloutGroup(db: Db, groupId: string, signal: GroupSignal, options: ActionOptions): Promise<RolloutGroupRecord> {
+  const now = options.now ?? new Date()
+  const current = await requireRolloutGroup(db, groupId)
+  const refused = groupRefusal(current, signal)
+  if (refused) throw new ConflictError(`cannot ${signal} rollout group ${current.id}: it is ${current.status}`, refused)
+  const payload: GroupControlSignal = { signal, by: options.by }
+  await sendSignal(db, { name: GROUP_WORKFLOW, key: groupId }, GROUP_CONTROL_SIGNAL, payload, { now })
+  return current
+}
+

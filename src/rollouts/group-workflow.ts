@@ -1,0 +1,313 @@
+/**
+ * The `rollout-group` workflow (spec: "A group runs one rollout per component in declared order,
+ * with a health gate (all upgraded nodes healthy) between components"; docs/rollouts.md), key =
+ * group id.
+ *
+ * For each component: the operator's signals; the component's rollout created (group_id,
+ * component_index) and started; the group waits for it (the rollout wakes it when it ends); then
+ * the health gate. A component that does not complete (or fails its gate) is decided by the
+ * failure policy: `partial_ok` -> group `partial`; `rollback_all` -> the components already
+ * done are rolled back node by node, latest first, group `rolled_back`; `manual` -> the group
+ * pauses for the operator (resume goes on with the next component, skip likewise, cancel ends).
+ *
+ * A component's source version is what the group's nodes run when it starts (one binary version
+ * is tracked per node: docs/rollouts.md, "Groups").
+ */
+import type { Db, Queryable } from '../db/knex.js'
+import { sendSignal, startWorkflow, StepFailedError, type WorkflowContext, type WorkflowRegistry } from '../workflows/index.js'
+import { publishRolloutEvent, rolloutProgress } from './events.js'
+import { rollBackNode, type NodeUpgradeDeps } from './node-upgrade.js'
+import { UPGRADEABLE_STATES } from './planning.js'
+import type { RolloutGroupStatus, RolloutStatus } from './states.js'
+import {
+  insertRollout,
+  isTerminalRollout,
+  listGroupRollouts,
+  listRolloutNodes,
+  requireRollout,
+  requireRolloutGroup,
+  updateGroupFields,
+  updateGroupStatus,
+  updateRolloutStatus,
+  type GroupFields,
+  type RolloutGroupRecord,
+} from './store.js'
+import { CONTROL_SIGNAL, GROUP_CONTROL_SIGNAL, GROUP_WORKFLOW, ROLLOUT_WORKFLOW, type ControlSignal, type GroupControlSignal } from './workflow-names.js'
+
+export { GROUP_CONTROL_SIGNAL, GROUP_WORKFLOW, type GroupControlSignal } from './workflow-names.js'
+
+export interface GroupWorkflowInput {
+  groupId: string
+}
+
+export interface GroupWorkflowResult {
+  group_id: string
+  status: RolloutGroupStatus
+  components: Array<{ index: number; rollout_id: string | null; status: RolloutStatus | 'skipped' | 'not_started' }>
+}
+
+/** How often a health gate looks at the component's nodes. */
+const GATE_POLL_MS = 5_000
+
+export function registerGroupWorkflow(registry: WorkflowRegistry, deps: NodeUpgradeDeps): WorkflowRegistry {
+  return registry.register(GROUP_WORKFLOW, groupWorkflow(deps))
+}
+
+type Outcome = 'next' | 'stop'
+
+export function groupWorkflow(deps: NodeUpgradeDeps) {
+  return async (ctx: WorkflowContext, input: GroupWorkflowInput): Promise<GroupWorkflowResult> => {
+    const { groupId } = input
+    try {
+      const group = await ctx.step('load', async () => {
+        const g = await requireRolloutGroup(deps.db, groupId)
+        return { components: g.component_order.length, policy: g.failure_policy, healthWaitMs: g.health_wait_duration_ms }
+      })
+      const done: number[] = []
+      for (let index = 0; index < group.components; index++) {
+        const between = await operatorSignals(ctx, deps, groupId)
+        if (between === 'stop') return summary(deps.db, groupId)
+        if (between === 'skip') {
+          await ctx.step('skip', () => noteSkipped(deps, groupId, index))
+          continue
+        }
+        const rolloutId = await ctx.step('component', () => startComponent(deps, groupId, index))
+        if (rolloutId === null) {
+          // Nothing to upgrade for this component (no node runs another version).
+          continue
+        }
+        const status = await awaitComponent(ctx, deps, groupId, rolloutId)
+        const gate = status === 'completed' ? await healthGate(ctx, deps, rolloutId, group.healthWaitMs) : { ok: false, reason: `component ${index} ended ${status}` }
+        if (gate.ok) {
+          done.push(index)
+          continue
+        }
+        const outcome = await onComponentFailure(ctx, deps, groupId, group.policy, done, gate.reason ?? 'failed')
+        if (outcome === 'stop') return summary(deps.db, groupId)
+      }
+      await ctx.step('finish', () => moveGroup(deps, groupId, 'completed', { current_component_index: null }))
+      return summary(deps.db, groupId)
+    } catch (err) {
+      if (!(err instanceof StepFailedError)) throw err
+      await ctx.step('failed', () => failGroup(deps, groupId, err.message))
+      return summary(deps.db, groupId)
+    }
+  }
+}
+
+async function moveGroup(deps: NodeUpgradeDeps, groupId: string, to: RolloutGroupStatus, fields: GroupFields = {}): Promise<RolloutGroupStatus> {
+  const moved = await updateGroupStatus(deps.db, groupId, to, { now: deps.now(), fields })
+  return moved.status
+}
+
+async function failGroup(deps: NodeUpgradeDeps, groupId: string, reason: string): Promise<RolloutGroupStatus> {
+  const g = await requireRolloutGroup(deps.db, groupId)
+  if (g.status !== 'running' && g.status !== 'paused') return g.status
+  return moveGroup(deps, groupId, 'failed', { error_message: reason.slice(0, 2000) })
+}
+
+async function summary(db: Db, groupId: string): Promise<GroupWorkflowResult> {
+  const g = await requireRolloutGroup(db, groupId)
+  const rollouts = await listGroupRollouts(db, groupId)
+  return {
+    group_id: g.id,
+    status: g.status,
+    components: g.component_order.map((_, index) => {
+      const r = rollouts.find((x) => x.component_index === index)
+      return { index, rollout_id: r?.id ?? null, status: r?.status ?? 'not_started' }
+    }),
+  }
+}
+
+/** Signals between components: pause waits for resume / cancel / skip; skip skips the next one. */
+async function operatorSignals(ctx: WorkflowContext, deps: NodeUpgradeDeps, groupId: string): Promise<'go' | 'skip' | 'stop'> {
+  let skip = false
+  for (;;) {
+    const control = await ctx.waitForSignal<GroupControlSignal>(GROUP_CONTROL_SIGNAL, { timeoutMs: 0 })
+    if (!control) return skip ? 'skip' : 'go'
+    if (control.signal === 'cancel') {
+      await ctx.step('cancel', () => moveGroup(deps, groupId, 'cancelled'))
+      return 'stop'
+    }
+    if (control.signal === 'skip') skip = true
+    if (control.signal === 'pause') {
+      const decision = await pausedGroup(ctx, deps, groupId, 'operator')
+      if (decision === 'stop') return 'stop'
+      if (decision === 'skip') skip = true
+    }
+  }
+}
+
+/** Paused until the operator resumes (or skips, or cancels). */
+async function pausedGroup(ctx: WorkflowContext, deps: NodeUpgradeDeps, groupId: string, reason: string): Promise<'go' | 'skip' | 'stop'> {
+  await ctx.step('pause', () => moveGroup(deps, groupId, 'paused', { pause_reason: reason }))
+  for (;;) {
+    const control = await ctx.waitForSignal<GroupControlSignal>(GROUP_CONTROL_SIGNAL)
+    if (!control) continue
+    if (control.signal === 'resume' || control.signal === 'skip') {
+      await ctx.step('resume', () => moveGroup(deps, groupId, 'running'))
+      return control.signal === 'skip' ? 'skip' : 'go'
+    }
+    if (control.signal === 'cancel') {
+      await ctx.step('cancel', () => moveGroup(deps, groupId, 'cancelled'))
+      return 'stop'
+    }
+  }
+}
+
+async function noteSkipped(deps: NodeUpgradeDeps, groupId: string, index: number): Promise<number> {
+  await updateGroupFields(deps.db, groupId, { current_component_index: index + 1 }, { now: deps.now() })
+  return index
+}
+
+/**
+ * Creates the component's rollout (once) and starts it; null when no node of the group runs a
+ * version other than the component's (nothing to do).
+ */
+async function startComponent(deps: NodeUpgradeDeps, groupId: string, index: number): Promise<string | null> {
+  return deps.db.transaction(async (trx) => {
+    const now = deps.now()
+    const g = await requireRolloutGroup(trx, groupId)
+    const existing = (await listGroupRollouts(trx, groupId)).find((r) => r.component_index === index)
+    if (existing) return existing.id
+    const component = g.component_order[index]
+    if (!component) throw new Error(`group ${groupId} has no component ${index}`)
+    const source = await currentVersion(trx, g, component.version)
+    await updateGroupFields(trx, groupId, { current_component_index: index }, { now })
+    if (!source) return null
+    const rollout = await insertRollout(
+      trx,
+      {
+        group_id: groupId,
+        component_index: index,
+        upgrade_id: component.upgrade_id,
+        chain_profile_id: g.chain_profile_id,
+        node_type: component.node_type,
+        binary_name: component.binary_name,
+        source_version: source,
+        target_version: component.version,
+        target_binary_url: component.url,
+        target_binary_checksum: component.checksum,
+        strategy: g.strategy,
+        batch_size: g.batch_size,
+        canary_size: g.canary_size,
+        failure_threshold: g.failure_threshold,
+        health_wait_duration_ms: g.health_wait_duration_ms,
+        migration_type: component.migration_type,
+        manifest: component.manifest,
+        manifest_content_hash: component.manifest_content_hash,
+        created_by: g.created_by,
+        reason: `component ${index} of rollout group ${groupId}`,
+      },
+      now,
+    )
+    const running = await updateRolloutStatus(trx, rollout.id, 'running', { now })
+    await startWorkflow(trx, ROLLOUT_WORKFLOW, { rolloutId: rollout.id }, { key: rollout.id, now })
+    await publishRolloutEvent(trx, 'started', rolloutProgress(running), now)
+    return rollout.id
+  })
+}
+
+/** The version most of the group's upgradeable nodes run now, other than the target. */
+async function currentVersion(db: Queryable, g: RolloutGroupRecord, target: string): Promise<string | null> {
+  const rows = (await db('nodes')
+    .join('node_config_state', 'node_config_state.node_id', 'nodes.id')
+    .join('subscriptions', 'subscriptions.id', 'nodes.subscription_id')
+    .where({ 'nodes.chain_profile_id': g.chain_profile_id, 'nodes.node_type': g.node_type, 'subscriptions.status': 'active' })
+    .whereIn('nodes.state', UPGRADEABLE_STATES)
+    .whereNot('node_config_state.binary_version', target)
+    .whereNotNull('node_config_state.binary_version')
+    .groupBy('node_config_state.binary_version')
+    .select('node_config_state.binary_version as version')
+    .count({ n: '*' })
+    .orderBy([{ column: 'n', order: 'desc' }, { column: 'version' }])) as Array<{ version: string; n: number | string }>
+  return rows[0]?.version ?? null
+}
+
+/**
+ * Waits for the component's rollout to end; the group's pause, resume and cancel are passed on
+ * to it, skip cancels it.
+ */
+async function awaitComponent(ctx: WorkflowContext, deps: NodeUpgradeDeps, groupId: string, rolloutId: string): Promise<RolloutStatus> {
+  for (;;) {
+    const control = await ctx.waitForSignal<GroupControlSignal>(GROUP_CONTROL_SIGNAL, { timeoutMs: 600_000 })
+    if (control && control.signal !== 'component_done') {
+      await ctx.step('forward', () => forward(deps, groupId, rolloutId, control))
+    }
+    const status = await ctx.step('component-status', async () => (await requireRollout(deps.db, rolloutId)).status)
+    if (isTerminalRollout(status)) return status
+  }
+}
+
+async function forward(deps: NodeUpgradeDeps, groupId: string, rolloutId: string, control: Exclude<GroupControlSignal, { signal: 'component_done' }>): Promise<string> {
+  const now = deps.now()
+  const rollout = await requireRollout(deps.db, rolloutId)
+  const signal: ControlSignal['signal'] | null =
+    control.signal === 'pause' ? 'pause' : control.signal === 'resume' ? 'resume' : control.signal === 'cancel' || control.signal === 'skip' ? 'cancel' : null
+  if (!signal || isTerminalRollout(rollout.status)) return 'ignored'
+  const payload: ControlSignal = { signal, by: control.by }
+  await sendSignal(deps.db, { name: ROLLOUT_WORKFLOW, key: rolloutId }, CONTROL_SIGNAL, payload, { now })
+  const group = await requireRolloutGroup(deps.db, groupId)
+  if (control.signal === 'pause' && group.status === 'running') await updateGroupStatus(deps.db, groupId, 'paused', { now, fields: { pause_reason: 'operator' } })
+  if (control.signal === 'resume' && group.status === 'paused') await updateGroupStatus(deps.db, groupId, 'running', { now })
+  if (control.signal === 'cancel') await updateGroupStatus(deps.db, groupId, 'cancelled', { now })
+  return signal
+}
+
+/** Spec: "a health gate (all upgraded nodes healthy) between components". */
+async function healthGate(ctx: WorkflowContext, deps: NodeUpgradeDeps, rolloutId: string, healthWaitMs: number): Promise<{ ok: boolean; reason: string | null }> {
+  const deadline = await ctx.step('gate-deadline', async () => deps.now().getTime() + Math.max(healthWaitMs, 60_000) * 2)
+  for (;;) {
+    const state = await ctx.step('gate', async () => {
+      const nodes = (await listRolloutNodes(deps.db, rolloutId)).filter((n) => n.status === 'succeeded')
+      if (nodes.length === 0) return { ok: true, reason: null }
+      const rows = (await deps.db('nodes').whereIn('id', nodes.map((n) => n.node_id)).select('id', 'state')) as Array<{ id: string; state: string }>
+      const waiting = rows.filter((r) => r.state !== 'healthy')
+      if (waiting.length === 0) return { ok: true, reason: null }
+      return { ok: false, reason: `${waiting.length} upgraded node(s) not healthy yet (${waiting.slice(0, 3).map((w) => `${w.id}: ${w.state}`).join(', ')})` }
+    })
+    if (state.ok) return state
+    const now = await ctx.now()
+    if (now.getTime() >= deadline) return { ok: false, reason: `health gate: ${state.reason ?? ''}` }
+    await ctx.sleep(GATE_POLL_MS)
+  }
+}
+
+/** Spec: the failure_policy decides. */
+async function onComponentFailure(ctx: WorkflowContext, deps: NodeUpgradeDeps, groupId: string, policy: string, done: number[], reason: string): Promise<Outcome> {
+  if (policy === 'partial_ok') {
+    await ctx.step('partial', () => moveGroup(deps, groupId, 'partial', { error_message: reason }))
+    return 'stop'
+  }
+  if (policy === 'rollback_all') {
+    for (const index of [...done].reverse()) {
+      await ctx.step('rollback-component', (step) => rollBackComponent(deps, groupId, index, () => step.heartbeat()), { timeoutMs: 2 * deps.commandTimeoutMs + 600_000, heartbeatTimeoutMs: 120_000 })
+    }
+    await ctx.step('rolled-back', () => moveGroup(deps, groupId, 'rolled_back', { error_message: reason }))
+    return 'stop'
+  }
+  // manual: the operator decides.
+  await ctx.step('manual', () => updateGroupFields(deps.db, groupId, { error_message: reason }, { now: deps.now() }).then(() => reason))
+  const decision = await pausedGroup(ctx, deps, groupId, 'component_failed')
+  return decision === 'stop' ? 'stop' : 'next'
+}
+
+/** Every node a completed component upgraded goes back to its previous version. */
+async function rollBackComponent(deps: NodeUpgradeDeps, groupId: string, index: number, heartbeat: () => void): Promise<number> {
+  const rollout = (await listGroupRollouts(deps.db, groupId)).find((r) => r.component_index === index)
+  if (!rollout) return 0
+  const nodes = (await listRolloutNodes(deps.db, rollout.id)).filter((n) => n.status === 'succeeded' || n.status === 'in_progress' || n.status === 'validating')
+  await Promise.all(
+    nodes.map((n) =>
+      n.previous_version && n.previous_binary_url && n.previous_checksum
+        ? rollBackNode(
+            deps,
+            { rolloutId: rollout.id, chainProfileId: rollout.chain_profile_id, version: n.previous_version, url: n.previous_binary_url, checksum: n.previous_checksum, healthWaitMs: rollout.health_wait_duration_ms },
+            { id: n.id, nodeId: n.node_id },
+            heartbeat,
+          )
+        : Promise.resolve(undefined),
+    ),
+  )
+  return nodes.length
+}

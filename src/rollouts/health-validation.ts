@@ -1,0 +1,84 @@
+/**
+ * Health validation of an upgraded node (spec: "Health validation passes only when all hold"),
+ * observed for the whole health_wait_duration after the upgrade command completed:
+ * - at least one heartbeat arrives after the upgrade;
+ * - application_health is not critical — judged here from the agent's reports with the chain's
+ *   policy, since the policy evaluation skips nodes in maintenance (without block_lag: that needs
+ *   the fleet's head);
+ * - sync_status is not stalled;
+ * - the node's state is not down or failed;
+ * - no crash loop within the window: the agent reporting `crash_loop`, or the chain process
+ *   restarted by the supervisor at all (a freshly installed binary that crashes once while
+ *   being watched is not healthy).
+ * The first condition broken ends the validation at once.
+ */
+import type { HealthPolicy } from '../config/health-policy.js'
+import { fromJson, toDateOrNull } from '../db/dialect.js'
+import type { Queryable } from '../db/knex.js'
+import { applicationHealthFor } from '../health/policy-evaluation.js'
+
+export interface HealthValidationOptions {
+  nodeId: string
+  /** When the upgrade command completed: only heartbeats after it count. */
+  since: Date
+  durationMs: number
+  policy: HealthPolicy
+  pollIntervalMs: number
+  now: () => Date
+  heartbeat?: () => void
+}
+
+export type HealthValidation = { ok: true } | { ok: false; reason: string }
+
+interface Observation {
+  state: string
+  reported_at: Date | null
+  sync_status: string | null
+  process_state: string | null
+  restarts_in_window: number | null
+  metrics: Record<string, number>
+}
+
+async function observe(db: Queryable, nodeId: string): Promise<Observation | undefined> {
+  const row = (await db('nodes')
+    .leftJoin('agent_status', 'agent_status.node_id', 'nodes.id')
+    .where('nodes.id', nodeId)
+    .first('nodes.state', 'agent_status.reported_at', 'agent_status.sync_status', 'agent_status.process_state', 'agent_status.restarts_in_window', 'agent_status.metrics')) as
+    | Record<string, unknown>
+    | undefined
+  if (!row) return undefined
+  return {
+    state: String(row.state),
+    reported_at: toDateOrNull(row.reported_at),
+    sync_status: (row.sync_status as string | null) ?? null,
+    process_state: (row.process_state as string | null) ?? null,
+    restarts_in_window: row.restarts_in_window === null || row.restarts_in_window === undefined ? null : Number(row.restarts_in_window),
+    metrics: row.metrics === null || row.metrics === undefined ? {} : fromJson<Record<string, number>>(row.metrics),
+  }
+}
+
+export async function validateNodeHealth(db: Queryable, options: HealthValidationOptions): Promise<HealthValidation> {
+  const until = options.since.getTime() + options.durationMs
+  let heartbeatSeen = false
+  let restartsAtFirstReport: number | undefined
+  for (;;) {
+    options.heartbeat?.()
+    const seen = await observe(db, options.nodeId)
+    if (!seen) return { ok: false, reason: 'the node no longer exists' }
+    if (seen.state === 'down' || seen.state === 'failed') return { ok: false, reason: `the node is ${seen.state}` }
+    if (seen.reported_at && seen.reported_at.getTime() > options.since.getTime()) {
+      heartbeatSeen = true
+      if (seen.sync_status === 'stalled') return { ok: false, reason: 'the agent reports the chain head stalled' }
+      if (seen.process_state === 'crash_loop') return { ok: false, reason: 'the chain process is in a crash loop' }
+      const restarts = seen.restarts_in_window ?? 0
+      restartsAtFirstReport ??= restarts
+      if (restarts > restartsAtFirstReport) return { ok: false, reason: `the chain process restarted ${restarts - restartsAtFirstReport} time(s) while being validated` }
+      const report = { reported_at: seen.reported_at, process_state: seen.process_state ?? 'unknown', metrics: seen.metrics }
+      if (applicationHealthFor(report, options.policy) === 'critical') return { ok: false, reason: 'application health is critical by the chain\'s health policy' }
+    }
+    if (options.now().getTime() >= until) {
+      return heartbeatSeen ? { ok: true } : { ok: false, reason: `no heartbeat within ${Math.round(options.durationMs / 1000)} s of the upgrade` }
+    }
+    await new Promise((resolve) => setTimeout(resolve, options.pollIntervalMs))
+  }
+}
