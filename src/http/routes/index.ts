@@ -15,6 +15,7 @@ import { nodeKeyRoutes } from './node-keys.js'
 import { nodeRoutes } from './nodes.js'
 import { notificationRoutes } from './notifications.js'
 import { paymentRoutes } from './payments.js'
+import { rolloutRoutes } from './rollouts.js'
 import { subscriptionRoutes } from './subscriptions.js'
 import { uptimeRoutes } from './uptime.js'
 import { walletRoutes } from './wallet.js'
@@ -33,5 +34,5 @@ export interface ControlPlaneRouteDeps {
 }
 
 export function controlPlaneRoutes(deps: ControlPlaneRouteDeps): ApiRoute[] {
-  return [...meRoutes(deps), ...apiKeyRoutes(deps), ...walletRoutes(deps), ...nodeRoutes(deps), ...cryptoRoutes(deps), ...nodeKeyRoutes(deps), ...inputRoutes(deps), ...subscriptionRoutes(deps), ...chainRoutes(deps), ...paymentRoutes(deps), ...notificationRoutes(deps), ...uptimeRoutes(deps), ...incidentRoutes(deps)]
+  return [...meRoutes(deps), ...apiKeyRoutes(deps), ...walletRoutes(deps), ...nodeRoutes(deps), ...cryptoRoutes(deps), ...nodeKeyRoutes(deps), ...inputRoutes(deps), ...subscriptionRoutes(deps), ...chainRoutes(deps), ...paymentRoutes(deps), ...notificationRoutes(deps), ...uptimeRoutes(deps), ...incidentRoutes(deps), ...rolloutRoutes(deps)]
 }

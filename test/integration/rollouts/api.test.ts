@@ -1,0 +1,359 @@
+/**
+ * /api/v1/rollouts and /api/v1/rollout-groups over real HTTP with the api-server's
+ * authenticator, on both databases: admin only (401 / 403, a `*` key is not admin), creation in
+ * both modes with the views, 400s that write nothing, 404s, the one-active rule under 8
+ * concurrent POSTs, the action routes handing over to src/rollouts/control.ts, lists and pages.
+ */
+import { afterEach, describe, expect, it } from 'vitest'
+import type { Db } from '../../../src/db/knex.js'
+import { insertRolloutNodes, updateRolloutNode } from '../../../src/rollouts/store.js'
+import type { RolloutDetailView, RolloutGroupStatusView, RolloutGroupView, RolloutNodeView, RolloutView } from '../../../src/rollouts/views.js'
+import { DIALECTS } from '../../helpers/db.js'
+import { isErrorBody, newKey, newUser, startAuthApi, TestClock } from '../auth/api-harness.js'
+import { getJson, Resources } from '../http/harness.js'
+import { at, CHECKSUM_110, T0 } from './helpers.js'
+
+const resources = new Resources()
+afterEach(() => resources.cleanup())
+
+const AUTO = { upgrade_id: 'devnet-1.1.0', chain_profile_id: 'devnet', node_type: 'full', source_version: '1.0.0' }
+const MANUAL = {
+  chain_profile_id: 'devnet',
+  node_type: 'archive',
+  source_version: '1.0.0',
+  binary_name: 'devnet-node',
+  target_version: '1.1.0',
+  target_binary_url: 'https://releases.example.test/devnet-node-1.1.0.mjs',
+  target_binary_checksum: CHECKSUM_110,
+}
+const GROUP = { chain_profile_id: 'devnet', node_type: 'full', failure_policy: 'manual', component_order: [{ upgrade_id: 'devnet-1.1.0', binary_name: 'devnet-node', node_type: 'full', version: '1.1.0' }] }
+const UNKNOWN = '00000000-0000-4000-8000-000000000000'
+
+interface Page<T> {
+  items: T[]
+  next_cursor: string | null
+}
+
+async function setup(dialect: (typeof DIALECTS)[number]) {
+  const { db } = await resources.database(dialect)
+  const api = await startAuthApi(resources, db, { clock: new TestClock(T0.getTime()), perMinute: 100_000 })
+  const admin = await newUser(db, { admin: true })
+  const adminKey = (await newKey(db, admin.id, { scopes: ['*', 'admin'], admin: true, now: api.clock.now() })).key
+  // An admin user's `*` key: every scope but admin.
+  const starKey = (await newKey(db, admin.id, { scopes: ['*'], now: api.clock.now() })).key
+  /** `key` null: no credential at all. */
+  const call = (method: string, path: string, body?: unknown, key: string | null = adminKey) =>
+    api.call(method, path, { ...(key === null ? {} : { bearer: key }), ...(body === undefined ? {} : { body }) })
+  return { db, api, admin, adminKey, starKey, call }
+}
+
+async function count(db: Db, table: string): Promise<number> {
+  return Number(((await db(table).count({ n: '*' }).first()) as { n: unknown }).n)
+}
+
+/** Every route with a path for an existing rollout/group (or an unknown one). */
+function allRoutes(rolloutId: string, groupId: string, nodeId: string): [string, string, unknown?][] {
+  return [
+    ['POST', '/api/v1/rollouts', AUTO],
+    ['GET', '/api/v1/rollouts'],
+    ['GET', `/api/v1/rollouts/${rolloutId}`],
+    ['GET', `/api/v1/rollouts/${rolloutId}/nodes`],
+    ...['start', 'pause', 'resume', 'cancel', 'rollback', 'force', 'approve-canary'].map((a): [string, string] => ['POST', `/api/v1/rollouts/${rolloutId}/${a}`]),
+    ['POST', `/api/v1/rollouts/${rolloutId}/nodes/${nodeId}/retry`],
+    ['POST', '/api/v1/rollout-groups', GROUP],
+    ['GET', `/api/v1/rollout-groups/${groupId}`],
+    ['GET', `/api/v1/rollout-groups/${groupId}/status`],
+    ...['start', 'pause', 'resume', 'cancel', 'skip'].map((a): [string, string] => ['POST', `/api/v1/rollout-groups/${groupId}/${a}`]),
+  ]
+}
+
+describe.each(DIALECTS)('rollouts API on %s', (dialect) => {
+  it('is admin only: 401 without a credential, 403 for a `*` key and for a user key, and nothing is written', async () => {
+    const { db, api, starKey, call } = await setup(dialect)
+    const user = await newUser(db)
+    const userKey = (await newKey(db, user.id, { scopes: ['nodes:read', 'nodes:write'], now: api.clock.now() })).key
+    const routes = allRoutes(UNKNOWN, UNKNOWN, UNKNOWN)
+    expect(routes).toHaveLength(20)
+    for (const [method, path, body] of routes) {
+      const anonymous = await call(method, path, body, null)
+      expect(anonymous.status, `${method} ${path}`).toBe(401)
+      expect(isErrorBody(anonymous.body)).toBe(true)
+      for (const key of [starKey, userKey]) {
+        const forbidden = await call(method, path, body, key)
+        expect(forbidden.status, `${method} ${path}`).toBe(403)
+        expect(forbidden.body).toEqual({ error: 'forbidden', details: 'this route requires the scope "admin"' })
+      }
+    }
+    expect(await count(db, 'rollouts')).toBe(0)
+    expect(await count(db, 'rollout_groups')).toBe(0)
+  })
+
+  it('creates in auto mode (201) and shows the rollout with its counters and node counts; lists with filters and pages', async () => {
+    const { db, admin, api, call } = await setup(dialect)
+    const created = await call('POST', '/api/v1/rollouts', { ...AUTO, reason: 'gas price RPC' })
+    expect(created.status).toBe(201)
+    const rollout = created.body as RolloutView
+    expect(rollout).toMatchObject({
+      status: 'pending',
+      upgrade_id: 'devnet-1.1.0',
+      binary_name: 'devnet-node',
+      target_version: '1.1.0',
+      target_binary_checksum: CHECKSUM_110,
+      target_binary_url: expect.stringMatching(/^file:\/\/.*\/chains\/devnet\/releases\/devnet-node-1\.1\.0\.mjs$/),
+      migration_type: 'non_breaking',
+      manifest_content_hash: expect.stringMatching(/^sha256:[0-9a-f]{64}$/),
+      recovery_plan: expect.stringContaining('backup'),
+      config_changes: expect.objectContaining({ config_version: 'devnet-1.1.0' }),
+      compatible_source_versions: ['1.0.0'],
+      strategy: 'rolling',
+      batch_size: 10,
+      canary_size: null,
+      failure_threshold: 0.2,
+      health_wait_duration: '5m',
+      health_wait_duration_ms: 300_000,
+      total_nodes: 0,
+      succeeded_nodes: 0,
+      failed_nodes: 0,
+      created_by: admin.id,
+      reason: 'gas price RPC',
+      pause_reason: null,
+      awaiting: null,
+      current_batch: null,
+      batch_count: null,
+      forced: false,
+      error_message: null,
+      scheduled_at: null,
+      started_at: null,
+      completed_at: null,
+      version: 1,
+      created_at: T0.toISOString(),
+      updated_at: T0.toISOString(),
+    })
+
+    const shown = await call('GET', `/api/v1/rollouts/${rollout.id}`)
+    expect(shown.status).toBe(200)
+    expect(shown.body).toEqual({ ...rollout, node_counts: { pending: 0, in_progress: 0, validating: 0, succeeded: 0, failed: 0, rolled_back: 0, skipped: 0 } })
+    expect((await call('GET', `/api/v1/rollouts/${rollout.id.toUpperCase()}`)).status).toBe(200)
+
+    const nodeIds = ['00000000-0000-4000-8000-00000000000b', '00000000-0000-4000-8000-00000000000a', '00000000-0000-4000-8000-00000000000c']
+    await insertRolloutNodes(db, rollout.id, nodeIds.map((node_id, i) => ({ node_id, batch_index: i === 2 ? 0 : 1, previous_version: '1.0.0' })), at(1000))
+    await updateRolloutNode(db, rollout.id, nodeIds[0] as string, { status: 'in_progress', upgrade_phase: 'mutating', attempt_count: 1, started_at: at(2000) }, at(2000))
+    const nodes1 = (await call('GET', `/api/v1/rollouts/${rollout.id}/nodes?limit=2`)).body as Page<RolloutNodeView>
+    expect(nodes1.items.map((n) => [n.batch_index, n.node_id])).toEqual([
+      [0, nodeIds[2]],
+      [1, nodeIds[1]],
+    ])
+    const nodes2 = (await call('GET', `/api/v1/rollouts/${rollout.id}/nodes?limit=2&cursor=${nodes1.next_cursor}`)).body as Page<RolloutNodeView>
+    expect(nodes2.next_cursor).toBeNull()
+    expect(nodes2.items).toEqual([
+      {
+        id: expect.any(String),
+        rollout_id: rollout.id,
+        node_id: nodeIds[0],
+        batch_index: 1,
+        status: 'in_progress',
+        upgrade_phase: 'mutating',
+        previous_version: '1.0.0',
+        previous_binary_url: null,
+        previous_checksum: null,
+        error_message: null,
+        attempt_count: 1,
+        started_at: at(2000).toISOString(),
+        completed_at: null,
+        created_at: at(1000).toISOString(),
+        updated_at: at(2000).toISOString(),
+      },
+    ])
+    expect(((await call('GET', `/api/v1/rollouts/${rollout.id}`)).body as RolloutDetailView).node_counts).toMatchObject({ pending: 2, in_progress: 1 })
+
+    // A finished rollout, then a manual one on the same chain; list newest first, filter, page.
+    await db('rollouts').where({ id: rollout.id }).update({ status: 'completed' })
+    api.clock.advance(60_000)
+    const manual = (await call('POST', '/api/v1/rollouts', { ...MANUAL, strategy: 'canary', canary_size: 2, health_wait_duration: '90s' })).body as RolloutView
+    expect(manual).toMatchObject({ upgrade_id: null, node_type: 'archive', manifest_content_hash: null, recovery_plan: null, config_changes: null, compatible_source_versions: null, migration_type: 'non_breaking', canary_size: 2, health_wait_duration: '1m30s', health_wait_duration_ms: 90_000 })
+    const ids = async (query: string) => ((await call('GET', `/api/v1/rollouts?${query}`)).body as Page<RolloutView>).items.map((r) => r.id)
+    expect(await ids('')).toEqual([manual.id, rollout.id])
+    expect(await ids('status=completed')).toEqual([rollout.id])
+    expect(await ids('chain_profile_id=devnet&status=pending')).toEqual([manual.id])
+    expect(await ids('chain_profile_id=other')).toEqual([])
+    const page1 = (await call('GET', '/api/v1/rollouts?limit=1')).body as Page<RolloutView>
+    expect(page1.items.map((r) => r.id)).toEqual([manual.id])
+    const page2 = (await call('GET', `/api/v1/rollouts?limit=1&cursor=${page1.next_cursor}`)).body as Page<RolloutView>
+    expect(page2).toEqual({ items: [{ ...rollout, status: 'completed' }], next_cursor: null })
+    for (const query of ['status=done', 'limit=0', 'cursor=!!', 'group_id=nope']) {
+      const res = await call('GET', `/api/v1/rollouts?${query}`)
+      expect(res.status, query).toBe(400)
+      expect(isErrorBody(res.body)).toBe(true)
+    }
+  })
+
+  it('answers 400 with {error, details} for bad bodies and writes nothing', async () => {
+    const { db, api, adminKey, call } = await setup(dialect)
+    const bad: [unknown, string][] = [
+      [{ ...AUTO, upgrade_id: 'devnet-9.9.9' }, 'upgrade_id: no file'],
+      [{ ...AUTO, upgrade_id: '../../etc/passwd' }, 'body.upgrade_id'],
+      [{ ...AUTO, target_version: '2.0.0' }, 'body.target_version: "2.0.0" disagrees with upgrade devnet-1.1.0'],
+      [{ ...AUTO, source_version: '0.1.0' }, 'body.source_version: upgrade devnet-1.1.0 applies to 1.0.0, not 0.1.0'],
+      [{ ...MANUAL, target_binary_checksum: 'abc' }, 'body.target_binary_checksum: must be sha256:<64 hex digits>'],
+      [{ ...MANUAL, target_binary_url: undefined }, 'body.target_binary_url: is required in manual mode'],
+      [{ ...MANUAL, strategy: 'fast' }, 'body.strategy'],
+      [{ ...MANUAL, failure_threshold: 2 }, 'body.failure_threshold: must be between 0.0 and 1.0'],
+      [{ ...MANUAL, health_wait_duration: '5 minutes' }, 'body.health_wait_duration: must be a duration'],
+      [{ ...MANUAL, batch_size: 0 }, 'body.batch_size: must be at least 1'],
+      [{ ...MANUAL, chain_profile_id: 'nochain' }, 'unknown chain profile "nochain"'],
+      [{ ...MANUAL, node_type: 'validator' }, 'chain devnet has no node type "validator"'],
+      [{ ...MANUAL, scheduled_at: '2020-01-01T00:00:00Z' }, 'body.scheduled_at: 2020-01-01T00:00:00Z is not in the future'],
+      [{ ...MANUAL, extra: true }, "Unrecognized key(s) in object: 'extra'"],
+    ]
+    for (const [body, expected] of bad) {
+      const res = await call('POST', '/api/v1/rollouts', body)
+      expect(res.status, expected).toBe(400)
+      expect(isErrorBody(res.body), expected).toBe(true)
+      expect((res.body as { details: string }).details, expected).toContain(expected)
+    }
+    const badGroups: [unknown, string][] = [
+      [{ ...GROUP, failure_policy: undefined }, 'body.failure_policy: is required: partial_ok, rollback_all or manual (there is no default)'],
+      [{ ...GROUP, component_order: [{ binary_name: 'devnet-node', node_type: 'full', version: '3.0.0' }] }, 'chain devnet has no release 3.0.0'],
+      [{ ...GROUP, component_order: [{ upgrade_id: 'missing', binary_name: 'devnet-node', node_type: 'full', version: '1.1.0' }] }, 'body.component_order[0].upgrade_id'],
+    ]
+    for (const [body, expected] of badGroups) {
+      const res = await call('POST', '/api/v1/rollout-groups', body)
+      expect(res.status, expected).toBe(400)
+      expect((res.body as { details: string }).details, expected).toContain(expected)
+    }
+    const notJson = await getJson(`${api.url}/api/v1/rollouts`, { method: 'POST', headers: { authorization: `Bearer ${adminKey}`, 'content-type': 'text/plain' }, body: 'upgrade_id=devnet-1.1.0' })
+    expect(notJson.status).toBe(415)
+    expect(await count(db, 'rollouts')).toBe(0)
+    expect(await count(db, 'rollout_groups')).toBe(0)
+  })
+
+  it('answers 404 for unknown and malformed ids on every id route', async () => {
+    const { db, call } = await setup(dialect)
+    const rollout = (await call('POST', '/api/v1/rollouts', AUTO)).body as RolloutView
+    for (const id of [UNKNOWN, 'not-an-id']) {
+      for (const [method, path] of allRoutes(id, id, UNKNOWN).filter(([, p]) => p.includes(id))) {
+        const res = await call(method, path)
+        expect(res.status, `${method} ${path}`).toBe(404)
+        expect(isErrorBody(res.body)).toBe(true)
+      }
+    }
+    // A node that is not part of the rollout.
+    const retry = await call('POST', `/api/v1/rollouts/${rollout.id}/nodes/${UNKNOWN}/retry`)
+    expect(retry.status).toBe(409)
+    expect(await count(db, 'rollouts')).toBe(1)
+    expect(((await call('GET', `/api/v1/rollouts/${rollout.id}`)).body as RolloutView).version).toBe(1)
+  })
+
+  it('keeps one active rollout per chain under 8 concurrent POSTs: one 201, seven 409 naming it', async () => {
+    const { db, call } = await setup(dialect)
+    const answers = await Promise.all(Array.from({ length: 8 }, () => call('POST', '/api/v1/rollouts', AUTO)))
+    expect(answers.map((a) => a.status).sort()).toEqual([201, 409, 409, 409, 409, 409, 409, 409])
+    const winner = answers.find((a) => a.status === 201)?.body as RolloutView
+    for (const refused of answers.filter((a) => a.status === 409)) {
+      expect(refused.body).toEqual({
+        error: `chain devnet already has an active rollout (${winner.id}, pending)`,
+        details: `at most one rollout per chain profile may be pending, scheduled, running or paused; finish or cancel rollout ${winner.id} first`,
+      })
+    }
+    expect(await count(db, 'rollouts')).toBe(1)
+    const group = await call('POST', '/api/v1/rollout-groups', GROUP)
+    expect(group.status).toBe(409)
+    expect((group.body as { error: string }).error).toBe(`chain devnet has an active rollout (${winner.id}, pending)`)
+  })
+
+  it('starts and signals a rollout through the control functions; refused moves are 409 and change nothing', async () => {
+    const { db, call, api } = await setup(dialect)
+    const rollout = (await call('POST', '/api/v1/rollouts', AUTO)).body as RolloutView
+    for (const action of ['pause', 'resume', 'cancel', 'rollback', 'force', 'approve-canary']) {
+      const refused = await call('POST', `/api/v1/rollouts/${rollout.id}/${action}`)
+      expect(refused.status, action).toBe(409)
+      expect(isErrorBody(refused.body)).toBe(true)
+    }
+    api.clock.advance(1000)
+    const started = await call('POST', `/api/v1/rollouts/${rollout.id}/start`)
+    expect(started.status).toBe(200)
+    expect(started.body).toMatchObject({ id: rollout.id, status: 'running', version: 2, started_at: at(1000).toISOString() })
+    const again = await call('POST', `/api/v1/rollouts/${rollout.id}/start`)
+    expect(again.status).toBe(409)
+    expect((again.body as { error: string }).error).toBe(`rollout ${rollout.id} is running; it cannot become running`)
+
+    const paused = await call('POST', `/api/v1/rollouts/${rollout.id}/pause`)
+    expect(paused.status).toBe(200)
+    // The signal is the workflow's to act on: the answer is the rollout as it is now.
+    expect(paused.body).toMatchObject({ status: 'running', version: 2 })
+    expect((await call('POST', `/api/v1/rollouts/${rollout.id}/approve-canary`)).status).toBe(409)
+
+    // A future schedule: start makes it scheduled.
+    await db('rollouts').where({ id: rollout.id }).update({ status: 'completed' })
+    const later = (await call('POST', '/api/v1/rollouts', { ...MANUAL, scheduled_at: at(3_600_000).toISOString() })).body as RolloutView
+    expect(later.scheduled_at).toBe(at(3_600_000).toISOString())
+    expect((await call('POST', `/api/v1/rollouts/${later.id}/start`)).body).toMatchObject({ status: 'scheduled', started_at: null })
+  })
+
+  it('creates, shows and starts a group; status shows each component not_started until its rollout exists', async () => {
+    const { db, admin, call } = await setup(dialect)
+    const created = await call('POST', '/api/v1/rollout-groups', { ...GROUP, health_wait_duration: '2m', batch_size: 5 })
+    expect(created.status).toBe(201)
+    const group = created.body as RolloutGroupView
+    expect(group).toMatchObject({
+      status: 'pending',
+      failure_policy: 'manual',
+      desired_versions: { 'devnet-node': '1.1.0' },
+      component_order: [{ binary_name: 'devnet-node', node_type: 'full', version: '1.1.0', upgrade_id: 'devnet-1.1.0', checksum: CHECKSUM_110, migration_type: 'non_breaking', url: expect.stringMatching(/^file:\/\//) }],
+      health_wait_duration: '2m',
+      health_wait_duration_ms: 120_000,
+      batch_size: 5,
+      created_by: admin.id,
+      current_component_index: null,
+    })
+    expect((await call('GET', `/api/v1/rollout-groups/${group.id}`)).body).toEqual(group)
+    const status = (await call('GET', `/api/v1/rollout-groups/${group.id}/status`)).body as RolloutGroupStatusView
+    expect(status.components).toEqual([
+      { component_index: 0, binary_name: 'devnet-node', node_type: 'full', version: '1.1.0', upgrade_id: 'devnet-1.1.0', rollout_id: null, status: 'not_started', total_nodes: 0, succeeded_nodes: 0, failed_nodes: 0, started_at: null, completed_at: null },
+    ])
+    expect(await count(db, 'rollouts')).toBe(0)
+    for (const signal of ['pause', 'resume', 'cancel', 'skip']) {
+      expect((await call('POST', `/api/v1/rollout-groups/${group.id}/${signal}`)).status, signal).toBe(409)
+    }
+    const second = await call('POST', '/api/v1/rollout-groups', GROUP)
+    expect(second.status).toBe(409)
+    expect((second.body as { error: string }).error).toBe(`chain devnet already has an active rollout group (${group.id}, pending)`)
+
+    const started = await call('POST', `/api/v1/rollout-groups/${group.id}/start`)
+    expect(started.status).toBe(200)
+    expect(started.body).toMatchObject({ status: 'running', current_component_index: 0, version: 2 })
+    expect((await call('POST', `/api/v1/rollout-groups/${group.id}/pause`)).status).toBe(200)
+  })
+
+  it('documents every rollout route in the OpenAPI document, admin-scoped', async () => {
+    const { api } = await setup(dialect)
+    const doc = (await getJson(`${api.url}/api/v1/openapi.json`)).body as { paths: Record<string, Record<string, { security?: unknown }>> }
+    const paths = Object.keys(doc.paths).filter((p) => p.startsWith('/api/v1/rollout'))
+    expect(paths.sort()).toEqual(
+      [
+        '/api/v1/rollouts',
+        '/api/v1/rollouts/{id}',
+        '/api/v1/rollouts/{id}/nodes',
+        '/api/v1/rollouts/{id}/start',
+        '/api/v1/rollouts/{id}/pause',
+        '/api/v1/rollouts/{id}/resume',
+        '/api/v1/rollouts/{id}/cancel',
+        '/api/v1/rollouts/{id}/rollback',
+        '/api/v1/rollouts/{id}/force',
+        '/api/v1/rollouts/{id}/approve-canary',
+        '/api/v1/rollouts/{id}/nodes/{nodeId}/retry',
+        '/api/v1/rollout-groups',
+        '/api/v1/rollout-groups/{id}',
+        '/api/v1/rollout-groups/{id}/status',
+        '/api/v1/rollout-groups/{id}/start',
+        '/api/v1/rollout-groups/{id}/pause',
+        '/api/v1/rollout-groups/{id}/resume',
+        '/api/v1/rollout-groups/{id}/cancel',
+        '/api/v1/rollout-groups/{id}/skip',
+      ].sort(),
+    )
+    expect(Object.keys(doc.paths['/api/v1/rollouts'] ?? {}).sort()).toEqual(['get', 'post'])
+    expect(doc.paths['/api/v1/rollouts/{id}/force']?.post?.security).toEqual([{ bearerAuth: ['admin'] }])
+  })
+})
+
