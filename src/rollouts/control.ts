@@ -99,6 +99,7 @@ export async function startRolloutGroup(db: Db, groupId: string, options: Action
   const now = options.now ?? new Date()
   return db.transaction(async (trx) => {
     const current = await requireRolloutGroup(trx, groupId)
+    if (current.status !== 'pending') throw new ConflictError(`cannot start rollout group ${current.id}: it is ${current.status}`, current.status === 'paused' ? 'resume it instead' : 'only a pending group can be started')
     const moved = await updateGroupStatus(trx, groupId, 'running', { expectedVersion: current.version, now, fields: { current_component_index: 0 } })
     await startWorkflow(trx, GROUP_WORKFLOW, { groupId }, { key: groupId, now })
     return moved

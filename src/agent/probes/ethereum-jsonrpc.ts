@@ -13,10 +13,20 @@ export interface EthereumProbeSpec {
 export interface EthereumProbeOptions {
   /** Consecutive checks without a new block before the chain counts as stalled. */
   stallChecks?: number
+  /**
+   * And at least this long without a new block: checks come faster than blocks while the agent
+   * reports progress of a command (an upgrade, a restart), and five quick checks within one
+   * block time are no stall.
+   */
+  minStallMs?: number
+  /** Milliseconds clock (tests move it). */
+  clock?: () => number
 }
 
 /** The count the spec uses for an agent's no-progress stall, applied to block production. */
 export const DEFAULT_STALL_CHECKS = 5
+/** Five heartbeats at 15 s are 75 s: the minimum only matters for faster checks. */
+export const DEFAULT_MIN_STALL_MS = 30_000
 
 const METHODS = ['eth_syncing', 'eth_blockNumber', 'net_peerCount'] as const
 type Method = (typeof METHODS)[number]
@@ -25,6 +35,9 @@ class ProbeFailure extends Error {}
 
 export function createEthereumProbe(spec: EthereumProbeSpec, options: EthereumProbeOptions = {}): Probe {
   const stallChecks = options.stallChecks ?? DEFAULT_STALL_CHECKS
+  const minStallMs = options.minStallMs ?? DEFAULT_MIN_STALL_MS
+  const clock = options.clock ?? (() => Date.now())
+  let lastProgressAt = clock()
   const endpoint = endpointOf(spec.url)
   let lastHeight: number | undefined
   let checksWithoutProgress = 0
@@ -68,8 +81,13 @@ export function createEthereumProbe(spec: EthereumProbeSpec, options: EthereumPr
     const latency = Math.round((performance.now() - started) * 10) / 10
 
     // A failed check neither counts towards a stall nor clears it: there was nothing to compare.
-    if (lastHeight !== undefined && height <= lastHeight) checksWithoutProgress += 1
-    else checksWithoutProgress = 0
+    // A head lower than before is a restarted (or upgraded, or restored) chain starting over,
+    // not a stall: only a head that stays where it was counts.
+    if (lastHeight !== undefined && height === lastHeight) checksWithoutProgress += 1
+    else {
+      checksWithoutProgress = 0
+      lastProgressAt = clock()
+    }
     lastHeight = height
 
     const metrics: Record<string, number> = { block_height: height, peer_count: peers, rpc_latency_ms: latency, rpc_up: 1 }
@@ -81,7 +99,7 @@ export function createEthereumProbe(spec: EthereumProbeSpec, options: EthereumPr
         // Some clients omit highestBlock while they look for peers; the status is still syncing.
       }
     }
-    const stalled = checksWithoutProgress >= stallChecks
+    const stalled = checksWithoutProgress >= stallChecks && clock() - lastProgressAt >= minStallMs
     return { sync_status: stalled ? 'stalled' : isObject(syncing) ? 'syncing' : 'synced', healthy: true, metrics }
   }
 

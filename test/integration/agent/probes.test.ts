@@ -175,7 +175,7 @@ describe('the Ethereum JSON-RPC probe against ganache', () => {
 
   it('marks a chain stalled after the configured number of checks without a new block, and clears it when a block comes', async () => {
     const { server, url } = await startGanache()
-    const probe = createEthereumProbe({ url, timeout_ms: 2_000 }, { stallChecks: 3 })
+    const probe = createEthereumProbe({ url, timeout_ms: 2_000 }, { stallChecks: 3, minStallMs: 0 })
     const reports = await checks(probe, 4)
     expect(reports.map((r) => r.sync_status)).toEqual(['synced', 'synced', 'synced', 'stalled'])
     expect(reports[3]?.healthy).toBe(true)
@@ -186,10 +186,24 @@ describe('the Ethereum JSON-RPC probe against ganache', () => {
     expect((await checks(probe, 3)).map((r) => r.sync_status)).toEqual(['synced', 'synced', 'stalled'])
   })
 
-  it('uses the spec default of 5 checks without progress', async () => {
+  it('uses the spec default of 5 checks without progress, and 30 s at least without a new block', async () => {
     const { url } = await startGanache()
-    const probe = createEthereumProbe({ url, timeout_ms: 2_000 })
-    expect((await checks(probe, 6)).map((r) => r.sync_status)).toEqual(['synced', 'synced', 'synced', 'synced', 'synced', 'stalled'])
+    let now = 1_000_000
+    const probe = createEthereumProbe({ url, timeout_ms: 2_000 }, { clock: () => now })
+    // Quick checks (an agent reporting a command's progress) within one block time: no stall.
+    expect((await checks(probe, 8)).map((r) => r.sync_status)).toEqual(Array(8).fill('synced'))
+    now += 29_000
+    expect((await probe.check()).sync_status).toBe('synced')
+    now += 1_000
+    expect((await probe.check()).sync_status).toBe('stalled')
+    // Checks 20 s apart: fewer than 5 without progress is no stall however long it took.
+    const slow = createEthereumProbe({ url, timeout_ms: 2_000 }, { clock: () => now })
+    const statuses: string[] = []
+    for (let i = 0; i < 6; i++) {
+      statuses.push((await slow.check()).sync_status)
+      now += 20_000
+    }
+    expect(statuses).toEqual(['synced', 'synced', 'synced', 'synced', 'synced', 'stalled'])
   })
 
   it('reports an unreachable endpoint as unknown and unhealthy, without the URL in the error', async () => {
@@ -311,7 +325,7 @@ describe('devnet-node', () => {
 
   it('is reported stalled when it stops producing blocks, syncing or synced, until blocks come again', async () => {
     const halted = await startDevnet('1.0.0', { halt_blocks: true })
-    const probe = createEthereumProbe({ url: halted.url, timeout_ms: 2_000 }, { stallChecks: 3 })
+    const probe = createEthereumProbe({ url: halted.url, timeout_ms: 2_000 }, { stallChecks: 3, minStallMs: 0 })
     expect((await checks(probe, 4)).map((r) => r.sync_status)).toEqual(['synced', 'synced', 'synced', 'stalled'])
 
     // While the node is down the probe knows nothing, and the stall is not forgotten.
@@ -325,7 +339,7 @@ describe('devnet-node', () => {
     await waitFor(async () => (await probe.check()).sync_status === 'synced', 'the stall to clear once blocks come')
 
     const haltedWhileSyncing = await startDevnet('1.0.0', { halt_blocks: true, sync_blocks: 10 })
-    const syncingProbe = createEthereumProbe({ url: haltedWhileSyncing.url, timeout_ms: 2_000 }, { stallChecks: 2 })
+    const syncingProbe = createEthereumProbe({ url: haltedWhileSyncing.url, timeout_ms: 2_000 }, { stallChecks: 2, minStallMs: 0 })
     expect((await checks(syncingProbe, 3)).map((r) => r.sync_status)).toEqual(['syncing', 'syncing', 'stalled'])
   })
 

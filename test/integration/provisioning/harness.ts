@@ -10,6 +10,7 @@ import { defaultConfigDir, loadChainCatalogue } from '../../../src/config/chains
 import type { Db } from '../../../src/db/knex.js'
 import { registerLifecycleWorkflows, type LifecycleDeps } from '../../../src/provisioning/index.js'
 import { LocalInfrastructureProvider } from '../../../src/provisioning/infrastructure/local.js'
+import { registerRolloutWorkflows } from '../../../src/rollouts/index.js'
 import { LocalFileMasterKey, type MasterKey } from '../../../src/secrets/master-key.js'
 import { ensureServerKeyPair } from '../../../src/secrets/server-key.js'
 import { createWorkflowRegistry, createWorkflowWorker, type WorkflowWorker } from '../../../src/workflows/index.js'
@@ -27,9 +28,17 @@ export interface LifecycleSetting {
   masterKey: MasterKey
 }
 
-export async function lifecycleSetting(db: Db, options: { logger?: Logger; migrationCooldownMs?: number; now?: () => Date } = {}): Promise<LifecycleSetting> {
+export async function lifecycleSetting(
+  db: Db,
+  options: { logger?: Logger; migrationCooldownMs?: number; now?: () => Date; heartbeatIntervalSeconds?: number } = {},
+): Promise<LifecycleSetting> {
   // `now`: one injected clock for the gateway and the workflows (tests that move time).
-  const gateway = await startGateway(db, { heartbeatFlushIntervalMs: 50, commandPollIntervalMs: 50, ...(options.now ? { now: options.now } : {}) })
+  const gateway = await startGateway(db, {
+    heartbeatFlushIntervalMs: 50,
+    commandPollIntervalMs: 50,
+    ...(options.now ? { now: options.now } : {}),
+    ...(options.heartbeatIntervalSeconds ? { heartbeatIntervalSeconds: options.heartbeatIntervalSeconds } : {}),
+  })
   const root = tempDir('nodeplane-lifecycle-hosts-')
   const store = tempDir('nodeplane-lifecycle-backups-')
   const masterKey = LocalFileMasterKey.fromBytes(crypto.randomBytes(32))
@@ -52,8 +61,10 @@ export async function lifecycleSetting(db: Db, options: { logger?: Logger; migra
   return { gateway, provider, deps, root, store, masterKey }
 }
 
-export function startLifecycleWorker(db: Db, deps: LifecycleDeps, concurrency = 4): WorkflowWorker {
-  const worker = createWorkflowWorker({ db, registry: registerLifecycleWorkflows(createWorkflowRegistry(), deps), logger: deps.logger, leaseMs: 30_000, pollIntervalMs: 50, concurrency, ...(deps.now ? { now: deps.now } : {}) })
+export function startLifecycleWorker(db: Db, deps: LifecycleDeps, concurrency = 4, options: { rollouts?: boolean } = {}): WorkflowWorker {
+  const lifecycle = registerLifecycleWorkflows(createWorkflowRegistry(), deps)
+  const registry = options.rollouts ? registerRolloutWorkflows(lifecycle, deps) : lifecycle
+  const worker = createWorkflowWorker({ db, registry, logger: deps.logger, leaseMs: 30_000, pollIntervalMs: 50, concurrency, ...(deps.now ? { now: deps.now } : {}) })
   worker.start()
   return worker
 }

@@ -1,0 +1,128 @@
+/**
+ * A fleet of real devnet nodes for the rollout tests: the local provider's agent processes on
+ * 1.0.0, provisioned through the provision workflow and made healthy by the heartbeat
+ * evaluation, and a worker that runs the lifecycle and rollout workflows. Agents heartbeat
+ * every second so health validation has reports to judge.
+ */
+import crypto from 'node:crypto'
+import fs from 'node:fs'
+import path from 'node:path'
+import { fileURLToPath, pathToFileURL } from 'node:url'
+import type { Db } from '../../../src/db/knex.js'
+import { fromJson } from '../../../src/db/dialect.js'
+import { evaluateHeartbeats } from '../../../src/health/heartbeat-evaluation.js'
+import { createLogger } from '../../../src/log.js'
+import { findNode, insertNode } from '../../../src/nodes/node-store.js'
+import { requestProvision } from '../../../src/provisioning/index.js'
+import { insertRollout, requireRollout, type NewRollout, type RolloutRecord } from '../../../src/rollouts/store.js'
+import type { RolloutStatus } from '../../../src/rollouts/states.js'
+import type { WorkflowWorker } from '../../../src/workflows/index.js'
+import { insertSubscription, insertUser } from '../../helpers/fixtures.js'
+import { waitFor } from '../../helpers/ports.js'
+import { lifecycleSetting, startLifecycleWorker, type LifecycleSetting } from '../provisioning/harness.js'
+
+export const logger = createLogger({ level: 'silent' })
+const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..')
+export const DEVNET_1_1_0 = path.join(repoRoot, 'chains', 'devnet', 'releases', 'devnet-node-1.1.0.mjs')
+
+export interface Fleet {
+  setting: LifecycleSetting
+  worker: WorkflowWorker
+  operatorId: string
+  nodes: string[]
+  stop(): Promise<void>
+}
+
+export async function startFleet(db: Db, size: number): Promise<Fleet> {
+  const setting = await lifecycleSetting(db, { logger, heartbeatIntervalSeconds: 1 })
+  const worker = startLifecycleWorker(db, setting.deps, 8, { rollouts: true })
+  const stop = async () => {
+    await worker.stop()
+    for (const host of fs.readdirSync(setting.root)) await setting.provider.destroyHost(host)
+    await setting.gateway.stop()
+    fs.rmSync(setting.root, { recursive: true, force: true })
+    fs.rmSync(setting.store, { recursive: true, force: true })
+  }
+  try {
+    const operatorId = await insertUser(db)
+    const nodes: string[] = []
+    for (let i = 0; i < size; i++) {
+      const subscription = await insertSubscription(db, await insertUser(db))
+      const node = await insertNode(db, { subscription_id: subscription, chain_profile_id: 'devnet', node_type: 'full', provider: 'local', region: 'local', instance_type: 'local.small' })
+      await requestProvision(db, node.id)
+      nodes.push(node.id)
+    }
+    await waitFor(async () => {
+      await evaluateHeartbeats(db, { now: new Date(), heartbeatTimeoutMs: 60_000, intervalMs: 1_000, logger })
+      const states = await Promise.all(nodes.map(async (id) => (await findNode(db, id))?.state))
+      if (states.includes('failed')) throw new Error('a node failed to provision')
+      return states.every((s) => s === 'healthy')
+    }, 'the fleet to be provisioned and healthy', 120_000, 250)
+    return { setting, worker, operatorId, nodes, stop }
+  } catch (err) {
+    await stop()
+    throw err
+  }
+}
+
+/** A manual-mode rollout of the devnet fleet (test setup: the API's validation is tested elsewhere). */
+export async function devnetRollout(db: Db, fleet: Fleet, fields: Partial<NewRollout> = {}): Promise<RolloutRecord> {
+  return insertRollout(
+    db,
+    {
+      chain_profile_id: 'devnet',
+      node_type: 'full',
+      binary_name: 'devnet-node',
+      source_version: '1.0.0',
+      target_version: '1.1.0',
+      target_binary_url: pathToFileURL(DEVNET_1_1_0).href,
+      target_binary_checksum: `sha256:${sha256File(DEVNET_1_1_0)}`,
+      strategy: 'rolling',
+      batch_size: 2,
+      canary_size: null,
+      failure_threshold: 0.5,
+      health_wait_duration_ms: 1_500,
+      created_by: fleet.operatorId,
+      ...fields,
+    },
+    new Date(),
+  )
+}
+
+export function sha256File(file: string): string {
+  return crypto.createHash('sha256').update(fs.readFileSync(file)).digest('hex')
+}
+
+/** A chain program that starts like devnet-node and crashes a second later. */
+export function crashingArtifact(dir: string): { url: string; checksum: string } {
+  const file = path.join(dir, 'devnet-node-9.9.9-crash.mjs')
+  fs.writeFileSync(file, "setTimeout(() => { process.stderr.write('crashing on purpose\\n'); process.exit(3) }, 1200)\nsetInterval(() => {}, 1000)\n")
+  return { url: pathToFileURL(file).href, checksum: `sha256:${sha256File(file)}` }
+}
+
+export async function untilStatus(db: Db, rolloutId: string, statuses: RolloutStatus[], what = statuses.join(' or '), timeoutMs = 120_000): Promise<RolloutRecord> {
+  return waitFor(async () => {
+    const r = await requireRollout(db, rolloutId)
+    return statuses.includes(r.status) ? r : undefined
+  }, `rollout ${rolloutId} to be ${what}`, timeoutMs, 100)
+}
+
+export async function binaryVersions(db: Db, nodes: string[]): Promise<Array<string | null>> {
+  const rows = (await db('node_config_state').whereIn('node_id', nodes).select('node_id', 'binary_version')) as Array<{ node_id: string; binary_version: string | null }>
+  return nodes.map((id) => rows.find((r) => r.node_id === id)?.binary_version ?? null)
+}
+
+/** What each node's agent reports it runs (its heartbeats' binary_version). */
+export async function reportedVersions(db: Db, nodes: string[]): Promise<Array<string | null>> {
+  const rows = (await db('agent_status').whereIn('node_id', nodes).select('node_id', 'binary_version')) as Array<{ node_id: string; binary_version: string | null }>
+  return nodes.map((id) => rows.find((r) => r.node_id === id)?.binary_version ?? null)
+}
+
+export async function eventSubjects(db: Db, prefix: string): Promise<string[]> {
+  return (await db('outbox').where('subject', 'like', `${prefix}%`).orderBy('id').pluck('subject')) as string[]
+}
+
+export async function eventPayloads<T>(db: Db, subject: string): Promise<T[]> {
+  const rows = (await db('outbox').where({ subject }).orderBy('id').pluck('payload')) as unknown[]
+  return rows.map((p) => fromJson<T>(p))
+}
