@@ -106,6 +106,9 @@ export async function rollBackNode(deps: NodeUpgradeDeps, target: UpgradeTarget,
 }
 
 async function runNodeChange(deps: NodeUpgradeDeps, target: UpgradeTarget, ref: RolloutNodeRef, mode: Mode, heartbeat?: () => void): Promise<NodeUpgradeOutcome> {
+  // Just upgraded, a node is syncing until the health evaluation finds it synced, and syncing
+  // has no move to maintenance: a rollback waits for it (a while) instead of leaving it behind.
+  if (mode.kind === 'rollback') await untilUpgradeable(deps, ref.nodeId, Math.max(60_000, 4 * target.healthWaitMs), heartbeat)
   const begun = await begin(deps, target, ref, mode)
   if ('done' in begun) return begun.done
   const { attempt, previousVersion } = begun
@@ -159,6 +162,16 @@ async function runNodeChange(deps: NodeUpgradeDeps, target: UpgradeTarget, ref: 
   }
   await deps.db.transaction((trx) => writeConfigState(trx, ref.nodeId, previousVersion, null))
   return endRolledBack(deps, target, ref, event, reason, mode)
+}
+
+async function untilUpgradeable(deps: NodeUpgradeDeps, nodeId: string, timeoutMs: number, heartbeat?: () => void): Promise<void> {
+  const deadline = deps.now().getTime() + timeoutMs
+  for (;;) {
+    heartbeat?.()
+    const node = await findNode(deps.db, nodeId)
+    if (!node || node.state !== 'syncing' || deps.now().getTime() >= deadline) return
+    await new Promise((resolve) => setTimeout(resolve, deps.pollIntervalMs))
+  }
 }
 
 type Begun = { done: NodeUpgradeOutcome } | { attempt: number; previousVersion: string | null }

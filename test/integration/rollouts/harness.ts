@@ -36,7 +36,17 @@ export interface Fleet {
 export async function startFleet(db: Db, size: number): Promise<Fleet> {
   const setting = await lifecycleSetting(db, { logger, heartbeatIntervalSeconds: 1 })
   const worker = startLifecycleWorker(db, setting.deps, 8, { rollouts: true })
+  // The heartbeat evaluation, as the health-evaluator runs it: upgraded nodes become healthy again.
+  let evaluating = Promise.resolve()
+  const evaluator = setInterval(() => {
+    evaluating = evaluating.then(() => evaluateHeartbeats(db, { now: new Date(), heartbeatTimeoutMs: 60_000, intervalMs: 1_000, logger })).then(
+      () => undefined,
+      () => undefined,
+    )
+  }, 300)
   const stop = async () => {
+    clearInterval(evaluator)
+    await evaluating
     await worker.stop()
     for (const host of fs.readdirSync(setting.root)) await setting.provider.destroyHost(host)
     await setting.gateway.stop()
@@ -53,7 +63,6 @@ export async function startFleet(db: Db, size: number): Promise<Fleet> {
       nodes.push(node.id)
     }
     await waitFor(async () => {
-      await evaluateHeartbeats(db, { now: new Date(), heartbeatTimeoutMs: 60_000, intervalMs: 1_000, logger })
       const states = await Promise.all(nodes.map(async (id) => (await findNode(db, id))?.state))
       if (states.includes('failed')) throw new Error('a node failed to provision')
       return states.every((s) => s === 'healthy')

@@ -1,0 +1,100 @@
+/**
+ * The operator's signals on real devnet nodes, on both databases: a breaking migration's canary
+ * waiting for approve_canary; pause after the current batch, resume, cancel with in-flight nodes
+ * finishing; a full rollback putting every upgraded node back on 1.0.0.
+ */
+import { afterEach, describe, expect, it } from 'vitest'
+import type { Db } from '../../../src/db/knex.js'
+import { signalRollout, startRollout } from '../../../src/rollouts/control.js'
+import { listRolloutNodes, requireRollout } from '../../../src/rollouts/store.js'
+import { createTestDatabase, DIALECTS, type TestDatabase } from '../../helpers/db.js'
+import { waitFor } from '../../helpers/ports.js'
+import { binaryVersions, devnetRollout, startFleet, untilStatus, type Fleet } from './harness.js'
+
+describe.each(DIALECTS)('rollout signals on real devnet nodes, %s', (dialect) => {
+  let t: TestDatabase | undefined
+  let fleet: Fleet | undefined
+  afterEach(async () => {
+    await fleet?.stop()
+    await t?.destroy()
+    fleet = undefined
+    t = undefined
+  })
+  async function setUp(size: number): Promise<{ db: Db; fleet: Fleet }> {
+    t = await createTestDatabase(dialect)
+    fleet = await startFleet(t.db, size)
+    return { db: t.db, fleet }
+  }
+  const firstBatchInFlight = (db: Db, rolloutId: string) =>
+    waitFor(async () => ['in_progress', 'validating', 'succeeded'].includes((await listRolloutNodes(db, rolloutId))[0]?.status ?? 'none') || undefined, 'the first batch to start', 60_000, 20)
+  const notifications = async (db: Db, userId: string) => (await db('notifications').where({ user_id: userId }).orderBy('created_at').pluck('kind')) as string[]
+
+  it('a breaking canary upgrades one node, is observed, and waits for approve_canary before the rest', { timeout: 240_000 }, async () => {
+    const { db, fleet } = await setUp(3)
+    const rollout = await devnetRollout(db, fleet, { strategy: 'canary', canary_size: 1, batch_size: 2, migration_type: 'breaking', health_wait_duration_ms: 1_000 })
+    await startRollout(db, rollout.id, { by: fleet.operatorId })
+
+    const waiting = await waitFor(async () => {
+      const r = await requireRollout(db, rollout.id)
+      if (r.status !== 'running') throw new Error(`rollout ended ${r.status}`)
+      return r.awaiting === 'approve_canary' ? r : undefined
+    }, 'the canary to wait for approval', 120_000, 100)
+    expect(waiting).toMatchObject({ status: 'running', succeeded_nodes: 1, batch_count: 2 })
+    const nodes = await listRolloutNodes(db, rollout.id)
+    expect(nodes.filter((n) => n.batch_index === 0).map((n) => n.status)).toEqual(['succeeded'])
+    expect(nodes.filter((n) => n.batch_index === 1).map((n) => n.status)).toEqual(['pending', 'pending'])
+    expect((await binaryVersions(db, fleet.nodes)).sort()).toEqual(['1.0.0', '1.0.0', '1.1.0'])
+    // Only while it waits; resume means nothing to a running rollout.
+    await expect(signalRollout(db, rollout.id, 'resume', { by: fleet.operatorId })).rejects.toThrow(/cannot resume rollout .*: it is running/)
+
+    await signalRollout(db, rollout.id, 'approve_canary', { by: fleet.operatorId })
+    const done = await untilStatus(db, rollout.id, ['completed', 'failed', 'paused'])
+    expect(done).toMatchObject({ status: 'completed', succeeded_nodes: 3, awaiting: null })
+    expect(await binaryVersions(db, fleet.nodes)).toEqual(['1.1.0', '1.1.0', '1.1.0'])
+    await expect(signalRollout(db, rollout.id, 'approve_canary', { by: fleet.operatorId })).rejects.toThrow(/it is completed/)
+  })
+
+  it('pause takes effect after the current batch; resume goes on; cancel lets the batch in flight finish and starts no other', { timeout: 240_000 }, async () => {
+    const { db, fleet } = await setUp(3)
+    const rollout = await devnetRollout(db, fleet, { batch_size: 1, health_wait_duration_ms: 1_000 })
+    await startRollout(db, rollout.id, { by: fleet.operatorId })
+    await firstBatchInFlight(db, rollout.id)
+    await signalRollout(db, rollout.id, 'pause', { by: fleet.operatorId })
+
+    const paused = await untilStatus(db, rollout.id, ['paused', 'completed', 'failed'])
+    expect(paused).toMatchObject({ status: 'paused', pause_reason: 'operator', succeeded_nodes: 1 })
+    expect((await listRolloutNodes(db, rollout.id)).map((n) => n.status)).toEqual(['succeeded', 'pending', 'pending'])
+    await expect(signalRollout(db, rollout.id, 'pause', { by: fleet.operatorId })).rejects.toThrow(/cannot pause rollout .*: it is paused/)
+
+    await signalRollout(db, rollout.id, 'resume', { by: fleet.operatorId })
+    // Cancel while the second batch is in flight.
+    await waitFor(async () => ['in_progress', 'validating', 'succeeded'].includes((await listRolloutNodes(db, rollout.id))[1]?.status ?? 'none') || undefined, 'the second batch to start', 60_000, 20)
+    await signalRollout(db, rollout.id, 'cancel', { by: fleet.operatorId })
+    const cancelled = await untilStatus(db, rollout.id, ['cancelled', 'completed', 'failed'])
+    expect(cancelled).toMatchObject({ status: 'cancelled', succeeded_nodes: 2 })
+    expect((await listRolloutNodes(db, rollout.id)).map((n) => n.status)).toEqual(['succeeded', 'succeeded', 'pending'])
+    expect(await binaryVersions(db, fleet.nodes)).toEqual(expect.arrayContaining(['1.1.0', '1.1.0', '1.0.0']))
+    expect(await notifications(db, fleet.operatorId)).toEqual(['rollout_started', 'rollout_paused'])
+  })
+
+  it('rollback puts every upgraded node back on its previous version and ends rolled_back', { timeout: 240_000 }, async () => {
+    const { db, fleet } = await setUp(2)
+    const rollout = await devnetRollout(db, fleet, { batch_size: 1, health_wait_duration_ms: 1_000 })
+    await startRollout(db, rollout.id, { by: fleet.operatorId })
+    await firstBatchInFlight(db, rollout.id)
+    await signalRollout(db, rollout.id, 'pause', { by: fleet.operatorId })
+    await untilStatus(db, rollout.id, ['paused'])
+    expect((await binaryVersions(db, fleet.nodes)).sort()).toEqual(['1.0.0', '1.1.0'])
+
+    await signalRollout(db, rollout.id, 'rollback', { by: fleet.operatorId })
+    const rolledBack = await untilStatus(db, rollout.id, ['rolled_back', 'failed', 'completed'])
+    expect(rolledBack).toMatchObject({ status: 'rolled_back', succeeded_nodes: 0, error_message: null })
+    expect((await listRolloutNodes(db, rollout.id)).map((n) => [n.status, n.upgrade_phase])).toEqual([
+      ['rolled_back', 'rolled_back'],
+      ['pending', null],
+    ])
+    expect(await binaryVersions(db, fleet.nodes)).toEqual(['1.0.0', '1.0.0'])
+    expect(await notifications(db, fleet.operatorId)).toEqual(['rollout_started', 'rollout_paused', 'rollback_initiated', 'rollback_completed'])
+    await expect(signalRollout(db, rollout.id, 'rollback', { by: fleet.operatorId })).rejects.toThrow(/it is rolled_back/)
+  })
+})
