@@ -1,0 +1,24 @@
+import { BaseCommand } from '../../src/cli/base-command.js'
+import { apiClientFor, apiUrlFlag, yesFlag } from '../../src/cli/api-flags.js'
+import { rolloutIdFlag, runRolloutAction, watchFlags } from '../../src/cli/rollout-actions.js'
+import type { RolloutDetailView, RolloutView } from '../../src/rollouts/views.js'
+
+export default class RolloutRollback extends BaseCommand<typeof RolloutRollback> {
+  static override summary = 'Roll back a rollout: every upgraded node returns to the source version'
+  static override description = 'The rollout pauses, each succeeded node is upgraded back (target and source swapped, latest batches first), then it is rolled_back. Asks for confirmation on a terminal unless --yes. With --watch, exits 1 once rolled back (the rollout did not land). Needs the scope admin.'
+  static override examples = [
+    '<%= config.bin %> rollout rollback --id "$ROLLOUT"',
+    '<%= config.bin %> rollout rollback --id "$ROLLOUT" --yes --watch',
+  ]
+  static override flags = {
+    id: rolloutIdFlag,
+    ...watchFlags,
+    yes: yesFlag,
+    'api-url': apiUrlFlag,
+  }
+
+  async run(): Promise<RolloutView | RolloutDetailView> {
+    const api = apiClientFor(this.env(), this.flags['api-url'])
+    return runRolloutAction(api, 'rollback', this.flags, { json: this.jsonEnabled(), log: (line) => this.log(line), confirm: 'Every upgraded node goes back to the source version' })
+  }
+}

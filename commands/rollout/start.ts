@@ -1,0 +1,24 @@
+import { BaseCommand } from '../../src/cli/base-command.js'
+import { apiClientFor, apiUrlFlag } from '../../src/cli/api-flags.js'
+import { rolloutIdFlag, runRolloutAction, watchFlags } from '../../src/cli/rollout-actions.js'
+import type { RolloutDetailView, RolloutView } from '../../src/rollouts/views.js'
+
+export default class RolloutStart extends BaseCommand<typeof RolloutStart> {
+  static override summary = 'Start a pending rollout (scheduled when its --scheduled-at is ahead); --watch follows it'
+  static override description = 'pending -> running: the rollout plans its batches (eligible nodes) and upgrades them batch by batch. With --watch, follows it and exits 0 completed, 1 failed/cancelled/rolled back, 6 waiting for an operator (paused, canary approval). A started rollout exits 4. Needs the scope admin.'
+  static override examples = [
+    '<%= config.bin %> rollout start --id "$ROLLOUT"',
+    '<%= config.bin %> rollout start --id "$ROLLOUT" --watch   # in CI: exit 0 completed, 1 failed, 6 waiting for an operator',
+    '<%= config.bin %> rollout start --id "$ROLLOUT" --watch --json | jq -r .status',
+  ]
+  static override flags = {
+    id: rolloutIdFlag,
+    ...watchFlags,
+    'api-url': apiUrlFlag,
+  }
+
+  async run(): Promise<RolloutView | RolloutDetailView> {
+    const api = apiClientFor(this.env(), this.flags['api-url'])
+    return runRolloutAction(api, 'start', this.flags, { json: this.jsonEnabled(), log: (line) => this.log(line) })
+  }
+}

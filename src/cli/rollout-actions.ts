@@ -1,0 +1,94 @@
+/**
+ * What the rollout action commands share: the confirmation of destructive signals, sending the
+ * action, and following the rollout afterwards (`--watch`) with the live view on a terminal or
+ * plain lines elsewhere, ending with the documented exit code.
+ */
+import { Flags } from '@oclif/core'
+import type { RolloutDetailView, RolloutView } from '../rollouts/views.js'
+import type { ApiClient } from './api-client.js'
+import { confirmDestructive, isInteractive } from './prompt.js'
+import { startLiveView } from './rollout-live.js'
+import { describeSignal, outcomeExitCode, rolloutNotFound, rolloutOutcome, statusText } from './rollout-views.js'
+import { changeLines, finalLines, parseInterval, watchRollout, type RolloutSnapshot } from './rollout-watch.js'
+
+export const ROLLOUT_ACTIONS = ['start', 'pause', 'resume', 'cancel', 'rollback', 'approve-canary', 'force'] as const
+export type RolloutAction = (typeof ROLLOUT_ACTIONS)[number]
+
+export const rolloutIdFlag = Flags.string({ description: 'rollout id (`nodeplane rollout list` shows them)', required: true })
+
+export const watchFlags = {
+  watch: Flags.boolean({
+    description: 'then follow the rollout until it ends or waits for an operator (live view on a terminal, one line per change otherwise); exit 0 completed, 1 failed/cancelled/rolled back, 6 waiting for an operator',
+  }),
+  interval: Flags.string({ description: 'with --watch: how often to ask the API (a duration: 500ms, 1s, 5s)', default: '1s' }),
+}
+
+/** On a terminal, unless --yes: names the rollout and what the action does to it. */
+export async function confirmRolloutAction(api: ApiClient, id: string, action: RolloutAction, consequence: string, yes: boolean): Promise<void> {
+  if (yes || !isInteractive()) return
+  // Only on a terminal: one more request, so the question names the rollout (and a wrong id fails here).
+  const r = await api.get<RolloutDetailView>(`/rollouts/${encodeURIComponent(id)}`).catch(rolloutNotFound(id))
+  const what = `${r.chain_profile_id}/${r.node_type} ${r.binary_name} ${r.source_version} -> ${r.target_version}, ${statusText(r)}, ${r.succeeded_nodes}/${r.total_nodes} succeeded`
+  await confirmDestructive(`${action[0]?.toUpperCase()}${action.slice(1)} rollout ${r.id} (${what})? ${consequence}.`, false)
+}
+
+export async function sendRolloutAction(api: ApiClient, id: string, action: RolloutAction): Promise<RolloutView> {
+  return api.post<RolloutView>(`/rollouts/${encodeURIComponent(id)}/${action}`, {}).catch(rolloutNotFound(id))
+}
+
+export interface FollowOptions {
+  interval: string
+  json: boolean
+  log: (line: string) => void
+  /** The rollout's version as the API answered this command's signal (see watchIsOver). */
+  signalledAt?: number
+}
+
+/**
+ * Follows the rollout until it ends or waits for an operator, shows it, and sets the exit code
+ * a CI pipeline branches on (docs/cli.md, "Rollouts"). Returns the final rollout.
+ */
+export async function followRollout(api: ApiClient, id: string, options: FollowOptions): Promise<RolloutDetailView> {
+  const intervalMs = parseInterval(options.interval)
+  let final: RolloutSnapshot
+  if (options.json) {
+    final = await watchRollout(api, id, { intervalMs, signalledAt: options.signalledAt, onSnapshot: () => undefined })
+  } else if (process.stdout.isTTY) {
+    const live = await startLiveView(intervalMs)
+    try {
+      final = await watchRollout(api, id, { intervalMs, signalledAt: options.signalledAt, onSnapshot: (s) => live.update(s) })
+    } finally {
+      await live.stop()
+    }
+  } else {
+    let previous: RolloutSnapshot | undefined
+    final = await watchRollout(api, id, {
+      intervalMs,
+      signalledAt: options.signalledAt,
+      onSnapshot: (s) => {
+        for (const line of changeLines(previous, s)) options.log(line)
+        previous = s
+      },
+    })
+  }
+  if (!options.json) for (const line of finalLines(final.rollout)) options.log(line)
+  process.exitCode = outcomeExitCode(rolloutOutcome(final.rollout))
+  return final.rollout
+}
+
+/** An action command's body: confirm if destructive, send, say what happens, follow with --watch. */
+export async function runRolloutAction(
+  api: ApiClient,
+  action: RolloutAction,
+  flags: { id: string; watch: boolean; interval: string; yes?: boolean },
+  out: { json: boolean; log: (line: string) => void; confirm?: string },
+): Promise<RolloutView | RolloutDetailView> {
+  // A bad --interval is a usage error before anything is sent.
+  if (flags.watch) parseInterval(flags.interval)
+  if (out.confirm !== undefined) await confirmRolloutAction(api, flags.id, action, out.confirm, flags.yes ?? false)
+  const answered = await sendRolloutAction(api, flags.id, action)
+  if (!out.json) out.log(describeSignal(action, answered, !flags.watch))
+  if (!flags.watch) return answered
+  // start moves the status itself; a signal is acted on later by the workflow.
+  return followRollout(api, answered.id, { interval: flags.interval, json: out.json, log: out.log, ...(action === 'start' ? {} : { signalledAt: answered.version }) })
+}
