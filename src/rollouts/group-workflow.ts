@@ -15,6 +15,7 @@
  */
 import type { Db, Queryable } from '../db/knex.js'
 import { sendSignal, startWorkflow, StepFailedError, type WorkflowContext, type WorkflowRegistry } from '../workflows/index.js'
+import { componentRollout } from './create.js'
 import { publishRolloutEvent, rolloutProgress } from './events.js'
 import { rollBackNode, type NodeUpgradeDeps } from './node-upgrade.js'
 import { UPGRADEABLE_STATES } from './planning.js'
@@ -76,13 +77,16 @@ export function groupWorkflow(deps: NodeUpgradeDeps) {
           // Nothing to upgrade for this component (no node runs another version).
           continue
         }
-        const status = await awaitComponent(ctx, deps, groupId, rolloutId)
-        const gate = status === 'completed' ? await healthGate(ctx, deps, rolloutId, group.healthWaitMs) : { ok: false, reason: `component ${index} ended ${status}` }
+        const status = await awaitComponent(ctx, deps, groupId, rolloutId, 'or-stopped')
+        const gate =
+          status === 'completed'
+            ? await healthGate(ctx, deps, rolloutId, group.healthWaitMs)
+            : { ok: false, reason: status === 'paused' ? `component ${index} stopped for its failures (paused)` : `component ${index} ended ${status}` }
         if (gate.ok) {
           done.push(index)
           continue
         }
-        const outcome = await onComponentFailure(ctx, deps, groupId, group.policy, done, gate.reason ?? 'failed')
+        const outcome = await onComponentFailure(ctx, deps, groupId, group.policy, done, { index, rolloutId, paused: status === 'paused' }, gate.reason ?? 'failed')
         if (outcome === 'stop') return summary(deps.db, groupId)
       }
       await ctx.step('finish', () => moveGroup(deps, groupId, 'completed', { current_component_index: null }))
@@ -175,32 +179,7 @@ async function startComponent(deps: NodeUpgradeDeps, groupId: string, index: num
     const source = await currentVersion(trx, g, component.version)
     await updateGroupFields(trx, groupId, { current_component_index: index }, { now })
     if (!source) return null
-    const rollout = await insertRollout(
-      trx,
-      {
-        group_id: groupId,
-        component_index: index,
-        upgrade_id: component.upgrade_id,
-        chain_profile_id: g.chain_profile_id,
-        node_type: component.node_type,
-        binary_name: component.binary_name,
-        source_version: source,
-        target_version: component.version,
-        target_binary_url: component.url,
-        target_binary_checksum: component.checksum,
-        strategy: g.strategy,
-        batch_size: g.batch_size,
-        canary_size: g.canary_size,
-        failure_threshold: g.failure_threshold,
-        health_wait_duration_ms: g.health_wait_duration_ms,
-        migration_type: component.migration_type,
-        manifest: component.manifest,
-        manifest_content_hash: component.manifest_content_hash,
-        created_by: g.created_by,
-        reason: `component ${index} of rollout group ${groupId}`,
-      },
-      now,
-    )
+    const rollout = await insertRollout(trx, componentRollout(g, index, { sourceVersion: source, reason: `component ${index} of rollout group ${groupId}` }), now)
     const running = await updateRolloutStatus(trx, rollout.id, 'running', { now })
     await startWorkflow(trx, ROLLOUT_WORKFLOW, { rolloutId: rollout.id }, { key: rollout.id, now })
     await publishRolloutEvent(trx, 'started', rolloutProgress(running), now)
@@ -224,22 +203,41 @@ async function currentVersion(db: Queryable, g: RolloutGroupRecord, target: stri
   return rows[0]?.version ?? null
 }
 
+/** A component paused for its failures (not by the operator) is stopped: the policy decides. */
+const STOPPED_FOR_FAILURES = ['failure_threshold', 'canary_failed']
+
 /**
- * Waits for the component's rollout to end; the group's pause, resume and cancel are passed on
- * to it, skip cancels it.
+ * Waits for the component's rollout to end (or, with `or-stopped`, to pause for its failures);
+ * the group's pause, resume and cancel are passed on to it, skip cancels it.
  */
-async function awaitComponent(ctx: WorkflowContext, deps: NodeUpgradeDeps, groupId: string, rolloutId: string): Promise<RolloutStatus> {
+async function awaitComponent(ctx: WorkflowContext, deps: NodeUpgradeDeps, groupId: string, rolloutId: string, until: 'ended' | 'or-stopped'): Promise<RolloutStatus> {
   for (;;) {
+    const status = await ctx.step('component-status', async () => {
+      const r = await requireRollout(deps.db, rolloutId)
+      const stopped = until === 'or-stopped' && r.status === 'paused' && STOPPED_FOR_FAILURES.includes(r.pause_reason ?? '')
+      return isTerminalRollout(r.status) || stopped ? r.status : null
+    })
+    if (status) return status
     const control = await ctx.waitForSignal<GroupControlSignal>(GROUP_CONTROL_SIGNAL, { timeoutMs: 600_000 })
-    if (control && control.signal !== 'component_done') {
+    if (control && control.signal !== 'component_changed') {
       await ctx.step('forward', () => forward(deps, groupId, rolloutId, control))
     }
-    const status = await ctx.step('component-status', async () => (await requireRollout(deps.db, rolloutId)).status)
-    if (isTerminalRollout(status)) return status
   }
 }
 
-async function forward(deps: NodeUpgradeDeps, groupId: string, rolloutId: string, control: Exclude<GroupControlSignal, { signal: 'component_done' }>): Promise<string> {
+/** Sends the component's rollout a signal and waits for it to end. */
+async function endComponent(ctx: WorkflowContext, deps: NodeUpgradeDeps, groupId: string, rolloutId: string, signal: 'cancel' | 'rollback'): Promise<RolloutStatus> {
+  await ctx.step('end-component', async () => {
+    const r = await requireRollout(deps.db, rolloutId)
+    if (isTerminalRollout(r.status)) return r.status
+    const payload: ControlSignal = { signal, by: 'rollout-group' }
+    await sendSignal(deps.db, { name: ROLLOUT_WORKFLOW, key: rolloutId }, CONTROL_SIGNAL, payload, { now: deps.now() })
+    return signal
+  })
+  return awaitComponent(ctx, deps, groupId, rolloutId, 'ended')
+}
+
+async function forward(deps: NodeUpgradeDeps, groupId: string, rolloutId: string, control: Exclude<GroupControlSignal, { signal: 'component_changed' }>): Promise<string> {
   const now = deps.now()
   const rollout = await requireRollout(deps.db, rolloutId)
   const signal: ControlSignal['signal'] | null =
@@ -273,22 +271,34 @@ async function healthGate(ctx: WorkflowContext, deps: NodeUpgradeDeps, rolloutId
   }
 }
 
+interface FailedComponent {
+  index: number
+  rolloutId: string
+  /** Stopped for its failures but not ended: it still holds the chain's one active rollout. */
+  paused: boolean
+}
+
 /** Spec: the failure_policy decides. */
-async function onComponentFailure(ctx: WorkflowContext, deps: NodeUpgradeDeps, groupId: string, policy: string, done: number[], reason: string): Promise<Outcome> {
+async function onComponentFailure(ctx: WorkflowContext, deps: NodeUpgradeDeps, groupId: string, policy: string, done: number[], failed: FailedComponent, reason: string): Promise<Outcome> {
   if (policy === 'partial_ok') {
+    if (failed.paused) await endComponent(ctx, deps, groupId, failed.rolloutId, 'cancel')
     await ctx.step('partial', () => moveGroup(deps, groupId, 'partial', { error_message: reason }))
     return 'stop'
   }
   if (policy === 'rollback_all') {
+    // The failing component first (its own upgraded nodes), then the finished ones, latest first.
+    if (failed.paused) await endComponent(ctx, deps, groupId, failed.rolloutId, 'rollback')
     for (const index of [...done].reverse()) {
       await ctx.step('rollback-component', (step) => rollBackComponent(deps, groupId, index, () => step.heartbeat()), { timeoutMs: 2 * deps.commandTimeoutMs + 600_000, heartbeatTimeoutMs: 120_000 })
     }
     await ctx.step('rolled-back', () => moveGroup(deps, groupId, 'rolled_back', { error_message: reason }))
     return 'stop'
   }
-  // manual: the operator decides.
+  // manual: the operator decides. Resume or skip goes on with the next component (a stopped
+  // component is cancelled first: it holds the chain's one active rollout); cancel ends both.
   await ctx.step('manual', () => updateGroupFields(deps.db, groupId, { error_message: reason }, { now: deps.now() }).then(() => reason))
   const decision = await pausedGroup(ctx, deps, groupId, 'component_failed')
+  if (failed.paused) await endComponent(ctx, deps, groupId, failed.rolloutId, 'cancel')
   return decision === 'stop' ? 'stop' : 'next'
 }
 

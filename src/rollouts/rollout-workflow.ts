@@ -141,10 +141,10 @@ async function move(deps: RolloutDeps, rolloutId: string, to: RolloutStatus, fie
 async function announceChange(trx: Parameters<typeof publishRolloutEvent>[0], r: RolloutRecord, announce: Announce, now: Date): Promise<void> {
   if (announce.event) await publishRolloutEvent(trx, announce.event, rolloutProgress(r), now)
   if (announce.notify) await notifyOperator(trx, announce.notify, r.created_by, rolloutProgress(r), now)
-  // A group's component wakes its group when it ends.
-  if (announce.event === 'completed' && r.group_id) {
-    const done: GroupControlSignal = { signal: 'component_done', by: 'rollout', rollout_id: r.id }
-    await sendSignal(trx, { name: GROUP_WORKFLOW, key: r.group_id }, GROUP_CONTROL_SIGNAL, done, { now })
+  // A group's component wakes its group when it ends or pauses: the group decides what follows.
+  if (r.group_id && (announce.event === 'completed' || r.status === 'paused')) {
+    const changed: GroupControlSignal = { signal: 'component_changed', by: 'rollout', rollout_id: r.id }
+    await sendSignal(trx, { name: GROUP_WORKFLOW, key: r.group_id }, GROUP_CONTROL_SIGNAL, changed, { now })
   }
 }
 

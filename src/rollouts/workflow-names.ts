@@ -13,4 +13,5 @@ export interface ControlSignal {
   by: string
 }
 
-export type GroupControlSignal = { signal: GroupSignal; by: string } | { signal: 'component_done'; by: string; rollout_id: string }
+/** `component_changed`: a component's rollout ended or paused (its group looks at it again). */
+export type GroupControlSignal = { signal: GroupSignal; by: string } | { signal: 'component_changed'; by: string; rollout_id: string }
