@@ -113,7 +113,7 @@ function groupRefusal(g: RolloutGroupRecord, signal: GroupSignal): string | null
     case 'resume':
       return g.status === 'paused' ? null : 'only a paused group can be resumed'
     case 'cancel':
-      return g.status === 'running' || g.status === 'paused' ? null : 'only a running or paused group can be cancelled'
+      return g.status === 'pending' || g.status === 'running' || g.status === 'paused' ? null : 'only a pending, running or paused group can be cancelled'
     case 'skip':
       return g.status === 'running' || g.status === 'paused' ? null : 'components are skipped while the group runs or is paused'
   }
@@ -124,6 +124,8 @@ export async function signalRolloutGroup(db: Db, groupId: string, signal: GroupS
   const current = await requireRolloutGroup(db, groupId)
   const refused = groupRefusal(current, signal)
   if (refused) throw new ConflictError(`cannot ${signal} rollout group ${current.id}: it is ${current.status}`, refused)
+  // A group never started has no workflow to tell: it is cancelled here (the group table allows it).
+  if (current.status === 'pending') return updateGroupStatus(db, groupId, 'cancelled', { expectedVersion: current.version, now })
   const payload: GroupControlSignal = { signal, by: options.by }
   await sendSignal(db, { name: GROUP_WORKFLOW, key: groupId }, GROUP_CONTROL_SIGNAL, payload, { now })
   return current

@@ -280,6 +280,10 @@ async function canaryGate(ctx: WorkflowContext, deps: RolloutDeps, rolloutId: st
     }
     if (control.signal === 'cancel') return cancel(ctx, deps, rolloutId)
     if (control.signal === 'rollback') return rollback(ctx, deps, rolloutId)
+    if (control.signal === 'force') {
+      // Not an approval: it overrides the failure threshold for the batches after it.
+      await ctx.step('forced', () => updateRolloutFields(deps.db, rolloutId, { forced: true }, { now: deps.now() }).then(() => control.by))
+    }
     if (control.signal === 'pause') {
       const decision = await pausedUntilDecision(ctx, deps, rolloutId, 'operator')
       if (decision !== 'continue') return decision

@@ -312,7 +312,7 @@ describe.each(DIALECTS)('rollouts API on %s', (dialect) => {
       { component_index: 0, binary_name: 'devnet-node', node_type: 'full', version: '1.1.0', upgrade_id: 'devnet-1.1.0', rollout_id: null, status: 'not_started', total_nodes: 0, succeeded_nodes: 0, failed_nodes: 0, started_at: null, completed_at: null },
     ])
     expect(await count(db, 'rollouts')).toBe(0)
-    for (const signal of ['pause', 'resume', 'cancel', 'skip']) {
+    for (const signal of ['pause', 'resume', 'skip']) {
       expect((await call('POST', `/api/v1/rollout-groups/${group.id}/${signal}`)).status, signal).toBe(409)
     }
     const second = await call('POST', '/api/v1/rollout-groups', GROUP)
@@ -323,6 +323,18 @@ describe.each(DIALECTS)('rollouts API on %s', (dialect) => {
     expect(started.status).toBe(200)
     expect(started.body).toMatchObject({ status: 'running', current_component_index: 0, version: 2 })
     expect((await call('POST', `/api/v1/rollout-groups/${group.id}/pause`)).status).toBe(200)
+  })
+
+  it('cancels a pending group at once, which frees the chain for another', async () => {
+    const { call } = await setup(dialect)
+    const created = await call('POST', '/api/v1/rollout-groups', GROUP)
+    expect(created.status).toBe(201)
+    const id = (created.body as { id: string }).id
+    const cancelled = await call('POST', `/api/v1/rollout-groups/${id}/cancel`)
+    expect(cancelled).toMatchObject({ status: 200, body: { id, status: 'cancelled' } })
+    expect((await call('POST', `/api/v1/rollout-groups/${id}/cancel`)).status).toBe(409)
+    expect((await call('POST', `/api/v1/rollout-groups/${id}/start`)).status).toBe(409)
+    expect((await call('POST', '/api/v1/rollout-groups', GROUP)).status).toBe(201)
   })
 
   it('documents every rollout route in the OpenAPI document, admin-scoped', async () => {
