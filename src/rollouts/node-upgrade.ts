@@ -106,9 +106,10 @@ export async function rollBackNode(deps: NodeUpgradeDeps, target: UpgradeTarget,
 }
 
 async function runNodeChange(deps: NodeUpgradeDeps, target: UpgradeTarget, ref: RolloutNodeRef, mode: Mode, heartbeat?: () => void): Promise<NodeUpgradeOutcome> {
-  // Just upgraded, a node is syncing until the health evaluation finds it synced, and syncing
-  // has no move to maintenance: a rollback waits for it (a while) instead of leaving it behind.
-  if (mode.kind === 'rollback') await untilUpgradeable(deps, ref.nodeId, Math.max(60_000, 4 * target.healthWaitMs), heartbeat)
+  // Just upgraded (or just undone), a node is syncing until the health evaluation finds it synced,
+  // and syncing has no move to maintenance: a rollback or a retry waits for it (a while) instead
+  // of leaving it behind.
+  await untilUpgradeable(deps, ref.nodeId, Math.max(60_000, 4 * target.healthWaitMs), heartbeat)
   const begun = await begin(deps, target, ref, mode)
   if ('done' in begun) return begun.done
   const { attempt, previousVersion } = begun

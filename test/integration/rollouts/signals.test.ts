@@ -3,13 +3,17 @@
  * waiting for approve_canary; pause after the current batch, resume, cancel with in-flight nodes
  * finishing; a full rollback putting every upgraded node back on 1.0.0.
  */
+import fs from 'node:fs'
+import path from 'node:path'
+import { pathToFileURL } from 'node:url'
 import { afterEach, describe, expect, it } from 'vitest'
 import type { Db } from '../../../src/db/knex.js'
-import { signalRollout, startRollout } from '../../../src/rollouts/control.js'
+import { retryRolloutNode, signalRollout, startRollout } from '../../../src/rollouts/control.js'
 import { listRolloutNodes, requireRollout } from '../../../src/rollouts/store.js'
 import { createTestDatabase, DIALECTS, type TestDatabase } from '../../helpers/db.js'
 import { waitFor } from '../../helpers/ports.js'
-import { binaryVersions, devnetRollout, startFleet, untilStatus, type Fleet } from './harness.js'
+import { tempDir } from '../../helpers/cli.js'
+import { binaryVersions, DEVNET_1_1_0, devnetRollout, sha256File, startFleet, untilStatus, type Fleet } from './harness.js'
 
 describe.each(DIALECTS)('rollout signals on real devnet nodes, %s', (dialect) => {
   let t: TestDatabase | undefined
@@ -96,5 +100,44 @@ describe.each(DIALECTS)('rollout signals on real devnet nodes, %s', (dialect) =>
     expect(await binaryVersions(db, fleet.nodes)).toEqual(['1.0.0', '1.0.0'])
     expect(await notifications(db, fleet.operatorId)).toEqual(['rollout_started', 'rollout_paused', 'rollback_initiated', 'rollback_completed'])
     await expect(signalRollout(db, rollout.id, 'rollback', { by: fleet.operatorId })).rejects.toThrow(/it is rolled_back/)
+  })
+
+  it('a scheduled rollout waits for its time, then runs', { timeout: 240_000 }, async () => {
+    const { db, fleet } = await setUp(1)
+    const at = new Date(Date.now() + 3_000)
+    const rollout = await devnetRollout(db, fleet, { scheduled_at: at, health_wait_duration_ms: 1_000 })
+    const scheduled = await startRollout(db, rollout.id, { by: fleet.operatorId })
+    expect(scheduled).toMatchObject({ status: 'scheduled', started_at: null })
+    await expect(signalRollout(db, rollout.id, 'pause', { by: fleet.operatorId })).rejects.toThrow(/it is scheduled/)
+    const done = await untilStatus(db, rollout.id, ['completed', 'failed'])
+    expect(done.status).toBe('completed')
+    expect(done.started_at?.getTime()).toBeGreaterThanOrEqual(at.getTime())
+    expect(await binaryVersions(db, fleet.nodes)).toEqual(['1.1.0'])
+  })
+
+  it('retry-node: a node whose artifact could not be fetched is retried once it can, and succeeds on its second attempt', { timeout: 240_000 }, async () => {
+    const { db, fleet } = await setUp(1)
+    const dir = tempDir()
+    try {
+      const artifact = path.join(dir, 'devnet-node-1.1.0.mjs')
+      const rollout = await devnetRollout(db, fleet, { target_binary_url: pathToFileURL(artifact).href, target_binary_checksum: `sha256:${sha256File(DEVNET_1_1_0)}`, failure_threshold: 0, health_wait_duration_ms: 1_000 })
+      await startRollout(db, rollout.id, { by: fleet.operatorId })
+      const paused = await untilStatus(db, rollout.id, ['paused', 'failed', 'completed'])
+      expect(paused).toMatchObject({ status: 'paused', pause_reason: 'failure_threshold', failed_nodes: 1 })
+      const nodeId = fleet.nodes[0] as string
+      await expect(retryRolloutNode(db, rollout.id, '00000000-0000-4000-8000-000000000000', { by: fleet.operatorId })).rejects.toThrow(/not part of rollout/)
+
+      fs.copyFileSync(DEVNET_1_1_0, artifact)
+      const retried = await retryRolloutNode(db, rollout.id, nodeId, { by: fleet.operatorId })
+      expect(retried).toMatchObject({ status: 'pending', attempt_count: 1, error_message: null })
+      await expect(retryRolloutNode(db, rollout.id, nodeId, { by: fleet.operatorId })).rejects.toThrow(/is pending/)
+      await signalRollout(db, rollout.id, 'resume', { by: fleet.operatorId })
+      const done = await untilStatus(db, rollout.id, ['completed', 'failed'])
+      expect(done).toMatchObject({ status: 'completed', succeeded_nodes: 1, failed_nodes: 0 })
+      expect((await listRolloutNodes(db, rollout.id))[0]).toMatchObject({ status: 'succeeded', attempt_count: 2 })
+      expect(await binaryVersions(db, fleet.nodes)).toEqual(['1.1.0'])
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true })
+    }
   })
 })
