@@ -1,17 +1,16 @@
 import fs from 'node:fs'
-import path from 'node:path'
 import { afterEach, describe, expect, it } from 'vitest'
 import { findNode } from '../../src/nodes/node-store.js'
 import { LocalInfrastructureProvider } from '../../src/provisioning/infrastructure/local.js'
 import { requestProvision } from '../../src/provisioning/index.js'
-import { createLocalMasterKey } from '../../src/secrets/master-key.js'
 import { getRun, listSteps } from '../../src/workflows/index.js'
-import { spawnNodeplane, tempDir } from '../helpers/cli.js'
+import { spawnNodeplane } from '../helpers/cli.js'
+import { orchestratorDaemonEnv } from '../helpers/orchestrator-daemon.js'
 import { createTestDatabase, DIALECTS, type TestDatabase } from '../helpers/db.js'
 import { startNats, type NatsServer } from '../helpers/nats.js'
 import { insertTestNode } from '../helpers/fixtures.js'
 import { waitFor } from '../helpers/ports.js'
-import { devTls, quiet, startGateway, type RunningGateway } from '../integration/agents/harness.js'
+import { quiet, startGateway, type RunningGateway } from '../integration/agents/harness.js'
 
 /**
  * `nodeplane daemon orchestrator` processes provisioning a node on the local provider; the first
@@ -41,23 +40,9 @@ describe.each(DIALECTS)('orchestrator killed mid-provision on %s', (dialect) => 
     const db = database.db
     gateway = await startGateway(db, { heartbeatFlushIntervalMs: 50, commandPollIntervalMs: 50 })
     nats = await startNats()
-    const dir = tempDir()
-    hostsDir = path.join(dir, 'hosts')
-    const caFile = path.join(dir, 'ca.pem')
-    fs.writeFileSync(caFile, devTls().ca)
-    const masterKeyFile = path.join(dir, 'master.key')
-    await createLocalMasterKey(masterKeyFile)
-    const env = {
-      DATABASE_URL: database.url,
-      NATS_URL: nats.url,
-      NODEPLANE_DATA_DIR: path.join(dir, 'data'),
-      LOCAL_HOSTS_DIR: hostsDir,
-      AGENT_GATEWAY_URL: gateway.target,
-      AGENT_GATEWAY_CA_FILE: caFile,
-      SECRETS_MASTER_KEY_FILE: masterKeyFile,
-      WORKFLOW_LEASE: '3s',
-      WORKFLOW_POLL_INTERVAL: '100ms',
-    }
+    const daemon = await orchestratorDaemonEnv(database.url, nats.url, gateway)
+    hostsDir = daemon.hostsDir
+    const env = daemon.env
 
     const node = await insertTestNode(db)
     const { run } = await requestProvision(db, node.id)

@@ -1,6 +1,4 @@
 import fs from 'node:fs'
-import path from 'node:path'
-import { pathToFileURL } from 'node:url'
 import { afterEach, describe, expect, it } from 'vitest'
 import { evaluateHeartbeats } from '../../src/health/heartbeat-evaluation.js'
 import { createLogger } from '../../src/log.js'
@@ -8,15 +6,15 @@ import { findNode, insertNode } from '../../src/nodes/node-store.js'
 import { LocalInfrastructureProvider } from '../../src/provisioning/infrastructure/local.js'
 import { requestProvision } from '../../src/provisioning/index.js'
 import { startRollout } from '../../src/rollouts/control.js'
-import { insertRollout, listRolloutNodes, requireRollout } from '../../src/rollouts/store.js'
-import { createLocalMasterKey } from '../../src/secrets/master-key.js'
-import { spawnNodeplane, tempDir } from '../helpers/cli.js'
+import { listRolloutNodes, requireRollout } from '../../src/rollouts/store.js'
+import { spawnNodeplane } from '../helpers/cli.js'
+import { orchestratorDaemonEnv } from '../helpers/orchestrator-daemon.js'
 import { createTestDatabase, DIALECTS, type TestDatabase } from '../helpers/db.js'
 import { insertSubscription, insertUser } from '../helpers/fixtures.js'
 import { startNats, type NatsServer } from '../helpers/nats.js'
 import { waitFor } from '../helpers/ports.js'
-import { devTls, quiet, startGateway, type RunningGateway } from '../integration/agents/harness.js'
-import { DEVNET_1_1_0, sha256File } from '../integration/rollouts/harness.js'
+import { quiet, startGateway, type RunningGateway } from '../integration/agents/harness.js'
+import { devnetRollout } from '../integration/rollouts/harness.js'
 
 /**
  * `nodeplane daemon orchestrator` processes running a rollout of two real devnet nodes, one per
@@ -50,23 +48,9 @@ describe.each(DIALECTS)('orchestrator killed mid-batch on %s', (dialect) => {
     const db = database.db
     gateway = await startGateway(db, { heartbeatFlushIntervalMs: 50, commandPollIntervalMs: 50, heartbeatIntervalSeconds: 1 })
     nats = await startNats()
-    const dir = tempDir()
-    hostsDir = path.join(dir, 'hosts')
-    const caFile = path.join(dir, 'ca.pem')
-    fs.writeFileSync(caFile, devTls().ca)
-    const masterKeyFile = path.join(dir, 'master.key')
-    await createLocalMasterKey(masterKeyFile)
-    const env = {
-      DATABASE_URL: database.url,
-      NATS_URL: nats.url,
-      NODEPLANE_DATA_DIR: path.join(dir, 'data'),
-      LOCAL_HOSTS_DIR: hostsDir,
-      AGENT_GATEWAY_URL: gateway.target,
-      AGENT_GATEWAY_CA_FILE: caFile,
-      SECRETS_MASTER_KEY_FILE: masterKeyFile,
-      WORKFLOW_LEASE: '3s',
-      WORKFLOW_POLL_INTERVAL: '100ms',
-    }
+    const daemon = await orchestratorDaemonEnv(database.url, nats.url, gateway)
+    hostsDir = daemon.hostsDir
+    const env = daemon.env
     // The heartbeat evaluation, as the health-evaluator runs it (nodes become healthy).
     const logger = createLogger({ level: 'silent' })
     evaluator = setInterval(() => void evaluateHeartbeats(db, { now: new Date(), heartbeatTimeoutMs: 60_000, intervalMs: 1_000, logger }).catch(() => undefined), 300)
@@ -82,25 +66,7 @@ describe.each(DIALECTS)('orchestrator killed mid-batch on %s', (dialect) => {
     let doomed = spawnNodeplane(['daemon', 'orchestrator'], { env })
     await waitFor(async () => (await Promise.all(nodes.map((id) => findNode(db, id)))).every((n) => n?.state === 'healthy'), 'the nodes to be healthy', 120_000, 200)
 
-    const rollout = await insertRollout(
-      db,
-      {
-        chain_profile_id: 'devnet',
-        node_type: 'full',
-        binary_name: 'devnet-node',
-        source_version: '1.0.0',
-        target_version: '1.1.0',
-        target_binary_url: pathToFileURL(DEVNET_1_1_0).href,
-        target_binary_checksum: `sha256:${sha256File(DEVNET_1_1_0)}`,
-        strategy: 'rolling',
-        batch_size: 1,
-        canary_size: null,
-        failure_threshold: 0.5,
-        health_wait_duration_ms: 3_000,
-        created_by: operator,
-      },
-      new Date(),
-    )
+    const rollout = await devnetRollout(db, { operatorId: operator }, { batch_size: 1, health_wait_duration_ms: 3_000 })
     await startRollout(db, rollout.id, { by: operator })
     // Killed while the first batch's node is in its upgrade or its validation.
     await waitFor(async () => ['in_progress', 'validating'].includes((await listRolloutNodes(db, rollout.id))[0]?.status ?? '') || undefined, 'the first batch to start', 60_000, 20)

@@ -75,7 +75,7 @@ export async function startFleet(db: Db, size: number): Promise<Fleet> {
 }
 
 /** A manual-mode rollout of the devnet fleet (test setup: the API's validation is tested elsewhere). */
-export async function devnetRollout(db: Db, fleet: Fleet, fields: Partial<NewRollout> = {}): Promise<RolloutRecord> {
+export async function devnetRollout(db: Db, by: Pick<Fleet, 'operatorId'>, fields: Partial<NewRollout> = {}): Promise<RolloutRecord> {
   return insertRollout(
     db,
     {
@@ -91,7 +91,7 @@ export async function devnetRollout(db: Db, fleet: Fleet, fields: Partial<NewRol
       canary_size: null,
       failure_threshold: 0.5,
       health_wait_duration_ms: 1_500,
-      created_by: fleet.operatorId,
+      created_by: by.operatorId,
       ...fields,
     },
     new Date(),
