@@ -23,7 +23,7 @@ export default class PaymentCreate extends BaseCommand<typeof PaymentCreate> {
   static override description = [
     'The items are taken from the subscriptions (--subscription, repeatable) unless given with --item. The idempotency key defaults to a new UUID and is printed: run the command again with --idempotency-key to retry safely (the same payment comes back).',
     'With --wait, polls until the payment completes, fails or is canceled (exit 0 only when completed). Needs the scope payments:write.',
-    'Exit codes: 2 invalid input, 3 a subscription that is not yours, 4 a subscription not pending or already linked to an open payment, 7 payment service unavailable.',
+    'Exit codes: 2 invalid input, 3 a subscription that is not yours, 4 a subscription not pending or already linked to an open payment (cancel that one with `nodeplane payment cancel`), 69 payment service unavailable.',
   ].join('\n')
   static override examples = [
     '<%= config.bin %> payment create --subscription "$SUB" --method card',

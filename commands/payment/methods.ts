@@ -3,7 +3,7 @@ import { apiClientFor, apiUrlFlag } from '../../src/cli/api-flags.js'
 
 export default class PaymentMethods extends BaseCommand<typeof PaymentMethods> {
   static override summary = 'List the payment methods the enabled providers take (card, crypto)'
-  static override description = 'Any authenticated caller may ask. Exit 7 when the payment service is not reachable.'
+  static override description = 'Any authenticated caller may ask. Exit 69 when the payment service is not reachable.'
   static override examples = ['<%= config.bin %> payment methods', '<%= config.bin %> payment methods --json | jq -r ".methods[]"']
   static override flags = { 'api-url': apiUrlFlag }
 

@@ -217,9 +217,24 @@ function unlinkedText(count: number): string {
   return ` ${count === 1 ? 'The subscription it was for is' : `The ${count} subscriptions it was for are`} still waiting for payment and can be paid again; unpaid subscriptions are removed after a while.`
 }
 
+/**
+ * A payment.failed or payment.canceled that arrives after the payment completed (events out of
+ * order, or a provider's late report) changes nothing: the payment's terminal state is final.
+ */
+async function alreadyCompleted(trx: Queryable, paymentId: string): Promise<boolean> {
+  const mirror = (await trx('payment_requests').where({ id: paymentId }).first('status')) as { status: string } | undefined
+  if (mirror?.status === 'completed') return true
+  const paid = await trx('subscriptions').where({ payment_id: paymentId }).whereNot({ status: 'pending_payment' }).first('id')
+  return paid !== undefined
+}
+
 /** payment.failed: mirror, unlink, notify (spec: "log failure, notify user"). */
 export async function recordPaymentFailed(trx: Tx, event: PaymentEvent, deps: PaymentEventDeps, now: Date): Promise<void> {
   const reason = event.failure_reason ?? 'no reason given'
+  if (await alreadyCompleted(trx, event.payment_id)) {
+    deps.logger.warn({ payment_id: event.payment_id, failure_reason: reason }, 'payment.failed for a payment that already completed; ignored')
+    return
+  }
   deps.logger.warn({ payment_id: event.payment_id, customer_id: event.customer_id, failure_reason: reason }, 'payment failed')
   await updateMirror(trx, event, 'failed', now)
   const unlinked = await unlinkPending(trx, event.payment_id, now)
@@ -238,6 +253,10 @@ export async function recordPaymentFailed(trx: Tx, event: PaymentEvent, deps: Pa
 
 /** payment.canceled: mirror, unlink, notify (spec: "update records"). */
 export async function recordPaymentCanceled(trx: Tx, event: PaymentEvent, deps: PaymentEventDeps, now: Date): Promise<void> {
+  if (await alreadyCompleted(trx, event.payment_id)) {
+    deps.logger.warn({ payment_id: event.payment_id }, 'payment.canceled for a payment that already completed; ignored')
+    return
+  }
   deps.logger.info({ payment_id: event.payment_id, customer_id: event.customer_id }, 'payment canceled')
   await updateMirror(trx, event, 'canceled', now)
   const unlinked = await unlinkPending(trx, event.payment_id, now)

@@ -142,7 +142,18 @@ const OPEN_STATUSES = ['pending', 'processing']
 
 const itemKey = (i: LineItem) => `${i.chain_profile_id}/${i.node_type}/${i.duration}`
 
-async function checkLinks(db: Queryable, userId: string, ids: readonly string[], items: readonly LineItem[], replayPaymentId: string | undefined): Promise<void> {
+/** 409 when the subscription is linked to a payment that can still complete. */
+async function refuseOpenLink(db: Queryable, subscriptionId: string, paymentId: string): Promise<void> {
+  const linked = await findPaymentRequest(db, paymentId)
+  if (!linked || OPEN_STATUSES.includes(linked.status)) {
+    throw new ConflictError(
+      `subscription ${subscriptionId} is linked to payment ${paymentId}, which is still open`,
+      'wait for it to complete or expire, or cancel it (nodeplane payment cancel, or POST /api/v1/payments/{id}/cancel), then pay again',
+    )
+  }
+}
+
+async function checkLinks(db: Queryable, userId: string, ids: readonly string[], items: readonly LineItem[]): Promise<void> {
   if (ids.length === 0) return
   const rows = (await db('subscriptions').whereIn('id', ids).select('id', 'user_id', 'status', 'payment_id', 'chain_profile_id', 'node_type', 'duration')) as Array<Record<string, string | null>>
   for (const id of ids) {
@@ -152,15 +163,7 @@ async function checkLinks(db: Queryable, userId: string, ids: readonly string[],
     if (sub.status !== 'pending_payment') {
       throw new ConflictError(`subscription ${id} is ${sub.status}`, 'subscription_ids: only pending_payment subscriptions can be paid')
     }
-    if (sub.payment_id && sub.payment_id !== replayPaymentId) {
-      const linked = await findPaymentRequest(db, sub.payment_id)
-      if (!linked || OPEN_STATUSES.includes(linked.status)) {
-        throw new ConflictError(
-          `subscription ${id} is linked to payment ${sub.payment_id}, which is still open`,
-          'wait for it to complete or expire, or cancel it (POST /api/v1/payments/{id}/cancel), then pay again',
-        )
-      }
-    }
+    if (sub.payment_id) await refuseOpenLink(db, id, sub.payment_id)
   }
   const wanted = [...items].map(itemKey).sort()
   const linked = ids.map((id) => rows.find((r) => r.id === id) as Record<string, string>).map((r) => itemKey(r as unknown as LineItem)).sort()
@@ -186,8 +189,11 @@ export async function requestPayment(deps: RequestPaymentDeps, caller: Caller, b
   const { db } = deps
   const ids = [...new Set((body.subscription_ids ?? []).map((id) => id.toLowerCase()))]
   if (ids.length !== (body.subscription_ids ?? []).length) throw new ValidationError('subscription_ids must not repeat')
+  // A retry: the first request's links and mirror committed together, and whatever happened to
+  // the subscriptions since (paid, unlinked) does not change the answer, which is the same payment.
+  // The payment service compares the request and answers 409 if it differs.
   const replay = (await db('payment_requests').where({ user_id: caller.id, idempotency_key: body.idempotency_key }).first('id')) as { id: string } | undefined
-  await checkLinks(db, caller.id, ids, body.items, replay?.id)
+  if (!replay) await checkLinks(db, caller.id, ids, body.items)
 
   const { payment, created } = await deps.client.initiatePayment({
     customer: { id: caller.id, email: caller.email ?? '', wallet_address: caller.wallet_address ?? '' },
@@ -202,6 +208,10 @@ export async function requestPayment(deps: RequestPaymentDeps, caller: Caller, b
     context: { request_id: context.requestId, ip: context.ip, actor: `user:${caller.id}` },
   })
 
+  if (replay && !created) {
+    await refreshPaymentRequest(db, payment, deps.now())
+    return { payment: paymentViewFromWire(payment), created }
+  }
   try {
     await db.transaction(async (trx) => {
       const now = deps.now()
@@ -213,6 +223,8 @@ export async function requestPayment(deps: RequestPaymentDeps, caller: Caller, b
           throw new ConflictError(`subscription ${id} changed while the payment was being set up`, 'the payment was canceled; try again')
         }
         if (sub.payment_id === payment.id) continue
+        // Another request may have linked it since checkLinks read it.
+        if (sub.payment_id) await refuseOpenLink(trx, id, sub.payment_id)
         await trx('subscriptions').where({ id, version: sub.version }).update({ payment_id: payment.id, version: sub.version + 1, updated_at: now })
       }
       await trx('payment_requests')

@@ -149,10 +149,8 @@ describe('the purchase journey over a real nats-server (postgres)', () => {
       await expectActivatedOnce(s, subscriptionId, paymentId)
       expect(await count(s.db, 'idempotency_keys', { consumer: PAYMENT_CONSUMER_DURABLE })).toBe(3)
       expect(await countUnpublished(s.db)).toBe(0)
-      // KNOWN BUG (reported, src/subscriptions/activation.ts recordPaymentFailed): the stale
-      // failure of a payment that completed still tells the user "Your payment … failed". The
-      // user should get no notification here; when fixed, this becomes `toEqual([])`.
-      expect(await s.db('notifications').pluck('kind')).toEqual(['payment_failed'])
+      // The stale failure of a payment that completed tells the user nothing.
+      expect(await s.db('notifications').pluck('kind')).toEqual([])
     } finally {
       await consumer.close()
     }

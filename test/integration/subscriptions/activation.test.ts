@@ -204,6 +204,8 @@ describe.each(DIALECTS)('payment consumer on the in-process bus, %s', (dialect) 
     await waitFor(async () => outcomes('processed') === 5, 'the late cancel processed')
     expect(await t.db('subscriptions').where({ id: s1 }).first('status', 'payment_id')).toEqual({ status: 'active', payment_id: paid })
     expect(await t.db('payment_requests').where({ id: paid }).first('status')).toEqual({ status: 'completed' })
+    // ... and tells the user nothing: the only notification is still the other payment's failure.
+    expect(await t.db('notifications').where({ user_id: user }).pluck('kind')).toEqual(['payment_failed'])
   })
 
   it('skips a redelivery of an activation that committed before its ack was lost', async () => {

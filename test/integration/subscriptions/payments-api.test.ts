@@ -134,6 +134,25 @@ describe.each(DIALECTS)('payments API on %s', (dialect) => {
     expect(foreign).toMatchObject({ status: 404, body: { error: 'not found' } })
     expect((await t.api.call('GET', '/api/v1/payments/not-a-uuid', { bearer: t.keys.alice })).status).toBe(404)
     expect((await t.api.call('GET', `/api/v1/payments/${payment.id}`, { bearer: t.keys.admin })).status).toBe(200)
+
+    // Once paid (activation moved the subscription on), a retry still returns the same payment.
+    await t.db('subscriptions').where({ id: sub }).update({ status: 'active' })
+    const late = await t.api.call('POST', '/api/v1/payments', { bearer: t.keys.alice, body: payBody([sub], 'order-1') })
+    expect(late).toMatchObject({ status: 200, body: { id: payment.id, status: 'completed' } })
+    expect(await counts(t.db, t.paymentsDb)).toEqual({ payments: 1, mirror: 1, linked: 1 })
+  })
+
+  it('two payments racing for one subscription under different keys: one links it, the other is 409 and canceled', async () => {
+    const t = await paymentStack(dialect)
+    const sub = await subscribe(t.api, t.keys.alice)
+    const results = await Promise.all(['race-a', 'race-b', 'race-c'].map((key) => t.api.call('POST', '/api/v1/payments', { bearer: t.keys.alice, body: payBody([sub], key) })))
+    expect(results.map((r) => r.status).sort()).toEqual([201, 409, 409])
+    const winner = results.find((r) => r.status === 201)?.body as Payment
+    expect(await t.db('subscriptions').where({ id: sub }).first('payment_id')).toEqual({ payment_id: winner.id })
+    expect(await t.db('payment_requests').pluck('id')).toEqual([winner.id])
+    // Losers that reached the payment service were canceled there; none can complete.
+    const open = await t.paymentsDb('payments').whereIn('status', ['pending', 'processing']).pluck('id')
+    expect(open).toEqual([winner.id])
   })
 
   it('refuses invalid links and bodies with the spec statuses, writing nothing', async () => {
