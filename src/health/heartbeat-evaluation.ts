@@ -8,7 +8,9 @@
  *    `heartbeat_checked_at` keeps an overlapping cycle of another evaluator from counting the
  *    same timeout again.
  * 3. Moves, each through the health state machine (one health event each):
- *    - 3 consecutive failures -> down;
+ *    - 3 consecutive failures -> down (only once the node has been in its state for longer than
+ *      the timeout: every state change resets the counter, and this guard keeps a counter that
+ *      was somehow left over from taking a node just back from a migration straight down);
  *    - down with a fresh heartbeat (the grace before its migration starts) -> healthy;
  *    - syncing whose agent reports synced, heartbeat fresh -> healthy.
  * Nodes in maintenance are skipped (spec); provisioning is the provision workflow's business.
@@ -74,7 +76,9 @@ export async function evaluateHeartbeats(db: Db, options: HeartbeatEvaluationOpt
   const candidates = (await db('nodes')
     .where((q) =>
       q
-        .where((failing) => failing.whereIn('state', HEARTBEAT_EVALUATED_STATES).where('consecutive_failures', '>=', FAILURES_BEFORE_DOWN))
+        .where((failing) =>
+            failing.whereIn('state', HEARTBEAT_EVALUATED_STATES).where('consecutive_failures', '>=', FAILURES_BEFORE_DOWN).where('state_changed_at', '<', cutoff),
+          )
         .orWhere((back) => back.where('state', 'down').where('last_heartbeat', '>=', cutoff))
         .orWhere((synced) => synced.where({ state: 'syncing', sync_status: 'synced', consecutive_failures: 0 }).where('last_heartbeat', '>=', cutoff)),
     )

@@ -43,7 +43,13 @@ export async function triggerMigrations(db: Db, options: MigrationTriggerOptions
   const result: MigrationTriggerResult = { started: [], deferred: Math.max(0, eligible.length - options.maxPerCycle) }
   for (const nodeId of eligible.slice(0, options.maxPerCycle)) {
     try {
-      const { run, created } = await requestMigration(db, nodeId, { reason: `down for more than ${Math.round(options.graceMs / 1000)} s`, now, cooldownMs: options.cooldownMs })
+      const { run, created } = await requestMigration(db, nodeId, {
+        reason: `down for more than ${Math.round(options.graceMs / 1000)} s`,
+        now,
+        cooldownMs: options.cooldownMs,
+        // A heartbeat may bring the node back before the run's first step: then it is not moved.
+        onlyIfDown: true,
+      })
       if (created) {
         result.started.push({ node_id: nodeId, run_id: run.id })
         options.logger.info({ nodeId, workflowId: run.id }, 'node down past its grace: migration started')

@@ -234,7 +234,9 @@ async function writeVersioned(trx: Queryable, node: NodeRecord, health: NodeHeal
   // Only the columns that change: on SQLite a column in SET rewrites every index over it
   // (state is in three), even when its value stays the same.
   const changed: Record<string, unknown> = { version, updated_at: now }
-  if (stateChanged) Object.assign(changed, { state: health.state, state_changed_at: now })
+  // A new state starts with a clean heartbeat record: failures counted in the old state (a node
+  // that went down, then through maintenance) must not take the node down again at once.
+  if (stateChanged) Object.assign(changed, { state: health.state, state_changed_at: now, consecutive_failures: 0, heartbeat_checked_at: null })
   if (health.sync_status !== node.sync_status) changed.sync_status = health.sync_status
   if (health.application_health !== node.application_health) changed.application_health = health.application_health
   const updated = await trx('nodes').where({ id: node.id, version: node.version }).update(changed)
@@ -262,7 +264,13 @@ async function writeVersioned(trx: Queryable, node: NodeRecord, health: NodeHeal
   return {
     changed: true,
     event,
-    node: { ...node, ...health, version, updated_at: now, state_changed_at: stateChanged ? now : node.state_changed_at },
+    node: {
+      ...node,
+      ...health,
+      version,
+      updated_at: now,
+      ...(stateChanged ? { state_changed_at: now, consecutive_failures: 0 } : {}),
+    },
   }
 }
 

@@ -8,6 +8,11 @@
  * `degraded` ("a failed migration with new infrastructure restores degraded"); a migration that
  * failed before any new infrastructure existed ends `failed` from `maintenance` (the spec's
  * `migration_failed` incident). docs/node-lifecycle.md explains the reading.
+ *
+ * An attempt the health evaluator's trigger started (`onlyIfDown`) re-checks the node at its first
+ * step: a node that heartbeated its way back to `healthy` between the trigger and that step is
+ * not migrated (outcome `not_needed`, the trigger's cooldown mark undone). An operator's
+ * `node migrate` moves a healthy node all the same (docs/health.md).
  */
 import fs from 'node:fs'
 import path from 'node:path'
@@ -51,11 +56,25 @@ export interface MigrateInput {
   /** ISO time the trigger wrote to `last_migration_triggered_at`; names this attempt. */
   triggeredAt: string
   forced: boolean
+  /**
+   * The health evaluator's trigger: the node was `down`, and the attempt goes on only while it
+   * still is. Absent (operators, runs started before this field existed): any migratable state.
+   */
+  onlyIfDown?: boolean
+  /**
+   * `last_migration_triggered_at` before this attempt set it (ISO, or null for none): what an
+   * attempt that ends `not_needed` puts back, so it starts no cooldown. Absent: left as it is.
+   */
+  previousTriggeredAt?: string | null
 }
 
 export interface MigrateResult {
   node_id: string
-  outcome: 'migrated' | 'skipped' | 'superseded'
+  /**
+   * `not_needed`: an automatic attempt found its node no longer down (healthy again) and left it
+   * alone; `skipped`: the node could not be migrated any more (terminating, gone, ...).
+   */
+  outcome: 'migrated' | 'skipped' | 'superseded' | 'not_needed'
   reason?: string
   old_host_id?: string | null
   host_id?: string
@@ -103,6 +122,7 @@ export function migrateWorkflow(deps: LifecycleDeps) {
     const nodeId = input.nodeId
     const plan = await ctx.step('set-maintenance', () => enterMaintenance(deps, input, now()))
     if ('skip' in plan) return { node_id: nodeId, outcome: 'skipped', reason: plan.skip, notes: [] }
+    if ('notNeeded' in plan) return { node_id: nodeId, outcome: 'not_needed', reason: plan.notNeeded, notes: [] }
     const notes: string[] = []
 
     const saga = ctx.saga()
@@ -283,7 +303,7 @@ async function lockedNode(trx: Queryable, nodeId: string): Promise<NodeRecord | 
   return findNode(trx, nodeId)
 }
 
-async function enterMaintenance(deps: LifecycleDeps, input: MigrateInput, now: Date): Promise<MigrationPlan | { skip: string }> {
+async function enterMaintenance(deps: LifecycleDeps, input: MigrateInput, now: Date): Promise<MigrationPlan | { skip: string } | { notNeeded: string }> {
   return deps.db.transaction(async (trx) => {
     const node = await lockedNode(trx, input.nodeId)
     if (!node) return { skip: `node ${input.nodeId} does not exist` }
@@ -293,6 +313,16 @@ async function enterMaintenance(deps: LifecycleDeps, input: MigrateInput, now: D
     const alreadyOurs =
       node.state === 'maintenance' && node.last_migration_triggered_at?.getTime() === triggeredAt.getTime() && node.state_changed_at >= triggeredAt
     if (!alreadyOurs && !MIGRATABLE_STATES.includes(node.state)) return { skip: `node is ${node.state}; a migration starts from ${MIGRATABLE_STATES.join(', ')}` }
+    if (!alreadyOurs && input.onlyIfDown && node.state !== 'down') {
+      // Triggered while down, back (a heartbeat during the wait for this step): nothing to move.
+      // The attempt did nothing, so it does not hold the node's migration cooldown either.
+      if (input.previousTriggeredAt !== undefined && node.last_migration_triggered_at?.getTime() === triggeredAt.getTime()) {
+        const previous = input.previousTriggeredAt === null ? null : new Date(input.previousTriggeredAt)
+        await trx('nodes').where({ id: node.id }).update({ last_migration_triggered_at: previous })
+      }
+      deps.logger.info({ node_id: node.id, state: node.state }, 'migration triggered while the node was down is not needed: it is no longer down')
+      return { notNeeded: `node is ${node.state}, no longer down: the migration its outage triggered is not needed` }
+    }
 
     const subscription = (await trx('subscriptions').where({ id: node.subscription_id }).first('provider', 'region', 'instance_type')) as
       | { provider: string | null; region: string | null; instance_type: string | null }

@@ -40,6 +40,8 @@ export interface MigrationRequest {
   force?: boolean
   /** Spec: 1 hour between attempts (`MIGRATION_COOLDOWN`). */
   cooldownMs?: number
+  /** The health evaluator's trigger: the run migrates only if the node is still down when it starts. */
+  onlyIfDown?: boolean
 }
 
 const NOT_MIGRATABLE: Partial<Record<NodeState, string>> = {
@@ -83,6 +85,7 @@ export async function requestMigration(db: Queryable, nodeId: string, request: M
     }
     await trx('nodes').where({ id: node.id }).update({ last_migration_triggered_at: now })
     const input: MigrateInput = { nodeId: node.id, reason: request.reason, triggeredAt: now.toISOString(), forced: request.force ?? false }
+    if (request.onlyIfDown) Object.assign(input, { onlyIfDown: true, previousTriggeredAt: last?.toISOString() ?? null })
     return startWorkflow(trx, MIGRATE_WORKFLOW, input, { key: migrationKey(node.id, now), now })
   })
 }

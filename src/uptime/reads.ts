@@ -1,14 +1,16 @@
 /**
  * Uptime as the API reads it (spec: "reads sum pre-computed buckets"): the hours of a window come
- * from the worker's buckets, except the current hour, which is computed from the state log at
- * read time so the figure includes what happened minutes ago.
+ * from the worker's complete buckets. Every hour after a node's last complete bucket — the current
+ * hour, the hour that just ended until the worker finalises it (up to one worker interval plus the
+ * settle time), and any hour a stopped worker has not reached — is computed from the state log at
+ * read time, so the figure includes what happened minutes ago and never sums a stale bucket.
  *
  * A window is whole hours ending with the current one: `24h` is the current (partial) hour and
  * the 23 hours before it, so it starts on an hour boundary and the history's periods add up to
  * exactly the summary.
  */
 import type { Queryable } from '../db/knex.js'
-import { toDate } from '../db/dialect.js'
+import { toBool, toDate, toDateOrNull } from '../db/dialect.js'
 import { addSeconds, computeHourlyBuckets, DAY_MS, emptySeconds, floorDay, floorHour, HOUR_MS, uptimePercentage, type UptimeSeconds } from './compute.js'
 import { BUCKETS_TABLE, readIntervals } from './rollup.js'
 
@@ -64,51 +66,113 @@ export function figures(seconds: UptimeSeconds): UptimeFigures {
 
 const num = (v: unknown): number => (v === null || v === undefined ? 0 : Number(v))
 
-/** The current hour of each node, from its log (nodes without log rows are absent). */
-async function currentHours(db: Queryable, nodeIds: readonly string[], bounds: WindowBounds): Promise<Map<string, UptimeSeconds>> {
-  const intervals = await readIntervals(db, nodeIds, new Date(bounds.currentHourMs), bounds.end)
-  const out = new Map<string, UptimeSeconds>()
-  for (const [nodeId, list] of intervals) {
-    const [bucket] = computeHourlyBuckets(list, { nodeId, fromHourMs: bounds.currentHourMs, now: bounds.end })
-    if (bucket) out.set(nodeId, bucket)
+/**
+ * The first hour of the window a node's buckets do not settle: the hour after its last complete
+ * bucket, or its first incomplete one if that is earlier (the worker never leaves one behind a
+ * complete one, but a bucket marked incomplete by hand is redone). No bucket at all: the window.
+ */
+function liveFromHour(bounds: WindowBounds, lastComplete: Date | null, firstIncomplete: Date | null): number {
+  let from = lastComplete ? lastComplete.getTime() + HOUR_MS : bounds.startMs
+  if (firstIncomplete) from = Math.min(from, firstIncomplete.getTime())
+  return Math.min(Math.max(from, bounds.startMs), bounds.currentHourMs)
+}
+
+/**
+ * Each node's hours from its `from` hour up to now, computed from its log (nodes without log rows
+ * are absent). One log read per distinct `from`: usually one or two (the current hour; the
+ * previous one in the minutes before the worker finalises it).
+ */
+async function liveHours(db: Queryable, fromByNode: ReadonlyMap<string, number>, end: Date): Promise<Map<string, Map<number, UptimeSeconds>>> {
+  const groups = new Map<number, string[]>()
+  for (const [nodeId, from] of fromByNode) {
+    let list = groups.get(from)
+    if (!list) groups.set(from, (list = []))
+    list.push(nodeId)
+  }
+  const out = new Map<string, Map<number, UptimeSeconds>>()
+  for (const [from, nodeIds] of groups) {
+    const intervals = await readIntervals(db, nodeIds, new Date(from), end)
+    for (const [nodeId, list] of intervals) {
+      const hours = new Map<number, UptimeSeconds>()
+      for (const bucket of computeHourlyBuckets(list, { nodeId, fromHourMs: from, now: end })) {
+        const { uptime_seconds, downtime_seconds, unknown_seconds, total_seconds } = bucket
+        hours.set(bucket.bucket_hour.getTime(), { uptime_seconds, downtime_seconds, unknown_seconds, total_seconds })
+      }
+      out.set(nodeId, hours)
+    }
   }
   return out
 }
 
-/** Rolling summary of one node: one summing query over its buckets, one read of its log for the current hour. */
+/**
+ * Rolling summary of one node: one query finding where its complete buckets end, one summing
+ * them, one read of its log for the hours after them (the current hour, and the last one until
+ * the worker has finalised it).
+ */
 export async function readUptimeSummary(db: Queryable, nodeId: string, window: UptimeWindow, now: Date): Promise<UptimeSummary> {
   const bounds = windowBounds(window, now)
-  const row = (await db(BUCKETS_TABLE)
-    .where('node_id', nodeId)
-    .where('bucket_hour', '>=', new Date(bounds.startMs))
-    .where('bucket_hour', '<', new Date(bounds.currentHourMs))
-    .sum({ up: 'uptime_seconds', down: 'downtime_seconds', unknown: 'unknown_seconds', total: 'total_seconds' })
+  const inWindow = () =>
+    db(BUCKETS_TABLE).where('node_id', nodeId).where('bucket_hour', '>=', new Date(bounds.startMs)).where('bucket_hour', '<', new Date(bounds.currentHourMs))
+  const edges = (await inWindow()
+    .select(
+      db.raw('MAX(CASE WHEN is_complete = true THEN bucket_hour END) AS last_complete'),
+      db.raw('MIN(CASE WHEN is_complete = false THEN bucket_hour END) AS first_incomplete'),
+    )
     .first()) as Record<string, unknown> | undefined
-  const seconds: UptimeSeconds = { uptime_seconds: num(row?.up), downtime_seconds: num(row?.down), unknown_seconds: num(row?.unknown), total_seconds: num(row?.total) }
-  const current = (await currentHours(db, [nodeId], bounds)).get(nodeId)
-  if (current) addSeconds(seconds, current)
+  const liveFrom = liveFromHour(bounds, toDateOrNull(edges?.last_complete), toDateOrNull(edges?.first_incomplete))
+  const seconds = emptySeconds()
+  if (liveFrom > bounds.startMs) {
+    const row = (await inWindow()
+      .where('bucket_hour', '<', new Date(liveFrom))
+      .sum({ up: 'uptime_seconds', down: 'downtime_seconds', unknown: 'unknown_seconds', total: 'total_seconds' })
+      .first()) as Record<string, unknown> | undefined
+    addSeconds(seconds, { uptime_seconds: num(row?.up), downtime_seconds: num(row?.down), unknown_seconds: num(row?.unknown), total_seconds: num(row?.total) })
+  }
+  const live = (await liveHours(db, new Map([[nodeId, liveFrom]]), bounds.end)).get(nodeId)
+  for (const hour of live?.values() ?? []) addSeconds(seconds, hour)
   return { node_id: nodeId, window, window_start: new Date(bounds.startMs).toISOString(), window_end: now.toISOString(), ...figures(seconds) }
 }
 
-/** Every hour of the window for each node (hours without a bucket are zero). */
+/**
+ * Every hour of the window for each node (hours without a bucket or log are zero): complete
+ * buckets as the worker wrote them, every hour after a node's last one from its log.
+ */
 export async function readUptimeHours(db: Queryable, nodeIds: readonly string[], window: UptimeWindow, now: Date): Promise<Map<string, Map<number, UptimeSeconds>>> {
   const bounds = windowBounds(window, now)
   const out = new Map<string, Map<number, UptimeSeconds>>(nodeIds.map((id) => [id, new Map()]))
   if (nodeIds.length === 0) return out
   const rows = (await db(BUCKETS_TABLE)
-    .select('node_id', 'bucket_hour', 'uptime_seconds', 'downtime_seconds', 'unknown_seconds', 'total_seconds')
+    .select('node_id', 'bucket_hour', 'uptime_seconds', 'downtime_seconds', 'unknown_seconds', 'total_seconds', 'is_complete')
     .whereIn('node_id', nodeIds)
     .where('bucket_hour', '>=', new Date(bounds.startMs))
     .where('bucket_hour', '<', new Date(bounds.currentHourMs))) as Record<string, unknown>[]
+  const lastComplete = new Map<string, number>()
+  const firstIncomplete = new Map<string, number>()
   for (const r of rows) {
-    out.get(String(r.node_id))?.set(toDate(r.bucket_hour).getTime(), {
+    const nodeId = String(r.node_id)
+    const hour = toDate(r.bucket_hour).getTime()
+    if (toBool(r.is_complete)) lastComplete.set(nodeId, Math.max(lastComplete.get(nodeId) ?? -Infinity, hour))
+    else firstIncomplete.set(nodeId, Math.min(firstIncomplete.get(nodeId) ?? Infinity, hour))
+    out.get(nodeId)?.set(hour, {
       uptime_seconds: num(r.uptime_seconds),
       downtime_seconds: num(r.downtime_seconds),
       unknown_seconds: num(r.unknown_seconds),
       total_seconds: num(r.total_seconds),
     })
   }
-  for (const [nodeId, current] of await currentHours(db, nodeIds, bounds)) out.get(nodeId)?.set(bounds.currentHourMs, current)
+  const fromByNode = new Map<string, number>()
+  for (const nodeId of nodeIds) {
+    const last = lastComplete.get(nodeId)
+    const incomplete = firstIncomplete.get(nodeId)
+    const from = liveFromHour(bounds, last === undefined ? null : new Date(last), incomplete === undefined ? null : new Date(incomplete))
+    fromByNode.set(nodeId, from)
+    // What the log says replaces the buckets from there on, an hour without log rows included.
+    const hours = out.get(nodeId)
+    for (const hour of hours?.keys() ?? []) if (hour >= from) hours?.delete(hour)
+  }
+  for (const [nodeId, hours] of await liveHours(db, fromByNode, bounds.end)) {
+    for (const [hour, seconds] of hours) out.get(nodeId)?.set(hour, seconds)
+  }
   return out
 }
 

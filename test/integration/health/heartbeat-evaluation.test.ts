@@ -9,6 +9,8 @@ import { defaultConfigDir, loadChainCatalogue } from '../../../src/config/chains
 import type { Db } from '../../../src/db/knex.js'
 import { scheduleHealthEvaluation } from '../../../src/health/evaluator.js'
 import { evaluateHeartbeats } from '../../../src/health/heartbeat-evaluation.js'
+import { applyHealthUpdate, type StateWriter } from '../../../src/nodes/health-state-machine.js'
+import type { NodeState } from '../../../src/nodes/states.js'
 import { DIALECTS } from '../../helpers/db.js'
 import { at, freshDatabases, healthEvents, logger, nodeNow, nodeWith, SECOND, SETTINGS } from './support.js'
 
@@ -38,7 +40,8 @@ describe.each(DIALECTS)('heartbeat evaluation on %s', (dialect) => {
 
     const third = await cycle(db, 30 * SECOND)
     expect(third.moves).toEqual(expect.arrayContaining([{ node_id: stale, from: 'healthy', to: 'down' }, { node_id: never, from: 'degraded', to: 'down' }]))
-    expect(await nodeNow(db, stale)).toMatchObject({ state: 'down', consecutive_failures: 3 })
+    // Every state change starts the counter afresh.
+    expect(await nodeNow(db, stale)).toMatchObject({ state: 'down', consecutive_failures: 0 })
     expect(await nodeNow(db, fresh)).toMatchObject({ state: 'healthy', consecutive_failures: 2 })
     const events = await healthEvents(db, stale)
     expect(events).toHaveLength(1)
@@ -62,7 +65,7 @@ describe.each(DIALECTS)('heartbeat evaluation on %s', (dialect) => {
     await cycle(db, 30 * SECOND)
     expect(await nodeNow(db, blip)).toMatchObject({ state: 'healthy', consecutive_failures: 0 })
     expect(await healthEvents(db, blip)).toEqual([])
-    expect(await nodeNow(db, down)).toMatchObject({ state: 'down', consecutive_failures: 3 })
+    expect(await nodeNow(db, down)).toMatchObject({ state: 'down', consecutive_failures: 0 })
 
     // The agent comes back before the migration starts.
     await db('nodes').where({ id: down }).update({ last_heartbeat: at(40 * SECOND) })
@@ -103,6 +106,49 @@ describe.each(DIALECTS)('heartbeat evaluation on %s', (dialect) => {
     expect(await nodeNow(db, migrated)).toMatchObject({ state: 'syncing', consecutive_failures: 1 })
   })
 
+  it('a node back from a migration starts with a clean counter and gets a full timeout before it can go down again', async () => {
+    const db = await database()
+    const move = (id: string, state: NodeState, ms: number, writer: StateWriter = 'migration') =>
+      db.transaction((trx) => applyHealthUpdate(trx, { nodeId: id, change: { writer, state }, reason: 'test', now: at(ms) }))
+    const node = await nodeWith(db, { state: 'healthy', heartbeatAt: -61 * SECOND })
+    for (const ms of [0, 15 * SECOND, 30 * SECOND]) await cycle(db, ms)
+    expect(await nodeNow(db, node)).toMatchObject({ state: 'down', consecutive_failures: 0 })
+
+    // Even a counter left at 3 (written before this fix, or by hand) is cleared by the next move.
+    await db('nodes').where({ id: node }).update({ consecutive_failures: 3 })
+    await move(node, 'maintenance', 2 * 60 * SECOND)
+    expect(await nodeNow(db, node)).toMatchObject({ state: 'maintenance', consecutive_failures: 0 })
+    // The migration sets syncing at +10 min; the new agent's last heartbeat is 90 s old by then.
+    const back = 10 * 60 * SECOND
+    await db('nodes').where({ id: node }).update({ last_heartbeat: at(back - 90 * SECOND) })
+    await move(node, 'syncing', back)
+
+    // The full timeout since it entered syncing: no count, no move.
+    for (const ms of [15, 30, 45, 60].map((s) => back + s * SECOND)) {
+      const result = await cycle(db, ms)
+      expect(result.moves, `cycle at +${(ms - back) / 1000} s`).toEqual([])
+    }
+    expect(await nodeNow(db, node)).toMatchObject({ state: 'syncing', consecutive_failures: 0 })
+    // Then three timeouts, as for any node: down at +90 s.
+    await cycle(db, back + 75 * SECOND)
+    expect(await nodeNow(db, node)).toMatchObject({ state: 'syncing', consecutive_failures: 1 })
+    await cycle(db, back + 90 * SECOND)
+    expect(await nodeNow(db, node)).toMatchObject({ state: 'syncing', consecutive_failures: 2 })
+    const third = await cycle(db, back + 105 * SECOND)
+    expect(third.moves).toEqual([{ node_id: node, from: 'syncing', to: 'down' }])
+  })
+
+  it('does not move a node down on a counter from before it entered its state', async () => {
+    const db = await database()
+    // A counter that should not be there (set bypassing the state machine), 30 s into syncing.
+    const node = await nodeWith(db, { state: 'syncing', heartbeatAt: -10 * 60 * SECOND, stateSince: -30 * SECOND, syncStatus: 'syncing', consecutiveFailures: 3 })
+    expect((await cycle(db, 0)).moves).toEqual([])
+    expect((await cycle(db, 15 * SECOND)).moves).toEqual([])
+    expect(await nodeNow(db, node)).toMatchObject({ state: 'syncing' })
+    // Past the timeout since it entered syncing, the counter counts.
+    expect((await cycle(db, 31 * SECOND)).moves).toEqual([{ node_id: node, from: 'syncing', to: 'down' }])
+  })
+
   it('two evaluators: the lease runs one cycle at a time, and overlapping cycles count a timeout once and move the node once', async () => {
     const db = await database()
     const other = current()?.connect() as Db
@@ -111,7 +157,7 @@ describe.each(DIALECTS)('heartbeat evaluation on %s', (dialect) => {
 
     const overlapping = await Promise.all([cycle(db, 0), cycle(other, 0)])
     expect(overlapping.map((r) => r.counted).sort()).toEqual([0, 1])
-    expect(await nodeNow(db, node)).toMatchObject({ state: 'down', consecutive_failures: 3 })
+    expect(await nodeNow(db, node)).toMatchObject({ state: 'down', consecutive_failures: 0 })
     expect(await healthEvents(db, node)).toHaveLength(1)
 
     const jobs = [db, other].map((handle) =>

@@ -5,7 +5,9 @@ import { findRegistration } from '../../../src/agents/registrations.js'
 import { fromJson } from '../../../src/db/dialect.js'
 import type { Db } from '../../../src/db/knex.js'
 import { ConflictError, NotFoundError, ValidationError } from '../../../src/errors.js'
-import type { HealthEvent } from '../../../src/nodes/health-state-machine.js'
+import { triggerMigrations } from '../../../src/health/migration-trigger.js'
+import { createLogger } from '../../../src/log.js'
+import { applyHealthUpdate, type HealthEvent } from '../../../src/nodes/health-state-machine.js'
 import { findNode } from '../../../src/nodes/node-store.js'
 import {
   requestMigration,
@@ -201,6 +203,45 @@ describe.each(DIALECTS)('the migrate workflow on the local provider on %s', (dia
     const later = await requestMigration(db, third.id, { reason: 'test', cooldownMs: HOUR, now: new Date(last.getTime() + HOUR) })
     expect(later).toMatchObject({ created: true, run: { workflowKey: `${third.id}:${new Date(last.getTime() + HOUR).toISOString()}` } })
     await finished(later.run.id)
+  })
+
+  it("the health trigger's migration ends not_needed when a heartbeat brought the node back first; an operator's still moves a healthy node", { timeout: 60_000 }, async () => {
+    const node = await insertTestNode(db)
+    const previous = new Date(Date.now() - 3 * HOUR)
+    // Down the longest of any node in this database, so the trigger (one per cycle) picks it. The
+    // provider "nowhere" fails any migration that does go ahead, right after maintenance.
+    await db('nodes')
+      .where({ id: node.id })
+      .update({ state: 'down', state_changed_at: new Date('2020-01-01T00:00:00Z'), provider: 'nowhere', region: 'local', instance_type: 'process', last_migration_triggered_at: previous })
+
+    await worker.stop()
+    let runId: string
+    try {
+      const triggered = await triggerMigrations(db, { now: new Date(), graceMs: 60_000, cooldownMs: HOUR, maxPerCycle: 1, logger: createLogger({ level: 'silent' }) })
+      expect(triggered.started.map((s) => s.node_id)).toEqual([node.id])
+      runId = triggered.started[0]!.run_id
+      // The agent heartbeats again before the run's first step: heartbeat evaluation, down -> healthy.
+      await db.transaction((trx) => applyHealthUpdate(trx, { nodeId: node.id, change: { writer: 'heartbeat_evaluation', state: 'healthy' }, reason: 'heartbeat received while down' }))
+    } finally {
+      worker = startWorker(deps)
+    }
+    const run = await finished(runId)
+    expect(run.status, run.error ?? '').toBe('completed')
+    expect(run.input).toMatchObject({ nodeId: node.id, onlyIfDown: true, previousTriggeredAt: previous.toISOString() })
+    expect(run.result).toMatchObject({ node_id: node.id, outcome: 'not_needed', reason: expect.stringContaining('node is healthy, no longer down') })
+    const left = await findNode(db, node.id)
+    expect(left).toMatchObject({ state: 'healthy' })
+    // The attempt did nothing, so it holds no cooldown: the previous attempt's time is back.
+    expect(left?.last_migration_triggered_at?.getTime()).toBe(previous.getTime())
+    expect((await stateEvents(node.id)).filter((e) => e.writer === 'migration')).toEqual([])
+
+    // An operator may move a healthy node (a host to retire, say): that attempt goes ahead.
+    const operator = await requestMigration(db, node.id, { reason: 'operator', cooldownMs: HOUR })
+    expect(operator.created).toBe(true)
+    const moved = await finished(operator.run.id)
+    expect(moved.status).toBe('failed')
+    expect(moved.error).toContain('no infrastructure provider "nowhere"')
+    expect((await stateEvents(node.id)).filter((e) => e.writer === 'migration').map((e) => `${e.from}->${e.to}`)).toEqual(['healthy->maintenance'])
   })
 
   it('refuses nodes that cannot be migrated, with the reason', async () => {

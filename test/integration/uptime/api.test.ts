@@ -159,6 +159,52 @@ describe.each(DIALECTS)('uptime API on %s', (dialect) => {
     expect(later).toMatchObject({ window_start: '2026-04-02T01:00:00.000Z', uptime_seconds: 3600, downtime_seconds: 2100, unknown_seconds: 900 })
   })
 
+  it('computes the hour that just ended from the log until the worker has finalised its bucket', async () => {
+    const { db } = await resources.database(dialect)
+    const clock = new TestClock(at('2026-05-02T00:03:00Z').getTime())
+    const api = await startAuthApi(resources, db, { clock })
+    const s = await setup(db, api)
+    const node = await story(db, s.alice.id)
+    // The worker last ran at 23:55: its 23:00 bucket is incomplete and stops there (up 1800,
+    // down 600, unknown 900). A node created at 23:58 has no bucket at all.
+    await runUptimeRollup(db, { now: at('2026-05-01T23:55:00Z') })
+    const late = await nodeOf(db, s.alice.id, at('2026-05-01T23:58:00Z'))
+
+    // 22:00 (complete bucket): 600 up. 23:00 from the log: 300 down (provisioning past its
+    // grace), 900 unknown, 1800 up, 600 down. 00:00 to 00:03: 180 down.
+    // Up 2400, down 1080, unknown 900: 2400 / 3480 = 68.965 %.
+    const expected = { uptime_percentage: 68.965, uptime_seconds: 2400, downtime_seconds: 1080, unknown_seconds: 900, total_seconds: 4380 }
+    const day = await api.call('GET', `/api/v1/nodes/${node}/uptime?window=24h`, { bearer: s.aliceKey })
+    expect(day.body).toMatchObject(expected)
+    const week = await api.call('GET', `/api/v1/nodes/${node}/uptime?window=7d`, { bearer: s.aliceKey })
+    expect(week.body).toMatchObject(expected)
+
+    const hourly = await api.call('GET', `/api/v1/nodes/${node}/uptime/history?window=24h`, { bearer: s.aliceKey })
+    type Period = { period_start: string; uptime_seconds: number; downtime_seconds: number; unknown_seconds: number; total_seconds: number }
+    const periods = (hourly.body as { periods: Period[] }).periods
+    expect(periods.filter((p) => p.total_seconds > 0).map((p) => [p.period_start.slice(11, 16), p.uptime_seconds, p.downtime_seconds, p.unknown_seconds])).toEqual([
+      ['22:00', 600, 0, 0],
+      ['23:00', 1800, 900, 900],
+      ['00:00', 0, 180, 0],
+    ])
+
+    // The late node: 23:58 to 00:03 in its provisioning grace, 120 + 180 s up.
+    const lateDay = await api.call('GET', `/api/v1/nodes/${late}/uptime?window=24h`, { bearer: s.aliceKey })
+    expect(lateDay.body).toMatchObject({ uptime_percentage: 100, uptime_seconds: 300, downtime_seconds: 0, total_seconds: 300 })
+
+    type Item = { node_id: string; windows: Record<string, Record<string, unknown>> }
+    const fleet = (await api.call('GET', '/api/v1/uptime', { bearer: s.aliceKey })).body as { items: Item[] }
+    const byId = new Map(fleet.items.map((i) => [i.node_id, i]))
+    expect(byId.get(node)?.windows['24h']).toMatchObject(expected)
+    expect(byId.get(node)?.windows['30d']).toMatchObject(expected)
+    expect(byId.get(late)?.windows['24h']).toMatchObject({ uptime_seconds: 300, total_seconds: 300 })
+
+    // Once the worker has run after the hour, the same figures come from its buckets.
+    await runUptimeRollup(db, { now: at('2026-05-02T00:03:00Z') })
+    expect((await api.call('GET', `/api/v1/nodes/${node}/uptime?window=24h`, { bearer: s.aliceKey })).body).toEqual(day.body)
+    expect((await api.call('GET', `/api/v1/nodes/${late}/uptime?window=24h`, { bearer: s.aliceKey })).body).toEqual(lateDay.body)
+  })
+
   it('reports the fleet: its own nodes to a user, every node to an admin', async () => {
     const { db } = await resources.database(dialect)
     const api = await startAuthApi(resources, db, { clock: new TestClock(at('2026-05-02T00:30:00Z').getTime()) })
