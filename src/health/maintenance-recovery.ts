@@ -3,8 +3,11 @@
  * default every 30 minutes; docs/health.md). A node is left in maintenance when the workflow
  * that put it there died or gave up without taking it out. After `afterMs` in maintenance, and
  * only when nothing holds it any more — no unfinished lifecycle workflow run of the node (a
- * migration's key starts with the node id) and no node of a running rollout in progress or
- * validating — it is moved to `syncing` by the `maintenance_recovery` writer with its failure
+ * migration's key starts with the node id) and no rollout node of it in progress or validating
+ * in a rollout that is not over (pending, scheduled, running, or paused: a rollout rolling back
+ * is paused, and one paused by its operator or its threshold lets its batch finish) or whose
+ * group is still active (a group under `rollback_all` rolls back the nodes of its finished
+ * components) — it is moved to `syncing` by the `maintenance_recovery` writer with its failure
  * counter cleared. From there the heartbeat evaluation decides as for any node: synced with fresh
  * heartbeats -> healthy; no heartbeats -> down after three timeouts -> migrated after the grace.
  */
@@ -13,6 +16,7 @@ import { ConflictError } from '../errors.js'
 import type { Logger } from '../log.js'
 import { applyHealthUpdate } from '../nodes/health-state-machine.js'
 import { nodeFromRow } from '../nodes/node-store.js'
+import { ACTIVE_GROUP_STATUSES, ACTIVE_ROLLOUT_STATUSES } from '../rollouts/states.js'
 
 const LIVE_RUN_STATUSES = ['pending', 'running', 'sleeping']
 const ROLLOUT_NODE_HOLDING = ['in_progress', 'validating']
@@ -50,7 +54,11 @@ export async function recoverMaintenance(db: Db, options: MaintenanceRecoveryOpt
         .join('rollouts', 'rollouts.id', 'rollout_nodes.rollout_id')
         .whereRaw('rollout_nodes.node_id = nodes.id')
         .whereIn('rollout_nodes.status', ROLLOUT_NODE_HOLDING)
-        .where('rollouts.status', 'running'),
+        .where((live) =>
+          live
+            .whereIn('rollouts.status', ACTIVE_ROLLOUT_STATUSES)
+            .orWhereExists((g) => g.select(db.raw('1')).from('rollout_groups').whereRaw('rollout_groups.id = rollouts.group_id').whereIn('rollout_groups.status', ACTIVE_GROUP_STATUSES)),
+        ),
     )
     .select('*')) as Parameters<typeof nodeFromRow>[0][]
   const overdueCount = Number(((await overdue.clone().count({ n: '*' }).first()) as { n: number | string } | undefined)?.n ?? 0)

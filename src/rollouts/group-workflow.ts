@@ -6,9 +6,14 @@
  * For each component: the operator's signals; the component's rollout created (group_id,
  * component_index) and started; the group waits for it (the rollout wakes it when it ends); then
  * the health gate. A component that does not complete (or fails its gate) is decided by the
- * failure policy: `partial_ok` -> group `partial`; `rollback_all` -> the components already
- * done are rolled back node by node, latest first, group `rolled_back`; `manual` -> the group
- * pauses for the operator (resume goes on with the next component, skip likewise, cancel ends).
+ * failure policy: `partial_ok` -> group `partial`; `rollback_all` -> the failing component's
+ * upgraded nodes, then the components already done, are rolled back node by node, latest
+ * first, group `rolled_back`; `manual` -> the group pauses for the operator (resume goes on with
+ * the next component, skip likewise, cancel ends).
+ *
+ * The operator's skip or cancel of a running component is not a failure: the component's rollout
+ * is cancelled (its in-flight nodes finish), and once it has ended the group goes on with the
+ * next component (skip) or ends `cancelled` (cancel); the failure policy does not run.
  *
  * A component's source version is what the group's nodes run when it starts (one binary version
  * is tracked per node: docs/rollouts.md, "Groups").
@@ -16,7 +21,7 @@
 import type { Db, Queryable } from '../db/knex.js'
 import { sendSignal, startWorkflow, StepFailedError, type WorkflowContext, type WorkflowRegistry } from '../workflows/index.js'
 import { componentRollout } from './create.js'
-import { publishRolloutEvent, rolloutProgress } from './events.js'
+import { notifyOperator, publishRolloutEvent, rolloutProgress } from './events.js'
 import { rollBackNode, type NodeUpgradeDeps } from './node-upgrade.js'
 import { UPGRADEABLE_STATES } from './planning.js'
 import type { RolloutGroupStatus, RolloutStatus } from './states.js'
@@ -77,7 +82,20 @@ export function groupWorkflow(deps: NodeUpgradeDeps) {
           // Nothing to upgrade for this component (no node runs another version).
           continue
         }
-        const status = await awaitComponent(ctx, deps, groupId, rolloutId, 'or-stopped')
+        const { status, operator } = await awaitComponent(ctx, deps, groupId, rolloutId, 'or-stopped')
+        if (operator === 'cancel') {
+          await ctx.step('cancel', () => cancelGroup(deps, groupId))
+          return summary(deps.db, groupId)
+        }
+        if (operator === 'skip') {
+          // Nodes it upgraded before it stopped were upgraded by the group: rollback_all undoes them too.
+          done.push(index)
+          await ctx.step('skip', () => skipRunning(deps, groupId, index))
+          // The gate still stands between components (the next one plans on healthy nodes, and a
+          // node just upgraded is syncing), but a skipped component's gate decides nothing.
+          await healthGate(ctx, deps, rolloutId, group.healthWaitMs)
+          continue
+        }
         const gate =
           status === 'completed'
             ? await healthGate(ctx, deps, rolloutId, group.healthWaitMs)
@@ -108,6 +126,22 @@ async function failGroup(deps: NodeUpgradeDeps, groupId: string, reason: string)
   const g = await requireRolloutGroup(deps.db, groupId)
   if (g.status !== 'running' && g.status !== 'paused') return g.status
   return moveGroup(deps, groupId, 'failed', { error_message: reason.slice(0, 2000) })
+}
+
+/** The operator's cancel, taken once the running component has ended. */
+async function cancelGroup(deps: NodeUpgradeDeps, groupId: string): Promise<RolloutGroupStatus> {
+  const g = await requireRolloutGroup(deps.db, groupId)
+  if (g.status !== 'running' && g.status !== 'paused') return g.status
+  return moveGroup(deps, groupId, 'cancelled')
+}
+
+/** The operator's skip of the running component, taken once it has ended: on with the next one. */
+async function skipRunning(deps: NodeUpgradeDeps, groupId: string, index: number): Promise<number> {
+  const g = await requireRolloutGroup(deps.db, groupId)
+  // A group paused by the operator before the skip goes on too (as a skip from a pause does).
+  if (g.status === 'paused') await updateGroupStatus(deps.db, groupId, 'running', { now: deps.now(), fields: { current_component_index: index + 1 } })
+  else await updateGroupFields(deps.db, groupId, { current_component_index: index + 1 }, { now: deps.now() })
+  return index
 }
 
 async function summary(db: Db, groupId: string): Promise<GroupWorkflowResult> {
@@ -182,7 +216,9 @@ async function startComponent(deps: NodeUpgradeDeps, groupId: string, index: num
     const rollout = await insertRollout(trx, componentRollout(g, index, { sourceVersion: source, reason: `component ${index} of rollout group ${groupId}` }), now)
     const running = await updateRolloutStatus(trx, rollout.id, 'running', { now })
     await startWorkflow(trx, ROLLOUT_WORKFLOW, { rolloutId: rollout.id }, { key: rollout.id, now })
+    // As a standalone rollout's start (control.ts, startRollout): the event and the notification.
     await publishRolloutEvent(trx, 'started', rolloutProgress(running), now)
+    await notifyOperator(trx, 'rollout_started', running.created_by, rolloutProgress(running), now)
     return rollout.id
   })
 }
@@ -206,22 +242,44 @@ async function currentVersion(db: Queryable, g: RolloutGroupRecord, target: stri
 /** A component paused for its failures (not by the operator) is stopped: the policy decides. */
 const STOPPED_FOR_FAILURES = ['failure_threshold', 'canary_failed']
 
+/** How a component's wait ended: its rollout's status, and the operator's skip or cancel if any. */
+interface ComponentEnd {
+  status: RolloutStatus
+  /** The operator skipped or cancelled the running component: not a failure, no policy. */
+  operator: 'skip' | 'cancel' | null
+}
+
 /**
- * Waits for the component's rollout to end (or, with `or-stopped`, to pause for its failures);
- * the group's pause, resume and cancel are passed on to it, skip cancels it.
+ * Waits for the component's rollout to end (or, with `or-stopped`, to pause for its failures).
+ * With `or-stopped` (the component running its course) the group's pause and resume are passed
+ * on to it; skip and cancel send it `cancel` and are remembered, and the wait then lasts until
+ * it has ended (its in-flight nodes finish), so the caller tells them apart from a failure. With
+ * `ended` (the failure policy ending it) the group's signals are not acted on: the policy decides.
  */
-async function awaitComponent(ctx: WorkflowContext, deps: NodeUpgradeDeps, groupId: string, rolloutId: string, until: 'ended' | 'or-stopped'): Promise<RolloutStatus> {
+async function awaitComponent(ctx: WorkflowContext, deps: NodeUpgradeDeps, groupId: string, rolloutId: string, until: 'ended' | 'or-stopped'): Promise<ComponentEnd> {
+  let operator: ComponentEnd['operator'] = null
   for (;;) {
+    // Once skipped or cancelled, a component paused for its failures is still on its way to
+    // `cancelled`: it holds the chain's one active rollout until then.
+    const waitUntil = operator ? 'ended' : until
     const status = await ctx.step('component-status', async () => {
       const r = await requireRollout(deps.db, rolloutId)
-      const stopped = until === 'or-stopped' && r.status === 'paused' && STOPPED_FOR_FAILURES.includes(r.pause_reason ?? '')
+      const stopped = waitUntil === 'or-stopped' && r.status === 'paused' && STOPPED_FOR_FAILURES.includes(r.pause_reason ?? '')
       return isTerminalRollout(r.status) || stopped ? r.status : null
     })
-    if (status) return status
+    if (status) return { status, operator }
     const control = await ctx.waitForSignal<GroupControlSignal>(GROUP_CONTROL_SIGNAL, { timeoutMs: 600_000 })
-    if (control && control.signal !== 'component_changed') {
-      await ctx.step('forward', () => forward(deps, groupId, rolloutId, control))
+    if (!control || control.signal === 'component_changed' || until === 'ended') continue
+    if (control.signal === 'skip' || control.signal === 'cancel') {
+      const first = operator === null
+      // A cancel after a skip ends the group all the same; a skip after a cancel changes nothing.
+      operator = operator === 'cancel' ? 'cancel' : control.signal
+      if (first) await ctx.step('forward', () => forward(deps, groupId, rolloutId, control))
+      continue
     }
+    // Pause or resume of a component that is being skipped or cancelled: it is ending anyway.
+    if (operator) continue
+    await ctx.step('forward', () => forward(deps, groupId, rolloutId, control))
   }
 }
 
@@ -234,9 +292,13 @@ async function endComponent(ctx: WorkflowContext, deps: NodeUpgradeDeps, groupId
     await sendSignal(deps.db, { name: ROLLOUT_WORKFLOW, key: rolloutId }, CONTROL_SIGNAL, payload, { now: deps.now() })
     return signal
   })
-  return awaitComponent(ctx, deps, groupId, rolloutId, 'ended')
+  return (await awaitComponent(ctx, deps, groupId, rolloutId, 'ended')).status
 }
 
+/**
+ * Passes the group's signal on to its running component: pause and resume as they are (the group
+ * follows), skip and cancel as `cancel` (the group moves once the component has ended).
+ */
 async function forward(deps: NodeUpgradeDeps, groupId: string, rolloutId: string, control: Exclude<GroupControlSignal, { signal: 'component_changed' }>): Promise<string> {
   const now = deps.now()
   const rollout = await requireRollout(deps.db, rolloutId)
@@ -248,7 +310,6 @@ async function forward(deps: NodeUpgradeDeps, groupId: string, rolloutId: string
   const group = await requireRolloutGroup(deps.db, groupId)
   if (control.signal === 'pause' && group.status === 'running') await updateGroupStatus(deps.db, groupId, 'paused', { now, fields: { pause_reason: 'operator' } })
   if (control.signal === 'resume' && group.status === 'paused') await updateGroupStatus(deps.db, groupId, 'running', { now })
-  if (control.signal === 'cancel') await updateGroupStatus(deps.db, groupId, 'cancelled', { now })
   return signal
 }
 
@@ -287,7 +348,11 @@ async function onComponentFailure(ctx: WorkflowContext, deps: NodeUpgradeDeps, g
   }
   if (policy === 'rollback_all') {
     // The failing component first (its own upgraded nodes), then the finished ones, latest first.
+    // A stopped component still runs: its own rollback does it (-> rolled_back). One that ended
+    // (failed below its threshold, or completed but failed the gate) has its succeeded nodes
+    // rolled back here, as a finished component's; its status stays what it ended with.
     if (failed.paused) await endComponent(ctx, deps, groupId, failed.rolloutId, 'rollback')
+    else await ctx.step('rollback-component', (step) => rollBackComponent(deps, groupId, failed.index, () => step.heartbeat()), { timeoutMs: 2 * deps.commandTimeoutMs + 600_000, heartbeatTimeoutMs: 120_000 })
     for (const index of [...done].reverse()) {
       await ctx.step('rollback-component', (step) => rollBackComponent(deps, groupId, index, () => step.heartbeat()), { timeoutMs: 2 * deps.commandTimeoutMs + 600_000, heartbeatTimeoutMs: 120_000 })
     }

@@ -12,6 +12,7 @@ import { MIGRATE_WORKFLOW, migrationKey } from '../../../src/provisioning/migrat
 import { requestMigration } from '../../../src/provisioning/triggers.js'
 import { findRunByKey } from '../../../src/workflows/index.js'
 import { DIALECTS } from '../../helpers/db.js'
+import { groupIn } from '../rollouts/helpers.js'
 import { at, freshDatabases, healthEvents, HOUR, logger, MINUTE, nodeNow, nodeWith, SECOND } from './support.js'
 
 async function migrateRuns(db: Db, nodeId?: string): Promise<number> {
@@ -75,7 +76,7 @@ describe.each(DIALECTS)('migration trigger and maintenance recovery on %s', (dia
     expect(await migrateRuns(db)).toBe(3)
   })
 
-  it('recovers a node left in maintenance to syncing, but not one a workflow or running rollout still holds', async () => {
+  it('recovers a node left in maintenance to syncing, but not one a workflow or unfinished rollout still holds', async () => {
     const db = await database()
     const left = await nodeWith(db, { state: 'maintenance', stateSince: -2 * HOUR, consecutiveFailures: 2 })
     const recent = await nodeWith(db, { state: 'maintenance', stateSince: -10 * MINUTE })
@@ -87,24 +88,40 @@ describe.each(DIALECTS)('migration trigger and maintenance recovery on %s', (dia
     const abandoned = await nodeWith(db, { state: 'maintenance', stateSince: -2 * HOUR })
     await rolloutHolding(db, upgrading, 'running')
     await rolloutHolding(db, abandoned, 'cancelled')
+    // A rollout rolling back is paused (pause_reason rollback) while it moves its nodes back; one
+    // paused by its operator lets the batch under way finish: their in-flight nodes stay held.
+    const rollingBack = await nodeWith(db, { state: 'maintenance', stateSince: -2 * HOUR })
+    const pausedBatch = await nodeWith(db, { state: 'maintenance', stateSince: -2 * HOUR })
+    await rolloutHolding(db, rollingBack, 'paused', { pause_reason: 'rollback' })
+    await rolloutHolding(db, pausedBatch, 'paused', { pause_reason: 'operator' }, 'validating')
+    // A group under rollback_all rolls back the nodes of a component that already completed.
+    const groupRollback = await nodeWith(db, { state: 'maintenance', stateSince: -2 * HOUR })
+    const group = await groupIn(db, 'running', { failure_policy: 'rollback_all' })
+    await rolloutHolding(db, groupRollback, 'completed', { group_id: group.id, component_index: 0 })
+    // A node a finished rollout left in flight (its workflow died) is not held by it.
+    const finishedLeft = await nodeWith(db, { state: 'maintenance', stateSince: -2 * HOUR })
+    await rolloutHolding(db, finishedLeft, 'failed')
 
     const result = await recoverMaintenance(db, { now: at(0), afterMs: HOUR, logger })
-    expect(result.recovered.sort()).toEqual([left, abandoned].sort())
-    expect(result.held).toBe(2)
+    expect(result.recovered.sort()).toEqual([left, abandoned, finishedLeft].sort())
+    expect(result.held).toBe(5)
     expect(await nodeNow(db, left)).toMatchObject({ state: 'syncing', consecutive_failures: 0 })
     expect((await healthEvents(db, left))[0]).toMatchObject({ writer: 'maintenance_recovery', from: 'maintenance', to: 'syncing' })
-    for (const id of [recent, migrating, upgrading]) {
+    for (const id of [recent, migrating, upgrading, rollingBack, pausedBatch, groupRollback]) {
       expect((await nodeNow(db, id)).state).toBe('maintenance')
       expect(await healthEvents(db, id)).toEqual([])
     }
     // Once the migration's run is over, its node is recovered too.
     await db('workflow_runs').where({ workflow_name: MIGRATE_WORKFLOW }).update({ status: 'failed' })
     expect((await recoverMaintenance(db, { now: at(MINUTE), afterMs: HOUR, logger })).recovered).toEqual([migrating])
+    // Once the group has ended, the node its rollback left in flight is no longer held.
+    await db('rollout_groups').where({ id: group.id }).update({ status: 'rolled_back' })
+    expect((await recoverMaintenance(db, { now: at(2 * MINUTE), afterMs: HOUR, logger })).recovered).toEqual([groupRollback])
   })
 })
 
 let rollouts = 0
-async function rolloutHolding(db: Db, nodeId: string, status: string): Promise<void> {
+async function rolloutHolding(db: Db, nodeId: string, status: string, fields: Record<string, unknown> = {}, nodeStatus = 'in_progress'): Promise<void> {
   rollouts += 1
   const id = `00000000-0000-4000-8000-${String(rollouts).padStart(12, '0')}`
   const now = at(-2 * HOUR)
@@ -125,6 +142,7 @@ async function rolloutHolding(db: Db, nodeId: string, status: string): Promise<v
     created_by: 'test',
     created_at: now,
     updated_at: now,
+    ...fields,
   })
-  await db('rollout_nodes').insert({ id: crypto.randomUUID(), rollout_id: id, node_id: nodeId, batch_index: 0, status: 'in_progress', created_at: now, updated_at: now })
+  await db('rollout_nodes').insert({ id: crypto.randomUUID(), rollout_id: id, node_id: nodeId, batch_index: 0, status: nodeStatus, created_at: now, updated_at: now })
 }
