@@ -13,6 +13,8 @@ import { benchEvents } from './events.js'
 import { benchHealth } from './health.js'
 import { benchHeartbeats } from './heartbeats.js'
 import { benchPayments } from './payments.js'
+import { benchRollouts } from './rollouts.js'
+import { benchApiLoad } from './api-load.js'
 import type { Bench, BenchFigure } from './lib.js'
 import { benchStateMachine } from './state-machine.js'
 import { benchWorkflows } from './workflows.js'
@@ -27,6 +29,8 @@ const BENCHES: Record<string, Bench> = {
   payments: benchPayments,
   uptime: benchUptime,
   health: benchHealth,
+  rollouts: benchRollouts,
+  'api-load': benchApiLoad,
 }
 
 const resultsDir = path.join(path.dirname(fileURLToPath(import.meta.url)), 'results')
