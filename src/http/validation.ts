@@ -29,7 +29,11 @@ export function validateRequest<P extends ZodTypeAny | undefined, Q extends ZodT
   schemas: { params?: P; query?: Q; body?: B },
   input: { params: unknown; query: unknown; body: unknown },
 ): ValidatedParts<Output<P>, Output<Q>, Output<B>> {
-  const problems: string[] = []
+  const problems: string[] = [
+    ...unstorableText('params', input.params),
+    ...unstorableText('query', input.query),
+    ...unstorableText('body', input.body),
+  ]
   const parse = <S extends ZodTypeAny | undefined>(part: RequestPart, schema: S, value: unknown): Output<S> => {
     if (!schema) return undefined as Output<S>
     const result = schema.safeParse(value)
@@ -48,6 +52,29 @@ export function validateRequest<P extends ZodTypeAny | undefined, Q extends ZodT
     throw new ValidationError('invalid request', listed.join('; '))
   }
   return validated as ValidatedParts<Output<P>, Output<Q>, Output<B>>
+}
+
+/** A NUL character or a lone UTF-16 surrogate: no database column can store either as sent (Postgres refuses NUL outright). */
+const UNSTORABLE = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/
+
+/** Every string (or key) of a request part holding unstorable text, by field path; at most MAX_ISSUES. */
+function unstorableText(part: RequestPart, value: unknown): string[] {
+  const found: string[] = []
+  const visit = (v: unknown, path: (string | number)[], depth: number): void => {
+    if (found.length >= MAX_ISSUES || depth > 64) return
+    if (typeof v === 'string') {
+      if (UNSTORABLE.test(v)) found.push(`${fieldPath(part, path)}: must not contain NUL characters or unpaired UTF-16 surrogates`)
+    } else if (Array.isArray(v)) {
+      v.forEach((item, i) => visit(item, [...path, i], depth + 1))
+    } else if (typeof v === 'object' && v !== null) {
+      for (const [key, item] of Object.entries(v)) {
+        if (UNSTORABLE.test(key)) found.push(`${fieldPath(part, path)}: a key must not contain NUL characters or unpaired UTF-16 surrogates`)
+        else visit(item, [...path, key], depth + 1)
+      }
+    }
+  }
+  visit(value, [], 0)
+  return found
 }
 
 export type Output<S> = S extends ZodTypeAny ? z.output<S> : undefined
