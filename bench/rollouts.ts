@@ -46,24 +46,24 @@ import { benchDatabase, type Dialect } from './databases.js'
 import { INSERT_CHUNK, insertFleet } from './fleet.js'
 import { figure, type Bench, type BenchFigure } from './lib.js'
 
-const FLEET = 1_000
-const BATCH = 100
+export const FLEET = 1_000
+export const BATCH = 100
 const WORK_MS = 50
 const HEALTH_WAIT_MS = 1_000
-const HEARTBEAT_MS = 500
-const SOURCE = '1.0.0'
-const TARGET = '1.1.0'
+export const HEARTBEAT_MS = 500
+export const SOURCE = '1.0.0'
+export const TARGET = '1.1.0'
 /** The orchestrator's and the gateway's production settings (daemons/orchestrator.ts, src/config/env.ts). */
 const ORCHESTRATOR_POLL_MS = 250
 const WORKFLOW_POLL_MS = 1_000
 const WORKFLOW_CONCURRENCY = 16
 const COMMAND_TIMEOUT_MS = 600_000
-const GATEWAY_COMMAND_POLL_MS = 250
-const HEARTBEAT_FLUSH_MS = 25
+export const GATEWAY_COMMAND_POLL_MS = 250
+export const HEARTBEAT_FLUSH_MS = 25
 const logger = createLogger({ level: 'silent' })
 
-type AgentStream = grpc.ClientDuplexStream<AgentMessageOut, GatewayMessage>
-type Tls = { ca: Buffer; cert: Buffer; key: Buffer }
+export type AgentStream = grpc.ClientDuplexStream<AgentMessageOut, GatewayMessage>
+export type Tls = { ca: Buffer; cert: Buffer; key: Buffer }
 
 export const benchRollouts: Bench = async (ctx) => {
   const figures: BenchFigure[] = []
@@ -92,7 +92,7 @@ export const benchRollouts: Bench = async (ctx) => {
 }
 
 /** One simulated node agent: heartbeats on demand, answers upgrade commands. */
-class SimulatedAgent {
+export class SimulatedAgent {
   version = SOURCE
   upgrades = 0
   streamErrors = 0
@@ -158,7 +158,7 @@ class SimulatedAgent {
   }
 }
 
-interface Setting {
+export interface Setting {
   db: Db
   gatewayDb: Db
   dialect: Dialect
@@ -276,7 +276,7 @@ async function rollingUpgrade(s: Setting): Promise<BenchFigure[]> {
 }
 
 /** Wall time, process CPU and event-loop delay of one run. */
-async function measured<T>(op: () => Promise<T>): Promise<{ result: T; ms: number; cpuPercent: number; loopP99Ms: number }> {
+export async function measured<T>(op: () => Promise<T>): Promise<{ result: T; ms: number; cpuPercent: number; loopP99Ms: number }> {
   const eld = monitorEventLoopDelay({ resolution: 10 })
   eld.enable()
   const cpu = process.cpuUsage()
@@ -303,7 +303,7 @@ async function directUpgrade(db: Db, batches: string[][], artifact: { version: s
   }
 }
 
-async function rollout(s: Setting, operatorId: string): Promise<{ rolloutId: string; startedAt: Date }> {
+export async function rollout(s: Pick<Setting, 'db' | 'catalogue' | 'target'>, operatorId: string, source: string = SOURCE): Promise<{ rolloutId: string; startedAt: Date }> {
   const { db } = s
   const created = await insertRollout(
     db,
@@ -311,7 +311,7 @@ async function rollout(s: Setting, operatorId: string): Promise<{ rolloutId: str
       chain_profile_id: 'devnet',
       node_type: 'full',
       binary_name: 'devnet-node',
-      source_version: SOURCE,
+      source_version: source,
       target_version: s.target.version,
       target_binary_url: s.target.url,
       target_binary_checksum: `sha256:${s.target.sha256}`,
@@ -424,7 +424,7 @@ async function breakdown(db: Db, rolloutId: string, startedAt: Date): Promise<{ 
   }
 }
 
-async function until<T>(check: () => Promise<T | undefined | false>, what: string, timeoutMs: number, pollMs = 50): Promise<T> {
+export async function until<T>(check: () => Promise<T | undefined | false>, what: string, timeoutMs: number, pollMs = 50): Promise<T> {
   const deadline = Date.now() + timeoutMs
   for (;;) {
     const value = await check()
@@ -434,7 +434,7 @@ async function until<T>(check: () => Promise<T | undefined | false>, what: strin
   }
 }
 
-async function issueTokens(db: Db, nodeIds: string[]): Promise<{ nodeId: string; token: string }[]> {
+export async function issueTokens(db: Db, nodeIds: string[]): Promise<{ nodeId: string; token: string }[]> {
   const now = new Date()
   const out = nodeIds.map((nodeId) => ({ nodeId, token: AGENT_TOKEN_PREFIX + crypto.randomBytes(32).toString('base64url') }))
   for (let i = 0; i < out.length; i += INSERT_CHUNK) {

@@ -15,6 +15,7 @@ import { benchHeartbeats } from './heartbeats.js'
 import { benchPayments } from './payments.js'
 import { benchRollouts } from './rollouts.js'
 import { benchApiLoad } from './api-load.js'
+import { benchFleetLoad } from './fleet-load.js'
 import type { Bench, BenchFigure } from './lib.js'
 import { benchStateMachine } from './state-machine.js'
 import { benchWorkflows } from './workflows.js'
@@ -31,6 +32,7 @@ const BENCHES: Record<string, Bench> = {
   health: benchHealth,
   rollouts: benchRollouts,
   'api-load': benchApiLoad,
+  'fleet-load': benchFleetLoad,
 }
 
 const resultsDir = path.join(path.dirname(fileURLToPath(import.meta.url)), 'results')
