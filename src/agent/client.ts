@@ -40,7 +40,7 @@ export interface CommandRunner {
 }
 
 export interface AgentClientOptions {
-  /** host:port of the agent-gateway */
+  /** host:port of the agent-gateway, or several comma-separated: a lost or unreachable one hands over to the next. */
   target: string
   /** PEM of the CA that signed the gateway's certificate */
   ca: Buffer
@@ -78,8 +78,12 @@ type Duplex = grpc.ClientDuplexStream<AgentMessageOut, GatewayMessage>
 
 const FATAL_CODES = new Set([grpc.status.UNAUTHENTICATED, grpc.status.FAILED_PRECONDITION, grpc.status.PERMISSION_DENIED])
 
+type GatewayClient = grpc.Client & Record<string, (...args: unknown[]) => unknown>
+
 export class AgentClient {
-  private readonly client: grpc.Client & Record<string, (...args: unknown[]) => unknown>
+  private readonly targets: string[]
+  private readonly clients = new Map<string, GatewayClient>()
+  private targetIndex = 0
   private stream: Duplex | undefined
   private heartbeatTimer: NodeJS.Timeout | undefined
   private reconnectTimer: NodeJS.Timeout | undefined
@@ -92,14 +96,33 @@ export class AgentClient {
   heartbeatsSent = 0
 
   constructor(private readonly options: AgentClientOptions) {
-    const Service = agentGatewayService()
-    const channelOptions: grpc.ChannelOptions = {
-      'grpc.keepalive_time_ms': 30_000,
-      'grpc.keepalive_timeout_ms': 10_000,
-      ...(options.serverName ? { 'grpc.ssl_target_name_override': options.serverName, 'grpc.default_authority': options.serverName } : {}),
-    }
-    this.client = new Service(options.target, grpc.credentials.createSsl(options.ca), channelOptions) as unknown as typeof this.client
+    this.targets = options.target.split(',').map((t) => t.trim()).filter((t) => t.length > 0)
     this.backoffMs = options.reconnect?.initialMs ?? 1_000
+  }
+
+  /** The gateway this agent dials now. */
+  get target(): string {
+    return this.targets[this.targetIndex] as string
+  }
+
+  private get client(): GatewayClient {
+    let client = this.clients.get(this.target)
+    if (!client) {
+      const Service = agentGatewayService()
+      const channelOptions: grpc.ChannelOptions = {
+        'grpc.keepalive_time_ms': 30_000,
+        'grpc.keepalive_timeout_ms': 10_000,
+        ...(this.options.serverName ? { 'grpc.ssl_target_name_override': this.options.serverName, 'grpc.default_authority': this.options.serverName } : {}),
+      }
+      client = new Service(this.target, grpc.credentials.createSsl(this.options.ca), channelOptions) as unknown as GatewayClient
+      this.clients.set(this.target, client)
+    }
+    return client
+  }
+
+  /** After a failed attempt or a lost stream: the next gateway of the list (the same one when there is one). */
+  private nextTarget(): void {
+    this.targetIndex = (this.targetIndex + 1) % this.targets.length
   }
 
   /** Connects in the background; resolves once the first stream is open. */
@@ -117,7 +140,8 @@ export class AgentClient {
               this.options.onFatal?.(`${grpc.status[status.code]}: ${status.details ?? ''}`)
               return resolve()
             }
-            this.options.logger.warn({ details: status.details ?? (err as Error).message, retry_in_ms: this.backoffMs }, 'cannot reach the agent-gateway; retrying')
+            this.options.logger.warn({ target: this.target, details: status.details ?? (err as Error).message, retry_in_ms: this.backoffMs }, 'cannot reach the agent-gateway; retrying')
+            this.nextTarget()
             this.scheduleReconnect(attempt)
           },
         )
@@ -145,7 +169,7 @@ export class AgentClient {
         setTimeout(resolve, 1_000).unref()
       })
     }
-    this.client.close()
+    for (const client of this.clients.values()) client.close()
   }
 
   private scheduleReconnect(attempt: () => void): void {
@@ -195,7 +219,7 @@ export class AgentClient {
     }
     this.stream = stream
     this.backoffMs = this.options.reconnect?.initialMs ?? 1_000
-    this.options.logger.info({ node_id: this.options.nodeId, target: this.options.target, reconnect: this.connectedOnce }, 'connected to the agent-gateway')
+    this.options.logger.info({ node_id: this.options.nodeId, target: this.target, reconnect: this.connectedOnce }, 'connected to the agent-gateway')
     this.connectedOnce = true
 
     stream.on('data', (message: GatewayMessage) => {
@@ -211,7 +235,8 @@ export class AgentClient {
         this.options.onFatal?.(`${grpc.status[err.code]}: ${err.details}`)
         return
       }
-      this.options.logger.warn({ details: err?.details ?? 'stream ended' }, 'lost the agent-gateway stream; reconnecting')
+      this.options.logger.warn({ target: this.target, details: err?.details ?? 'stream ended' }, 'lost the agent-gateway stream; reconnecting')
+      this.nextTarget()
       this.scheduleReconnect(() => void this.start())
     }
     stream.on('error', onGone)

@@ -152,7 +152,13 @@ export const agentGatewayOnlyEnv = {
   AGENT_COMMAND_POLL_INTERVAL: duration('250ms'),
 }
 
-const gatewayTarget = z.string().regex(/^[A-Za-z0-9.\-]+:\d{1,5}$|^\[[0-9A-Fa-f:]+\]:\d{1,5}$/, 'must be host:port, e.g. 127.0.0.1:9090')
+const HOST_PORT = /^[A-Za-z0-9.\-]+:\d{1,5}$|^\[[0-9A-Fa-f:]+\]:\d{1,5}$/
+const gatewayTarget = z.string().regex(HOST_PORT, 'must be host:port, e.g. 127.0.0.1:9090')
+/** One or more host:port, comma-separated: an agent that loses one gateway dials the next. */
+const gatewayTargets = z
+  .string()
+  .refine((v) => v.split(',').every((t) => HOST_PORT.test(t.trim())), 'must be host:port, or several separated by commas, e.g. 10.0.0.1:9090,10.0.0.2:9090')
+  .transform((v) => v.split(',').map((t) => t.trim()).join(','))
 
 /** The node lifecycle workflows (orchestrator): chains, infrastructure, how agents reach the gateway. */
 export const lifecycleEnv = {
@@ -165,8 +171,8 @@ export const lifecycleEnv = {
     .default('latest'),
   /** Spec: how often `latest` is checked for a new version, default 1 minute. */
   CHAINS_CHECK_INTERVAL: duration('1m'),
-  /** host:port new agents dial; default 127.0.0.1:$AGENT_GATEWAY_PORT. */
-  AGENT_GATEWAY_URL: gatewayTarget.optional(),
+  /** host:port new agents dial (several, comma-separated, for several gateways); default 127.0.0.1:$AGENT_GATEWAY_PORT. */
+  AGENT_GATEWAY_URL: gatewayTargets.optional(),
   /** The CA new agents trust; default the development CA, <data dir>/agent-ca/ca.pem. */
   AGENT_GATEWAY_CA_FILE: z.string().min(1).optional(),
   AGENT_GATEWAY_SERVER_NAME: z.string().min(1).optional(),
@@ -186,8 +192,8 @@ export const lifecycleEnv = {
 export const nodeAgentEnv = z.object({
   LOG_LEVEL: sharedEnv.LOG_LEVEL,
   SHUTDOWN_TIMEOUT: httpEnv.SHUTDOWN_TIMEOUT,
-  /** host:port of the agent-gateway */
-  AGENT_GATEWAY_URL: gatewayTarget,
+  /** host:port of the agent-gateway; several, comma-separated, are dialled in turn when one is lost. */
+  AGENT_GATEWAY_URL: gatewayTargets,
   AGENT_GATEWAY_CA_FILE: z.string().min(1, 'must name the PEM file of the CA that signed the gateway certificate'),
   /** The name to check the gateway certificate against, when it differs from the dialled host. */
   AGENT_GATEWAY_SERVER_NAME: z.string().min(1).optional(),

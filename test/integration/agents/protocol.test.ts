@@ -259,6 +259,44 @@ describe.each(DIALECTS)('agent protocol over gRPC with TLS on %s', (dialect) => 
     expect((await findRegistration(db, nodeId))?.gateway_id).toBe(second.gateway.gatewayId)
   })
 
+  it('an agent given two gateways loses the first mid-command, moves to the second, and finishes the command there once', async () => {
+    const first = await gateway()
+    const second = await gateway()
+    const { nodeId, token } = await nodeWithToken()
+    const runner = new ScriptedRunner()
+    let release!: () => void
+    const released = new Promise<void>((resolve) => (release = resolve))
+    runner.handlers.set('configure', async (_cmd, report) => {
+      report.progress('preparing', 'fetching artifact')
+      await released
+      return { binary_version: '1.1.0' }
+    })
+    const { client } = agent(`${first.target},${second.target}`, nodeId, token, runner, { progressCheckIntervalMs: 60_000 })
+    await client.start()
+    expect(client.target).toBe(first.target)
+    const command = await enqueueCommand(db, { nodeId, type: 'configure', payload: START })
+    await waitFor(async () => (await getCommand(db, command.id)).progress_phase === 'preparing', 'the command running through the first gateway')
+    expect((await getCommand(db, command.id)).gateway_id).toBe(first.gateway.gatewayId)
+
+    // The first gateway goes away with the command in flight.
+    await first.stop()
+    gateways = gateways.filter((x) => x !== first)
+    await waitFor(async () => (await findRegistration(db, nodeId))?.gateway_id === second.gateway.gatewayId && client.connected, 'the agent on the second gateway')
+    expect(client.target).toBe(second.target)
+
+    release()
+    const done = await waitFor(async () => {
+      const c = await getCommand(db, command.id)
+      return c.status === 'completed' ? c : undefined
+    }, 'completion through the second gateway')
+    expect(done.result).toEqual({ binary_version: '1.1.0' })
+    // gateway_id stays the gateway that delivered it; the outcome arrived through the second.
+    expect(runner.executed).toEqual([command.id])
+    // Heartbeats flow through the second gateway.
+    const before = toDateOrNull((await db('nodes').where({ id: nodeId }).first('last_heartbeat')).last_heartbeat)
+    await waitFor(async () => (toDateOrNull((await db('nodes').where({ id: nodeId }).first('last_heartbeat')).last_heartbeat)?.getTime() ?? 0) > (before?.getTime() ?? 0), 'a heartbeat through the second gateway')
+  })
+
   it('resends a command that was sent but never acknowledged, and the agent runs it once', async () => {
     const g = await gateway()
     const { nodeId, token } = await nodeWithToken()

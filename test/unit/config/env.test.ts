@@ -1,6 +1,6 @@
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
-import { apiServerEnv, loadConfig, upEnv } from '../../../src/config/env.js'
+import { apiServerEnv, loadConfig, nodeAgentEnv, upEnv } from '../../../src/config/env.js'
 import { parseDuration } from '../../../src/config/duration.js'
 import { ConfigError } from '../../../src/errors.js'
 
@@ -14,6 +14,19 @@ describe('loadConfig', () => {
     expect([config.API_SERVER_PORT, config.AUTH_SERVER_PORT, config.AGENT_GATEWAY_PORT]).toEqual([8080, 8081, 9090])
     expect([config.PAYMENT_GRPC_PORT, config.PAYMENT_HTTP_PORT, config.PAYMENT_METRICS_PORT]).toEqual([50051, 8085, 9086])
     expect(config.NATS_URL).toBeUndefined()
+  })
+
+  it('takes one agent-gateway or several, comma-separated, and names a bad one', () => {
+    const base = { AGENT_GATEWAY_CA_FILE: '/ca.pem', NODE_AGENT_NODE_ID: '0193a000-0000-7000-8000-000000000001', NODE_AGENT_TOKEN_FILE: '/t', NODE_AGENT_STATE_DIR: '/s' }
+    expect(loadConfig(nodeAgentEnv, { ...base, AGENT_GATEWAY_URL: '10.0.0.1:9090, 10.0.0.2:9090' }).AGENT_GATEWAY_URL).toBe('10.0.0.1:9090,10.0.0.2:9090')
+    let error: unknown
+    try {
+      loadConfig(nodeAgentEnv, { ...base, AGENT_GATEWAY_URL: '10.0.0.1:9090,nope' })
+    } catch (err) {
+      error = err
+    }
+    expect(error).toBeInstanceOf(ConfigError)
+    expect((error as ConfigError).problems.join('\n')).toMatch(/AGENT_GATEWAY_URL.*must be host:port, or several separated by commas/)
   })
 
   it('puts the default databases inside NODEPLANE_DATA_DIR', () => {
