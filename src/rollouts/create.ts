@@ -225,6 +225,16 @@ export async function createRollout(db: Queryable, request: unknown, options: Cr
       manifest,
     }
   } else {
+    // A node that fails its health validation goes back to source_version, and a full rollback
+    // upgrades the succeeded nodes back to it: both take its artifact from the chain profile's
+    // releases (node-upgrade.ts, releaseOf). Without a manifest vouching for the source, a
+    // version the catalogue does not know would leave those nodes failed_rollback/degraded, or
+    // silently on the target after a rollback; refuse it here instead.
+    if (!profile.releases.some((r) => r.version === body.source_version)) {
+      problems.push(
+        `body.source_version: chain ${profile.id} has no release ${body.source_version} (releases: ${profile.releases.map((r) => r.version).join(', ')}); in manual mode the nodes must be able to go back to the source version, so it must be a release of the chain profile`,
+      )
+    }
     // The schema made these required in manual mode.
     target = {
       binary_name: body.binary_name as string,

@@ -1,13 +1,20 @@
 import crypto from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'
+import { fileURLToPath, pathToFileURL } from 'node:url'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { StackFile } from '../../src/daemon/stack-file.js'
 import { createDatabase, type Db } from '../../src/db/knex.js'
 import { insertNode } from '../../src/nodes/node-store.js'
-import type { RolloutDetailView, RolloutGroupStatusView, RolloutNodeView, RolloutView } from '../../src/rollouts/views.js'
+import type { RolloutDetailView, RolloutGroupStatusView, RolloutGroupView, RolloutNodeView, RolloutView } from '../../src/rollouts/views.js'
 import { nodeplane, spawnNodeplane, tempDir, upPorts, waitForFile, type CliResult } from '../helpers/cli.js'
+import { createTestDatabase, DIALECTS, type TestDatabase } from '../helpers/db.js'
 import { waitFor } from '../helpers/ports.js'
+
+const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
+/** A devnet release artifact of the catalogue (chains/devnet/profile.yaml). */
+const releaseUrl = (version: string): string => pathToFileURL(path.join(REPO, `chains/devnet/releases/devnet-node-${version}.mjs`)).href
+const SHA256_100 = 'sha256:47471e355b0963bd17a6bc7958d783d7f23bb09662fcd3aa8b206db51cfcc077'
 
 interface ErrorOutput {
   error: { name: string; message: string; details?: string; exit_code: number }
@@ -33,18 +40,33 @@ function stopLocalHosts(dataDir: string): void {
 }
 
 /**
- * The rollout commands against one `nodeplane up` with two real devnet nodes on the local
- * provider, both running 1.0.0: a `full` one upgraded by a rolling rollout, an `archive` one by a
- * canary of the breaking manifest (the one-active-rollout rule is per chain, so they run one after
- * the other). Fast heartbeats and evaluation so the nodes are healthy within seconds.
+ * The rollout commands against one `nodeplane up` per database with real devnet nodes on the
+ * local provider, all running 1.0.0. Fast heartbeats and evaluation so the nodes are healthy
+ * within seconds. On Postgres `up` gets DATABASE_URL / PAYMENTS_DATABASE_URL of two empty
+ * databases and migrates them itself.
+ *
+ * Split between the dialects (one `up` and its nodes per dialect; every CLI call is a process
+ * start, so the file is slow): on BOTH, the stack comes up on that database, the representative
+ * journey (create, one active rollout per chain, start --watch -> exit 0, status / nodes --json,
+ * the node runs 1.1.0) and a non-admin key's 403s (exit 1, one-line reason, nothing written).
+ * On SQLITE ONLY (it provisions a second, `archive` node for them): the flag refusals, the
+ * breaking canary, rollout groups, a failing rollout (start --watch exit 6 at the failure
+ * threshold, retry-node, force without --yes -> failed, exit 1), pause / resume / rollback
+ * (rolled back, exit 1) and rollout-group pause / resume / skip. They run in order: each one
+ * starts from the versions the one before left the nodes on.
  */
-describe('rollout commands (against nodeplane up with real devnet nodes)', () => {
+describe.each(DIALECTS)('rollout commands on %s (against nodeplane up with real devnet nodes)', (dialect) => {
+  const everything = dialect === 'sqlite'
+  const nodeTypes = everything ? (['full', 'archive'] as const) : (['full'] as const)
   let dir: string
   let up: ReturnType<typeof spawnNodeplane>
   let db: Db
+  const databases: TestDatabase[] = []
   const nodes: Record<'full' | 'archive', string> = { full: '', archive: '' }
 
-  const run = (args: string[], env: Record<string, string> = {}): Promise<CliResult> => nodeplane(args, { cwd: dir, env })
+  /** The databases `up` was given, for the commands that open them (an operator's shell has the same environment). */
+  const databaseEnv: Record<string, string> = {}
+  const run = (args: string[], env: Record<string, string> = {}): Promise<CliResult> => nodeplane(args, { cwd: dir, env: { ...databaseEnv, ...env } })
   const json = <T>(result: CliResult): T => JSON.parse(result.stdout) as T
   const binaryVersion = async (nodeId: string): Promise<string | null> => {
     const shown = await run(['node', 'show', '--id', nodeId, '--json'])
@@ -56,15 +78,30 @@ describe('rollout commands (against nodeplane up with real devnet nodes)', () =>
     expect(listed.exitCode, listed.stderr).toBe(0)
     return json<{ rollouts: RolloutView[] }>(listed).rollouts
   }
+  /** Waits in the database (no CLI process per look): a node upgraded a moment ago is syncing, and a rollout plans only healthy nodes. */
+  const untilHealthy = (nodeId: string, timeoutMs = 60_000): Promise<true> =>
+    waitFor(async () => (((await db('nodes').where({ id: nodeId }).first('state')) as { state: string } | undefined)?.state === 'healthy' ? true : undefined), `node ${nodeId} healthy`, timeoutMs, 250)
+  const untilGroup = (groupId: string, status: string): Promise<true> =>
+    waitFor(async () => (((await db('rollout_groups').where({ id: groupId }).first('status')) as { status: string } | undefined)?.status === status ? true : undefined), `group ${groupId} ${status}`, 90_000, 250)
 
   beforeAll(async () => {
     dir = fs.realpathSync(tempDir())
-    up = spawnNodeplane(['up'], { cwd: dir, env: { ...(await upPorts()), AGENT_HEARTBEAT_INTERVAL: '1s', HEALTH_EVALUATION_INTERVAL: '1s' } })
+    const env: Record<string, string> = { ...(await upPorts()), AGENT_HEARTBEAT_INTERVAL: '1s', HEALTH_EVALUATION_INTERVAL: '1s' }
+    if (dialect === 'postgres') {
+      const controlPlane = await createTestDatabase('postgres', { migrated: false })
+      databases.push(controlPlane)
+      const payments = await createTestDatabase('postgres', { database: 'payments', migrated: false })
+      databases.push(payments)
+      Object.assign(databaseEnv, { DATABASE_URL: controlPlane.url, PAYMENTS_DATABASE_URL: payments.url })
+      Object.assign(env, databaseEnv)
+    }
+    up = spawnNodeplane(['up'], { cwd: dir, env })
     const stack = await waitForFile<StackFile>(path.join(dir, '.nodeplane', 'stack.json'), 'stack.json', 60_000)
-    db = createDatabase(stack.database_url)
+    db = dialect === 'postgres' ? (databases[0] as TestDatabase).connect() : createDatabase(stack.database_url)
+    if (dialect === 'postgres') expect(stack.database_url).toMatch(/^postgres:\/\//)
     const operator = (await db('users').where({ email: 'operator@localhost' }).first()) as { id: string }
     const now = new Date()
-    for (const type of ['full', 'archive'] as const) {
+    for (const type of nodeTypes) {
       const subscription = crypto.randomUUID()
       await db('subscriptions').insert({
         id: subscription,
@@ -85,29 +122,21 @@ describe('rollout commands (against nodeplane up with real devnet nodes)', () =>
       const provision = await run(['node', 'provision', '--node', node.id, '--json'])
       expect(provision.exitCode, provision.stderr).toBe(0)
     }
-    for (const id of Object.values(nodes)) {
-      await waitFor(
-        async () => {
-          const shown = await run(['node', 'show', '--id', id, '--json'])
-          return shown.exitCode === 0 && json<{ state: string }>(shown).state === 'healthy' ? true : undefined
-        },
-        `node ${id} healthy`,
-        90_000,
-        500,
-      )
-    }
+    for (const type of nodeTypes) await untilHealthy(nodes[type], 90_000)
   }, 180_000)
 
   afterAll(async () => {
-    await db?.destroy()
+    if (dialect === 'sqlite') await db?.destroy()
     up?.kill('SIGTERM')
     const stopped = up ? await up : undefined
     if (dir) stopLocalHosts(path.join(dir, '.nodeplane'))
     if (dir) fs.rmSync(dir, { recursive: true, force: true })
+    // Postgres: the pools first (connect() belongs to the database), then the databases.
+    for (const database of databases.splice(0)) await database.destroy()
     if (stopped) expect(stopped.exitCode).toBe(143)
-  })
+  }, 60_000)
 
-  it('refuses bad flags and non-admin keys without creating anything', async () => {
+  it.runIf(everything)('refuses bad flags without creating anything', { timeout: 120_000 }, async () => {
     const base = ['rollout', 'create', '--chain', 'devnet', '--node-type', 'full', '--source-version', '1.0.0']
     const badStrategy = await run([...base, '--upgrade-id', 'devnet-1.1.0', '--strategy', 'bogus'])
     expect(badStrategy.exitCode).toBe(2)
@@ -135,19 +164,6 @@ describe('rollout commands (against nodeplane up with real devnet nodes)', () =>
     expect(interval.exitCode).toBe(2)
     expect(interval.stderr).toMatch(/--interval must be a duration/)
 
-    expect(await rollouts()).toEqual([])
-
-    const user = await run(['user', 'create', '--email', 'viewer@example.test', '--json'])
-    expect(user.exitCode, user.stderr).toBe(0)
-    const issued = await run(['api-key', 'issue', '--user', json<{ id: string }>(user).id, '--name', 'viewer', '--scopes', '*', '--json'])
-    expect(issued.exitCode, issued.stderr).toBe(0)
-    const viewer = { NODEPLANE_API_KEY: json<{ key: string }>(issued).key }
-    const refused = await run([...base, '--upgrade-id', 'devnet-1.1.0'], viewer)
-    expect(refused.exitCode).toBe(1)
-    expect(refused.stderr).toMatch(/^Error: missing scope: this route requires the scope "admin"/)
-    const refusedJson = await run(['rollout', 'list', '--json'], viewer)
-    expect(refusedJson.exitCode).toBe(1)
-    expect(json<ErrorOutput>(refusedJson).error).toMatchObject({ name: 'ForbiddenError', exit_code: 1, message: expect.stringMatching(/scope "admin"/) })
     expect(await rollouts()).toEqual([])
 
     const unknown = await run(['rollout', 'status', '--id', '0190f5c2-0000-7000-8000-000000000000'])
@@ -200,7 +216,7 @@ describe('rollout commands (against nodeplane up with real devnet nodes)', () =>
     const failedOnly = await run(['rollout', 'nodes', '--id', rollout.id, '--status', 'failed', '--json'])
     expect(json<{ nodes: RolloutNodeView[] }>(failedOnly).nodes).toEqual([])
     expect(await binaryVersion(nodes.full)).toBe('1.1.0')
-    expect(await binaryVersion(nodes.archive)).toBe('1.0.0')
+    if (everything) expect(await binaryVersion(nodes.archive)).toBe('1.0.0')
 
     // Watching a finished rollout returns at once with its outcome; actions it no longer allows exit 4.
     const watchDone = await run(['rollout', 'status', '--id', rollout.id, '--watch', '--json'])
@@ -222,7 +238,42 @@ describe('rollout commands (against nodeplane up with real devnet nodes)', () =>
     expect(none.stdout.trim()).toBe('No rollouts match these filters.')
   })
 
-  it('a breaking canary: start --watch exits 6 at the approval gate, approve-canary --watch exits 0 when completed', { timeout: 180_000 }, async () => {
+  it('a key without the admin scope: exit 1 and a one-line reason for create, signals and retry-node; nothing is written', { timeout: 120_000 }, async () => {
+    const before = await rollouts()
+    const done = before[0] as RolloutView
+    expect(done.status).toBe('completed')
+    const user = await run(['user', 'create', '--email', 'viewer@example.test', '--json'])
+    expect(user.exitCode, user.stderr).toBe(0)
+    const issued = await run(['api-key', 'issue', '--user', json<{ id: string }>(user).id, '--name', 'viewer', '--scopes', '*', '--json'])
+    expect(issued.exitCode, issued.stderr).toBe(0)
+    const viewer = { NODEPLANE_API_KEY: json<{ key: string }>(issued).key }
+
+    const attempts = [
+      ['rollout', 'create', '--chain', 'devnet', '--node-type', 'full', '--source-version', '1.1.0', '--binary-name', 'devnet-node', '--target-version', '1.0.0', '--target-url', releaseUrl('1.0.0'), '--target-checksum', SHA256_100],
+      ['rollout', 'pause', '--id', done.id],
+      ['rollout', 'rollback', '--id', done.id, '--yes'],
+      ['rollout', 'retry-node', '--id', done.id, '--node', nodes.full],
+      ['rollout-group', 'create', '--chain', 'devnet', '--node-type', 'full', '--failure-policy', 'manual', '--component', 'devnet-node:1.0.0'],
+    ]
+    for (const args of attempts) {
+      const refused = await run(args, viewer)
+      expect(refused.exitCode, args.join(' ')).toBe(1)
+      expect(refused.stdout, args.join(' ')).toBe('')
+      // The reason is one line (the hint under it is indented); no stack trace.
+      const [reason, ...rest] = refused.stderr.trimEnd().split('\n')
+      expect(reason, args.join(' ')).toMatch(/^Error: missing scope: this route requires the scope "admin"[^\n]*$/)
+      for (const line of rest) expect(line).toMatch(/^ {2}\S/)
+      expect(refused.stderr).not.toMatch(/^\s+at /m)
+    }
+    const refusedJson = await run(['rollout', 'list', '--json'], viewer)
+    expect(refusedJson.exitCode).toBe(1)
+    expect(json<ErrorOutput>(refusedJson).error).toMatchObject({ name: 'ForbiddenError', exit_code: 1, message: expect.stringMatching(/scope "admin"/) })
+    // Nothing written: the same rollouts, the refused signals left no trace on the one that exists.
+    expect(await rollouts()).toEqual(before)
+    expect(Number(((await db('rollout_groups').count({ n: '*' }).first()) as { n: unknown }).n)).toBe(0)
+  })
+
+  it.runIf(everything)('a breaking canary: start --watch exits 6 at the approval gate, approve-canary --watch exits 0 when completed', { timeout: 180_000 }, async () => {
     const created = await run(['rollout', 'create', '--chain', 'devnet', '--node-type', 'archive', '--upgrade-id', 'devnet-1.1.0-breaking', '--source-version', '1.0.0', '--strategy', 'canary', '--health-wait', '2s', '--json'])
     expect(created.exitCode, created.stderr).toBe(0)
     const rollout = json<RolloutView>(created)
@@ -250,7 +301,7 @@ describe('rollout commands (against nodeplane up with real devnet nodes)', () =>
     expect(json<RolloutDetailView>(watched)).toMatchObject({ status: 'completed', awaiting: null, succeeded_nodes: 1 })
   })
 
-  it('rollout groups: create from flags or a file, status per component, start, a finished group refuses cancel', { timeout: 120_000 }, async () => {
+  it.runIf(everything)('rollout groups: create from flags or a file, status per component, start, a finished group refuses cancel', { timeout: 120_000 }, async () => {
     const file = path.join(dir, 'group.json')
     fs.writeFileSync(file, JSON.stringify({ chain_profile_id: 'devnet', node_type: 'full', component_order: [{ binary_name: 'devnet-node', node_type: 'full', version: '1.1.0', upgrade_id: 'devnet-1.1.0' }] }))
     const noPolicy = await run(['rollout-group', 'create', '--file', file])
@@ -284,5 +335,151 @@ describe('rollout commands (against nodeplane up with real devnet nodes)', () =>
     const unknown = await run(['rollout-group', 'status', '--id', crypto.randomUUID()])
     expect(unknown.exitCode).toBe(3)
     expect(unknown.stderr).toMatch(/^Error: no rollout group /)
+  })
+
+  it.runIf(everything)(
+    'a failing upgrade: start --watch exits 6 at the failure threshold, retry-node, force without --yes (no terminal: nothing asked) --watch exits 1 failed',
+    { timeout: 240_000 },
+    async () => {
+      // The archive node runs 1.1.0 (the canary above). Manual mode, the 1.1.0 artifact under a
+      // checksum it does not have: the agent's VerifyArtifact fails and the node stays on 1.1.0.
+      await untilHealthy(nodes.archive)
+      const badChecksum = `sha256:${'0'.repeat(64)}`
+      const created = await run(['rollout', 'create', '--chain', 'devnet', '--node-type', 'archive', '--source-version', '1.1.0', '--binary-name', 'devnet-node', '--target-version', '1.2.0', '--target-url', releaseUrl('1.1.0'), '--target-checksum', badChecksum, '--failure-threshold', '0', '--health-wait', '1s', '--json'])
+      expect(created.exitCode, created.stderr).toBe(0)
+      const rollout = json<RolloutView>(created)
+      expect(rollout).toMatchObject({ status: 'pending', upgrade_id: null, source_version: '1.1.0', target_version: '1.2.0', failure_threshold: 0 })
+
+      // failed/attempted 1/1 > 0: the rollout auto-pauses for an operator (exit 6), it does not fail.
+      const started = await run(['rollout', 'start', '--id', rollout.id, '--watch', '--interval', '250ms'])
+      expect(started.exitCode, started.stdout + started.stderr).toBe(6)
+      expect(started.stdout).toContain(`Rollout ${rollout.id} waits for an operator: auto-paused: more nodes failed than the failure threshold allows`)
+      expect(started.stdout).toMatch(new RegExp(`node ${nodes.archive} \\(batch 0\\) failed`))
+      const paused = await run(['rollout', 'status', '--id', rollout.id, '--json'])
+      expect(json<RolloutDetailView>(paused)).toMatchObject({ status: 'paused', pause_reason: 'failure_threshold', failed_nodes: 1, succeeded_nodes: 0 })
+      const failed = await run(['rollout', 'nodes', '--id', rollout.id, '--status', 'failed', '--json'])
+      expect(failed.exitCode, failed.stderr).toBe(0)
+      expect(json<{ nodes: RolloutNodeView[] }>(failed).nodes).toEqual([expect.objectContaining({ node_id: nodes.archive, status: 'failed', attempt_count: 1, previous_version: '1.1.0' })])
+
+      const retried = await run(['rollout', 'retry-node', '--id', rollout.id, '--node', nodes.archive, '--json'])
+      expect(retried.exitCode, retried.stderr).toBe(0)
+      expect(json<RolloutNodeView>(retried)).toMatchObject({ rollout_id: rollout.id, node_id: nodes.archive, status: 'pending', attempt_count: 1 })
+      const again = await run(['rollout', 'retry-node', '--id', rollout.id, '--node', nodes.archive])
+      expect(again.exitCode).toBe(4)
+      expect(again.stderr).toMatch(/^Error: node \S+ of rollout \S+ is pending: only a failed node can be retried/)
+      const unknownNode = await run(['rollout', 'retry-node', '--id', rollout.id, '--node', crypto.randomUUID()])
+      // A node that is not part of the rollout is a conflict with the rollout, not an unknown rollout (exit 3).
+      expect(unknownNode.exitCode).toBe(4)
+      expect(unknownNode.stderr).toMatch(/^Error: node \S+ is not part of rollout /)
+
+      // A destructive signal without --yes and without a terminal: nothing is asked (no hang), it is sent.
+      // The retried node is upgraded again and fails again; forced, the threshold no longer pauses: failed, exit 1.
+      const forced = await run(['rollout', 'force', '--id', rollout.id, '--watch', '--interval', '250ms'])
+      expect(forced.exitCode, forced.stdout + forced.stderr).toBe(1)
+      expect(forced.stderr).toBe('')
+      const lines = forced.stdout.trim().split('\n')
+      expect(lines[0]).toBe(`Rollout ${rollout.id} forced past its failure threshold: it goes on.`)
+      expect(lines).toContainEqual(expect.stringMatching(new RegExp(`^Rollout ${rollout.id} failed: 0/1 succeeded, 1 failed\\.`)))
+      expect(forced.stdout).toContain('(forced)')
+      const nodesAfter = await run(['rollout', 'nodes', '--id', rollout.id, '--json'])
+      expect(json<{ nodes: RolloutNodeView[] }>(nodesAfter).nodes).toEqual([expect.objectContaining({ node_id: nodes.archive, status: 'failed', attempt_count: 2 })])
+      const watched = await run(['rollout', 'status', '--id', rollout.id, '--watch', '--json'])
+      expect(watched.exitCode).toBe(1)
+      expect(json<RolloutDetailView>(watched)).toMatchObject({ status: 'failed', forced: true, failed_nodes: 1 })
+      expect(await binaryVersion(nodes.archive)).toBe('1.1.0')
+      const late = await run(['rollout', 'retry-node', '--id', rollout.id, '--node', nodes.archive])
+      expect(late.exitCode).toBe(4)
+      expect(late.stderr).toMatch(/^Error: cannot retry a node of rollout \S+: it is failed/)
+    },
+  )
+
+  it.runIf(everything)(
+    'pause --watch exits 6 once paused, resume --watch exits 6 at the approval gate, rollback --yes --watch and status --watch exit 1 when rolled back',
+    { timeout: 240_000 },
+    async () => {
+      // The full node runs 1.1.0: a manual, breaking canary back to the 1.0.0 release.
+      await untilHealthy(nodes.full)
+      const created = await run(['rollout', 'create', '--chain', 'devnet', '--node-type', 'full', '--source-version', '1.1.0', '--binary-name', 'devnet-node', '--target-version', '1.0.0', '--target-url', releaseUrl('1.0.0'), '--target-checksum', SHA256_100, '--migration-type', 'breaking', '--strategy', 'canary', '--health-wait', '2s', '--json'])
+      expect(created.exitCode, created.stderr).toBe(0)
+      const rollout = json<RolloutView>(created)
+      const resumeEarly = await run(['rollout', 'resume', '--id', rollout.id])
+      expect(resumeEarly.exitCode).toBe(4)
+
+      const started = await run(['rollout', 'start', '--id', rollout.id])
+      expect(started.exitCode, started.stderr).toBe(0)
+      expect(started.stdout.trim()).toBe(`Rollout ${rollout.id} started. Follow it with \`nodeplane rollout status --id ${rollout.id} --watch\`.`)
+      // Taken between batches (or at the canary gate): the rollout pauses, and --watch returns then.
+      const pause = await run(['rollout', 'pause', '--id', rollout.id, '--watch', '--interval', '250ms'])
+      expect(pause.exitCode, pause.stdout + pause.stderr).toBe(6)
+      expect(pause.stdout.split('\n')[0]).toBe(`Rollout ${rollout.id} will pause after its current batch.`)
+      expect(pause.stdout).toContain(`Rollout ${rollout.id} waits for an operator: paused by an operator.`)
+      expect(pause.stdout).toContain(`nodeplane rollout resume --id ${rollout.id}`)
+      const paused = await run(['rollout', 'status', '--id', rollout.id, '--json'])
+      expect(json<RolloutDetailView>(paused)).toMatchObject({ status: 'paused', pause_reason: 'operator' })
+      const pauseAgain = await run(['rollout', 'pause', '--id', rollout.id, '--json'])
+      expect(pauseAgain.exitCode).toBe(4)
+      expect(json<ErrorOutput>(pauseAgain).error).toMatchObject({ name: 'ConflictError', exit_code: 4 })
+
+      const resumed = await run(['rollout', 'resume', '--id', rollout.id, '--watch', '--interval', '250ms'])
+      expect(resumed.exitCode, resumed.stdout + resumed.stderr).toBe(6)
+      expect(resumed.stdout.split('\n')[0]).toBe(`Rollout ${rollout.id} resumes.`)
+      expect(resumed.stdout).toContain(`Rollout ${rollout.id} waits for an operator: the canary of a breaking migration waits for approval.`)
+      expect(await binaryVersion(nodes.full)).toBe('1.0.0')
+
+      const rolledBack = await run(['rollout', 'rollback', '--id', rollout.id, '--yes', '--watch', '--interval', '250ms'])
+      expect(rolledBack.exitCode, rolledBack.stdout + rolledBack.stderr).toBe(1)
+      const lines = rolledBack.stdout.trim().split('\n')
+      expect(lines[0]).toBe(`Rollout ${rollout.id} is being rolled back: every upgraded node returns to the source version.`)
+      expect(lines).toContainEqual(expect.stringMatching(new RegExp(`^Rollout ${rollout.id} rolled back: 0/1 succeeded, 0 failed\\.$`)))
+      const watched = await run(['rollout', 'status', '--id', rollout.id, '--watch', '--json'])
+      expect(watched.exitCode).toBe(1)
+      expect(json<RolloutDetailView>(watched)).toMatchObject({ status: 'rolled_back', awaiting: null })
+      const text = await run(['rollout', 'status', '--id', rollout.id, '--watch'])
+      expect(text.exitCode).toBe(1)
+      expect(text.stdout).toMatch(new RegExp(`^Rollout ${rollout.id} rolled back`, 'm'))
+      const listed = await run(['rollout', 'nodes', '--id', rollout.id, '--json'])
+      expect(json<{ nodes: RolloutNodeView[] }>(listed).nodes).toEqual([expect.objectContaining({ node_id: nodes.full, status: 'rolled_back', upgrade_phase: 'rolled_back', previous_version: '1.1.0' })])
+      expect(await binaryVersion(nodes.full)).toBe('1.1.0')
+    },
+  )
+
+  it.runIf(everything)('rollout-group pause and resume (passed on to the component rollout), skip without --yes (no terminal: nothing asked): the group goes on and completes', { timeout: 240_000 }, async () => {
+    // The full node runs 1.1.0 again: a group whose one component is the 1.0.0 release, with a
+    // health wait long enough for the operator's signals to land while its rollout runs.
+    await untilHealthy(nodes.full)
+    const created = await run(['rollout-group', 'create', '--chain', 'devnet', '--node-type', 'full', '--failure-policy', 'manual', '--component', 'devnet-node:1.0.0', '--health-wait', '10s', '--json'])
+    expect(created.exitCode, created.stderr).toBe(0)
+    const group = json<RolloutGroupStatusView>(created)
+    const notRunning = await run(['rollout-group', 'pause', '--id', group.id])
+    expect(notRunning.exitCode).toBe(4)
+    const started = await run(['rollout-group', 'start', '--id', group.id])
+    expect(started.exitCode, started.stderr).toBe(0)
+
+    const pause = await run(['rollout-group', 'pause', '--id', group.id, '--json'])
+    expect(pause.exitCode, pause.stderr).toBe(0)
+    expect(json<RolloutGroupView>(pause).id).toBe(group.id)
+    await untilGroup(group.id, 'paused')
+    const paused = await run(['rollout-group', 'status', '--id', group.id])
+    expect(paused.exitCode, paused.stderr).toBe(0)
+    expect(paused.stdout).toMatch(/status: +paused \(operator\)/)
+    expect(paused.stdout).toContain(`nodeplane rollout-group resume --id ${group.id}`)
+
+    const resume = await run(['rollout-group', 'resume', '--id', group.id])
+    expect(resume.exitCode, resume.stderr).toBe(0)
+    expect(resume.stdout.trim()).toBe(`Rollout group ${group.id} resumes. Follow it with \`nodeplane rollout-group status --id ${group.id}\`.`)
+    await untilGroup(group.id, 'running')
+
+    const skip = await run(['rollout-group', 'skip', '--id', group.id])
+    expect(skip.exitCode, skip.stderr).toBe(0)
+    expect(skip.stdout.trim()).toBe(`Rollout group ${group.id} skips its current component and goes on with the next. Follow it with \`nodeplane rollout-group status --id ${group.id}\`.`)
+    await untilGroup(group.id, 'completed')
+    const done = await run(['rollout-group', 'status', '--id', group.id, '--json'])
+    expect(done.exitCode, done.stderr).toBe(0)
+    const view = json<RolloutGroupStatusView>(done)
+    expect(view.status).toBe('completed')
+    // The component's rollout was cancelled by the skip, or had completed before it landed.
+    expect(view.components).toEqual([expect.objectContaining({ component_index: 0, rollout_id: expect.any(String), status: expect.stringMatching(/^(cancelled|completed)$/) })])
+    const late = await run(['rollout-group', 'skip', '--id', group.id, '--yes'])
+    expect(late.exitCode).toBe(4)
   })
 })

@@ -117,7 +117,7 @@ export function rolloutRoutes(deps: RolloutRouteDeps): ApiRoute[] {
       path: '/api/v1/rollouts',
       summary: 'Create a pending rollout: auto mode (upgrade_id, from its manifest) or manual mode',
       description:
-        'Auto mode: upgrades/<chain_profile_id>/<upgrade_id>.yaml fills binary_name, target_version, target_binary_url, target_binary_checksum, migration_type, recovery_plan, config_changes, state compatibility and manifest_content_hash; fields also sent must agree (400 otherwise) and source_version must be one of the compatible source versions. Manual mode: binary_name, target_version, target_binary_url and target_binary_checksum are required. Defaults: strategy rolling, batch_size 10, failure_threshold 0.2, health_wait_duration 5m, canary_size 1 (canary). 409 while the chain has a pending, scheduled, running or paused rollout, or an active rollout group.',
+        'Auto mode: upgrades/<chain_profile_id>/<upgrade_id>.yaml fills binary_name, target_version, target_binary_url, target_binary_checksum, migration_type, recovery_plan, config_changes, state compatibility and manifest_content_hash; fields also sent must agree (400 otherwise) and source_version must be one of the compatible source versions. Manual mode: binary_name, target_version, target_binary_url and target_binary_checksum are required, and source_version must be a release of the chain profile (so nodes can go back to it). Defaults: strategy rolling, batch_size 10, failure_threshold 0.2, health_wait_duration 5m, canary_size 1 (canary). 409 while the chain has a pending, scheduled, running or paused rollout, or an active rollout group.',
       tags: TAGS,
       auth: ADMIN,
       request: { body: createRolloutRequest },

@@ -159,6 +159,23 @@ describe.each(DIALECTS)('creating rollouts on %s', (dialect) => {
     expect((equalToNow as ValidationError).details).toContain('is not in the future')
   })
 
+  it('manual mode: source_version must be a release of the chain profile (the version a failed node or a rollback goes back to)', async () => {
+    const { db } = await fresh(dialect)
+    const unknown = await rejection(createRollout(db, { ...MANUAL, source_version: '0.9.0', target_version: '1.2.0' }, options()))
+    expect(unknown).toBeInstanceOf(ValidationError)
+    expect((unknown as ValidationError).message).toBe('invalid request')
+    expect((unknown as ValidationError).details).toBe(
+      'body.source_version: chain devnet has no release 0.9.0 (releases: 1.0.0, 1.1.0); in manual mode the nodes must be able to go back to the source version, so it must be a release of the chain profile',
+    )
+    expect(await count(db, 'rollouts')).toBe(0)
+    // Listed with the other problems of the same request, in one 400.
+    const several = await rejection(createRollout(db, { ...MANUAL, source_version: '2.0.0', target_version: '2.0.0' }, options()))
+    expect((several as ValidationError).details).toMatch(/^body\.source_version: chain devnet has no release 2\.0\.0 .*; body\.source_version: equals the target version 2\.0\.0; nothing to upgrade$/)
+    // A release as the source, any target version (manual mode is how an unlisted build is rolled out).
+    const rollout = await createRollout(db, { ...MANUAL, source_version: '1.1.0', target_version: '1.2.0-rc.1' }, options())
+    expect(rollout).toMatchObject({ source_version: '1.1.0', target_version: '1.2.0-rc.1', upgrade_id: null })
+  })
+
   const bad: [string, Record<string, unknown>, string][] = [
     ['no chain_profile_id', { ...MANUAL, chain_profile_id: undefined }, 'body.chain_profile_id: Required'],
     ['an unknown chain profile', { ...MANUAL, chain_profile_id: 'nochain' }, 'body.chain_profile_id: unknown chain profile "nochain"'],
@@ -167,6 +184,7 @@ describe.each(DIALECTS)('creating rollouts on %s', (dialect) => {
     ['no source_version', { ...MANUAL, source_version: undefined }, 'body.source_version: Required'],
     ['a numeric source_version', { ...MANUAL, source_version: 1 }, 'body.source_version: must be a string'],
     ['source equal to target', { ...MANUAL, source_version: '1.1.0' }, 'body.source_version: equals the target version 1.1.0'],
+    ['a manual source_version the chain has no release of', { ...MANUAL, source_version: '0.9.0' }, 'body.source_version: chain devnet has no release 0.9.0 (releases: 1.0.0, 1.1.0)'],
     ['manual without binary_name', { ...MANUAL, binary_name: undefined }, 'body.binary_name: is required in manual mode'],
     ['manual without target_version', { ...MANUAL, target_version: undefined }, 'body.target_version: is required in manual mode'],
     ['manual without target_binary_url', { ...MANUAL, target_binary_url: undefined }, 'body.target_binary_url: is required in manual mode'],
