@@ -162,10 +162,12 @@ export function migrateWorkflow(deps: LifecycleDeps) {
       const agentSince = new Date(created.agent_since)
       saga.add('destroy-new-host', () => providerFor(deps, newHost.provider).destroyHost(newHost.host_id), { preset: 'infrastructure' })
 
+      // Several attempts for the same reason as provisioning's wait (an orchestrator killed during
+      // it uses one up); the deadline is fixed from agent_since, so a real timeout still fails at once.
       const agent = await ctx.step('wait-for-agent', (step) => waitForNewAgent(deps, nodeId, agentSince, step.heartbeat), {
         preset: 'agentWait',
         timeoutMs: deps.agentReadyWaitMs + 60_000,
-        retry: { maxAttempts: 1 },
+        retry: { maxAttempts: 3 },
       })
 
       const configured = await ctx.step(

@@ -86,10 +86,14 @@ export function provisionWorkflow(deps: LifecycleDeps) {
       )
       saga.add('destroy-infrastructure', () => providerFor(deps, host.provider).destroyHost(host.host_id), { preset: 'infrastructure' })
 
+      // More than one attempt: an attempt interrupted by its orchestrator dying (kill -9) counts as
+      // one, and with a single attempt the orchestrator taking the run over would fail the whole
+      // provision and destroy a healthy host. A retry costs no extra wait: the deadline is fixed
+      // from bootstrapped_at, so an attempt after a real timeout fails at once.
       await step('wait-for-agent', (step) => waitForAgent(deps, plan.node.id, new Date(host.bootstrapped_at), step.heartbeat), {
         preset: 'agentWait',
         timeoutMs: deps.agentReadyWaitMs + 60_000,
-        retry: { maxAttempts: 1 },
+        retry: { maxAttempts: 3 },
       })
 
       const configured = await step(

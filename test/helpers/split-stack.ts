@@ -8,7 +8,10 @@
  * (`nodeplane secrets init`), payment mTLS set (`nodeplane certs dev`) and agent development CA
  * exist before any daemon starts, so the two gateways serve the same CA instead of racing to
  * make one. The orchestrators share one local-provider hosts dir (either may migrate or
- * terminate a host the other created); orchestrator N tells its new agents to dial gateway N.
+ * terminate a host the other created); orchestrator N tells its new agents to dial gateway N
+ * (with `agentGateways: 'all'`, every gateway, so an agent moves on when its gateway dies).
+ * With `ownPostgres` the two databases live on a Postgres server of the stack's own
+ * (`stack.postgres`, to restart or pause under the stack), stopped by `stop()`.
  *
  * Every process writes its stdout and stderr to its own file in a temp dir; `printLogs()` shows
  * the tail of each (call it from `onTestFailed`). `kill(name, signal)` / `restart(name)` act on
@@ -22,12 +25,13 @@ import path from 'node:path'
 import { execa, type Result, type ResultPromise } from 'execa'
 import { devCaDir } from '../../daemons/agent-gateway.js'
 import { ensureDevCertificates } from '../../src/agents/tls.js'
-import type { Db } from '../../src/db/knex.js'
+import { createDatabase, type Db } from '../../src/db/knex.js'
 import { createLogger } from '../../src/log.js'
 import { LocalInfrastructureProvider } from '../../src/provisioning/infrastructure/local.js'
 import { BIN, cleanEnv, nodeplane, tempDir, type CliResult } from './cli.js'
 import { createTestDatabase, type TestDatabase } from './db.js'
 import { startNats, type NatsServer } from './nats.js'
+import { adminQuery, databaseUrl, startPostgres, type PostgresServer } from './postgres.js'
 import { freePort, waitFor } from './ports.js'
 
 export type DaemonKind = 'api-server' | 'auth-server' | 'orchestrator' | 'health-evaluator' | 'agent-gateway' | 'payment-service'
@@ -41,6 +45,18 @@ export interface SplitStackOptions {
   replicas?: Partial<Record<'api-server' | 'orchestrator' | 'health-evaluator' | 'agent-gateway', number>>
   /** Lines of each log `printLogs()` shows (default 120). */
   logTailLines?: number
+  /**
+   * Run the stack's databases on a Postgres server of its own (`startPostgres`), stopped by
+   * `stop()`, instead of the run's shared server: for tests that restart or pause the database
+   * (`stack.postgres`), which must never touch the server other test files use.
+   */
+  ownPostgres?: boolean
+  /**
+   * Which gateways the orchestrators tell new agents to dial: `'own'` (default) orchestrator N
+   * gateway N; `'all'` every gateway, comma-separated in instance order, so an agent that loses
+   * its gateway moves to another.
+   */
+  agentGateways?: 'own' | 'all'
 }
 
 export interface SplitStackUser {
@@ -65,6 +81,8 @@ export interface SplitStack {
   hostsDir: string
   logDir: string
   nats: NatsServer
+  /** The stack's own Postgres server, with `ownPostgres` (restart()/pause()/resume()). */
+  postgres: PostgresServer | undefined
   databaseUrl: string
   paymentsDatabaseUrl: string
   /** Connections of the test itself, to inspect and (as an operator shortcut) adjust rows. */
@@ -162,6 +180,7 @@ export async function startSplitStack(options: SplitStackOptions = {}): Promise<
   const cleanups: Array<() => Promise<unknown>> = []
   let databases: TestDatabase[] = []
   let nats: NatsServer | undefined
+  let ownPostgres: PostgresServer | undefined
 
   const killEverything = () => {
     for (const instance of instances.values()) if (instance.proc?.pid && !instance.result) signalGroup(instance.proc.pid, 'SIGKILL')
@@ -213,18 +232,24 @@ export async function startSplitStack(options: SplitStackOptions = {}): Promise<
     databases = []
     await nats?.destroy().catch((err: unknown) => failures.push(err))
     nats = undefined
+    await ownPostgres?.stop().catch((err: unknown) => failures.push(err))
+    ownPostgres = undefined
     fs.rmSync(root, { recursive: true, force: true })
     live.delete(liveEntry)
     if (failures.length > 0) throw new AggregateError(failures, 'stopping the split stack failed')
   }
 
   try {
-    // One nats-server and one Postgres server (two fresh, empty databases on the run's server).
-    const [natsServer, cp, payments] = await Promise.all([
-      startNats(),
-      createTestDatabase('postgres', { migrated: false }),
-      createTestDatabase('postgres', { database: 'payments', migrated: false }),
-    ])
+    // One nats-server and one Postgres server (two fresh, empty databases on the run's server,
+    // or on a server of the stack's own with `ownPostgres`).
+    const twoDatabases = async (): Promise<[TestDatabase, TestDatabase]> => {
+      if (!options.ownPostgres) {
+        return Promise.all([createTestDatabase('postgres', { migrated: false }), createTestDatabase('postgres', { database: 'payments', migrated: false })])
+      }
+      ownPostgres = await startPostgres()
+      return [await ownDatabase(ownPostgres.url, 'np_split_cp'), await ownDatabase(ownPostgres.url, 'np_split_payments')]
+    }
+    const [natsServer, [cp, payments]] = await Promise.all([startNats(), twoDatabases()])
     nats = natsServer
     databases = [cp, payments]
 
@@ -325,7 +350,9 @@ export async function startSplitStack(options: SplitStackOptions = {}): Promise<
     add('payment-service', undefined, {})
     add('auth-server', undefined, {})
     for (let i = 0; i < replicas['agent-gateway']; i++) add('agent-gateway', i, { AGENT_GATEWAY_PORT: gatewayPorts[i] as string })
-    for (let i = 0; i < replicas.orchestrator; i++) add('orchestrator', i, { AGENT_GATEWAY_URL: gatewayTargets[i % gatewayTargets.length] as string })
+    for (let i = 0; i < replicas.orchestrator; i++) {
+      add('orchestrator', i, { AGENT_GATEWAY_URL: options.agentGateways === 'all' ? gatewayTargets.join(',') : (gatewayTargets[i % gatewayTargets.length] as string) })
+    }
     for (let i = 0; i < replicas['health-evaluator']; i++) add('health-evaluator', i, {})
     for (let i = 0; i < replicas['api-server']; i++) add('api-server', i, { API_SERVER_PORT: apiPorts[i] as string })
 
@@ -379,6 +406,7 @@ export async function startSplitStack(options: SplitStackOptions = {}): Promise<
       hostsDir,
       logDir,
       nats: natsServer,
+      postgres: ownPostgres,
       databaseUrl: cp.url,
       paymentsDatabaseUrl: payments.url,
       db: connections.db,
@@ -414,5 +442,26 @@ export async function startSplitStack(options: SplitStackOptions = {}): Promise<
     printLogs()
     await stop().catch(() => undefined)
     throw err
+  }
+}
+
+/** A fresh, empty database on the stack's own server; `destroy()` closes its pools (the server goes with the stack). */
+async function ownDatabase(serverUrl: string, name: string): Promise<TestDatabase> {
+  await adminQuery(serverUrl, `CREATE DATABASE ${name}`)
+  const url = databaseUrl(serverUrl, name)
+  const pools: Db[] = []
+  const open = () => {
+    const db = createDatabase(url)
+    pools.push(db)
+    return db
+  }
+  return {
+    dialect: 'postgres',
+    url,
+    db: open(),
+    connect: open,
+    async destroy() {
+      await Promise.all(pools.map((p) => p.destroy()))
+    },
   }
 }
