@@ -50,12 +50,21 @@ async function main(): Promise<void> {
       process.stderr.write(`bench ${name}...\n`)
       const figures = await bench({ postgresUrl: postgres.url, natsUrl: nats.url, scale, log: (l) => process.stderr.write(`  ${l}\n`) })
       fresh.push(...figures.map((f) => ({ ...f, bench: name, ran_at: ranAt })))
+      writeResults(fresh, ranAt, scale)
     }
   } finally {
     await nats.destroy()
     await postgres.stop()
   }
 
+  process.stdout.write(writeResults(fresh, ranAt, scale))
+}
+
+/**
+ * Writes latest.json and latest.md: the previous figures of benches not re-run, then the fresh
+ * ones. Called after every bench, so a bench that crashes the process keeps the others' figures.
+ */
+function writeResults(fresh: RecordedFigure[], ranAt: string, scale: number): string {
   // `npm run bench -- payments` re-measures one bench: the others' figures stay as last measured.
   const figures = mergeFigures(readPrevious(), fresh, new Set(fresh.map((f) => f.bench)))
   const run = {
@@ -81,7 +90,7 @@ async function main(): Promise<void> {
     '',
   ].join('\n')
   fs.writeFileSync(path.join(resultsDir, 'latest.md'), md)
-  process.stdout.write(md)
+  return md
 }
 
 /** Whole numbers from 100 up, three significant digits below (0.38 cycles/s, not 0). */
