@@ -4,51 +4,18 @@
  * characters in names, SQL-looking text stored verbatim, and path traversal in manifest ids and
  * chain profile ids, on both databases.
  */
-import http from 'node:http'
 import { afterEach, describe, expect, it } from 'vitest'
 import { ADMIN_SCOPE } from '../../../src/auth/scopes.js'
 import type { Db } from '../../../src/db/knex.js'
 import { DIALECTS } from '../../helpers/db.js'
 import { isErrorBody, newKey, newUser, startAuthApi } from '../auth/api-harness.js'
-import { Resources } from './harness.js'
+import { rawRequest, Resources } from './harness.js'
 
 const resources = new Resources()
 afterEach(() => resources.cleanup())
 
 const LIMIT = 1024 * 1024
 
-interface Answer {
-  status: number
-  text: string
-  body: unknown
-}
-
-/** A raw request; `chunked` sends the body without Content-Length. */
-function send(url: string, method: string, path: string, headers: Record<string, string>, body?: Buffer, chunked = false): Promise<Answer> {
-  const { hostname, port } = new URL(url)
-  return new Promise((resolve, reject) => {
-    const req = http.request({ host: hostname, port, method, path, headers: { ...headers, ...(body && !chunked ? { 'content-length': String(body.length) } : {}) } }, (res) => {
-      const chunks: Buffer[] = []
-      res.on('data', (c: Buffer) => chunks.push(c))
-      res.on('end', () => {
-        const text = Buffer.concat(chunks).toString('utf8')
-        let parsed: unknown = text
-        try {
-          parsed = JSON.parse(text)
-        } catch {
-          // not JSON
-        }
-        resolve({ status: res.statusCode ?? 0, text, body: parsed })
-      })
-    })
-    // The server may close early (413 with Connection: close) while a chunked body is still going.
-    req.on('error', (err: NodeJS.ErrnoException) => (err.code === 'EPIPE' || err.code === 'ECONNRESET' ? undefined : reject(err)))
-    if (body && chunked) {
-      for (let i = 0; i < body.length; i += 64 * 1024) req.write(body.subarray(i, i + 64 * 1024))
-      req.end()
-    } else req.end(body)
-  })
-}
 
 async function setup(dialect: (typeof DIALECTS)[number]) {
   const { db } = await resources.database(dialect)
@@ -58,7 +25,7 @@ async function setup(dialect: (typeof DIALECTS)[number]) {
   const userKey = (await newKey(db, user.id, { scopes: ['*'] })).key
   const adminKey = (await newKey(db, admin.id, { scopes: ['*', ADMIN_SCOPE], admin: true })).key
   const json = (method: string, path: string, key: string, body: unknown) =>
-    send(api.url, method, path, { 'x-api-key': key, 'content-type': 'application/json' }, Buffer.from(JSON.stringify(body), 'utf8'))
+    rawRequest(api.url, method, path, { 'x-api-key': key, 'content-type': 'application/json' }, Buffer.from(JSON.stringify(body), 'utf8'))
   return { db, api, user, userKey, adminKey, json }
 }
 
@@ -70,15 +37,15 @@ describe.each(DIALECTS)('bad input on %s', (dialect) => {
     const big = Buffer.from(JSON.stringify({ chain_profile_id: 'devnet', node_type: 'full', duration: '1m', pad: 'x'.repeat(LIMIT) }))
     const headers = { 'x-api-key': userKey, 'content-type': 'application/json' }
     for (const chunked of [false, true]) {
-      const res = await send(api.url, 'POST', '/api/v1/subscriptions', headers, big, chunked)
+      const res = await rawRequest(api.url, 'POST', '/api/v1/subscriptions', headers, big, chunked)
       expect(res.status, `chunked: ${chunked}`).toBe(413)
       expect(isErrorBody(res.body)).toBe(true)
     }
     // Over the limit by Content-Length alone, even on a route without a body.
-    const declared = await send(api.url, 'POST', '/api/v1/quotes', headers, big)
+    const declared = await rawRequest(api.url, 'POST', '/api/v1/quotes', headers, big)
     expect(declared.status).toBe(413)
     expect(await count(db, 'subscriptions')).toBe(0)
-    expect((await send(api.url, 'GET', '/health', {})).status).toBe(200)
+    expect((await rawRequest(api.url, 'GET', '/health', {})).status).toBe(200)
   })
 
   it('deeply nested JSON (10,000 arrays or objects) is a 400, not a crash', async () => {
@@ -87,29 +54,29 @@ describe.each(DIALECTS)('bad input on %s', (dialect) => {
     const bodies = ['['.repeat(depth) + ']'.repeat(depth), '{"a":'.repeat(depth) + '1' + '}'.repeat(depth), `{"chain_profile_id":${'['.repeat(depth)}${']'.repeat(depth)}}`]
     for (const [path, key] of [['/api/v1/subscriptions', userKey], ['/api/v1/rollouts', adminKey], ['/api/v1/api-keys', userKey]] as const) {
       for (const body of bodies) {
-        const res = await send(api.url, 'POST', path, { 'x-api-key': key, 'content-type': 'application/json' }, Buffer.from(body))
+        const res = await rawRequest(api.url, 'POST', path, { 'x-api-key': key, 'content-type': 'application/json' }, Buffer.from(body))
         expect(res.status, `${path} ${body.slice(0, 20)}`).toBe(400)
         expect(isErrorBody(res.body)).toBe(true)
       }
     }
-    expect((await send(api.url, 'GET', '/health', {})).status).toBe(200)
+    expect((await rawRequest(api.url, 'GET', '/health', {})).status).toBe(200)
   })
 
   it('a body that is not application/json is 415; a missing one is 400', async () => {
     const { db, api, userKey } = await setup(dialect)
     const valid = Buffer.from(JSON.stringify({ chain_profile_id: 'devnet', node_type: 'full', duration: '1m' }))
     for (const type of ['text/plain', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x', 'application/xml', 'application/json-patch+jsonx', 'image/png']) {
-      const res = await send(api.url, 'POST', '/api/v1/subscriptions', { 'x-api-key': userKey, 'content-type': type }, valid)
+      const res = await rawRequest(api.url, 'POST', '/api/v1/subscriptions', { 'x-api-key': userKey, 'content-type': type }, valid)
       expect(res.status, type).toBe(415)
       expect(isErrorBody(res.body)).toBe(true)
     }
-    const noType = await send(api.url, 'POST', '/api/v1/subscriptions', { 'x-api-key': userKey }, valid)
+    const noType = await rawRequest(api.url, 'POST', '/api/v1/subscriptions', { 'x-api-key': userKey }, valid)
     expect(noType.status).toBe(415)
-    const none = await send(api.url, 'POST', '/api/v1/subscriptions', { 'x-api-key': userKey, 'content-type': 'application/json' })
+    const none = await rawRequest(api.url, 'POST', '/api/v1/subscriptions', { 'x-api-key': userKey, 'content-type': 'application/json' })
     expect(none.status).toBe(400)
     expect(await count(db, 'subscriptions')).toBe(0)
     // An unknown charset parameter on a UTF-8 body: read as UTF-8 (koa-body), or refused; never a 5xx.
-    const unknownCharset = await send(api.url, 'POST', '/api/v1/subscriptions', { 'x-api-key': userKey, 'content-type': 'application/json; charset=ebcdic' }, valid)
+    const unknownCharset = await rawRequest(api.url, 'POST', '/api/v1/subscriptions', { 'x-api-key': userKey, 'content-type': 'application/json; charset=ebcdic' }, valid)
     expect([201, 415]).toContain(unknownCharset.status)
   })
 
@@ -117,13 +84,13 @@ describe.each(DIALECTS)('bad input on %s', (dialect) => {
     const { api, userKey } = await setup(dialect)
     const headers = { 'x-api-key': userKey, 'content-type': 'application/json' }
     for (const raw of ['{', '{"name": }', "{'name': 'x'}", '{"name":"x",}', 'NaN', '"just a string"', '{"__proto__": {"admin": true}, "name": "x", "scopes": ["nodes:read"]}']) {
-      const res = await send(api.url, 'POST', '/api/v1/api-keys', headers, Buffer.from(raw))
+      const res = await rawRequest(api.url, 'POST', '/api/v1/api-keys', headers, Buffer.from(raw))
       expect(res.status, raw).toBe(400)
       expect(isErrorBody(res.body)).toBe(true)
     }
     // Bytes that are not UTF-8 inside a string: a 400, or the replacement character stored.
     const invalid = Buffer.concat([Buffer.from('{"name":"bad '), Buffer.from([0xff, 0xfe, 0xc3, 0x28, 0xed, 0xa0, 0x80]), Buffer.from('","scopes":["nodes:read"]}')])
-    const res = await send(api.url, 'POST', '/api/v1/api-keys', headers, invalid)
+    const res = await rawRequest(api.url, 'POST', '/api/v1/api-keys', headers, invalid)
     expect(res.status === 400 || res.status === 201, `status ${res.status}: ${res.text}`).toBe(true)
     if (res.status === 400) expect(isErrorBody(res.body)).toBe(true)
   })
@@ -144,7 +111,7 @@ describe.each(DIALECTS)('bad input on %s', (dialect) => {
         continue
       }
       const created = res.body as { id: string; name: string }
-      const read = await send(api.url, 'GET', `/api/v1/api-keys/${created.id}`, { 'x-api-key': userKey })
+      const read = await rawRequest(api.url, 'GET', `/api/v1/api-keys/${created.id}`, { 'x-api-key': userKey })
       expect(read.status).toBe(200)
       // What was stored is what the creation answered, and the name as sent (trimmed).
       expect((read.body as { name: string }).name).toBe(created.name)
@@ -158,7 +125,7 @@ describe.each(DIALECTS)('bad input on %s', (dialect) => {
       const res = await json('POST', '/api/v1/api-keys', userKey, { name, scopes: ['nodes:read'] })
       expect(res.status, res.text).toBe(201)
       const { id } = res.body as { id: string }
-      const read = await send(api.url, 'GET', `/api/v1/api-keys/${id}`, { 'x-api-key': userKey })
+      const read = await rawRequest(api.url, 'GET', `/api/v1/api-keys/${id}`, { 'x-api-key': userKey })
       expect((read.body as { name: string }).name).toBe(name)
       expect((await db('api_keys').where({ id }).first('name')).name).toBe(name)
     }
@@ -200,7 +167,7 @@ describe.each(DIALECTS)('bad input on %s', (dialect) => {
   it('a NUL character in a query or path parameter is a 400, not a database error', async () => {
     const { api, adminKey, userKey } = await setup(dialect)
     for (const [path, key] of [['/api/v1/rollouts?chain_profile_id=a%00b', adminKey], ['/api/v1/rollouts/a%00b', adminKey], ['/api/v1/subscriptions/a%00b/inputs', userKey], ['/api/v1/nodes/%00', userKey]] as const) {
-      const res = await send(api.url, 'GET', path, { 'x-api-key': key })
+      const res = await rawRequest(api.url, 'GET', path, { 'x-api-key': key })
       expect(res.status, `${path}: ${res.text}`).toBe(400)
       expect(isErrorBody(res.body)).toBe(true)
     }

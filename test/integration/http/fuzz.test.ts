@@ -8,7 +8,6 @@
  * service); every 4xx/503 is an `{error, details}` JSON body; and a refused request writes
  * nothing (row counts of every table before and after).
  */
-import http from 'node:http'
 import fc from 'fast-check'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { ADMIN_SCOPE } from '../../../src/auth/scopes.js'
@@ -18,7 +17,7 @@ import { insertNode } from '../../../src/nodes/node-store.js'
 import { DIALECTS } from '../../helpers/db.js'
 import { insertSubscription } from '../../helpers/fixtures.js'
 import { isErrorBody, newKey, newUser, startAuthApi, type AuthApi } from '../auth/api-harness.js'
-import { Resources } from './harness.js'
+import { rawRequest, Resources } from './harness.js'
 
 const NUM_RUNS = 20
 
@@ -64,29 +63,6 @@ function operationsOf(document: unknown): Operation[] {
   return ops.sort((a, b) => a.key.localeCompare(b.key))
 }
 
-/** A raw HTTP request: the path is sent as given (no URL normalisation of `..` or `%2e`). */
-function rawRequest(url: string, method: string, path: string, headers: Record<string, string>, body?: Buffer): Promise<{ status: number; text: string; body: unknown }> {
-  const { hostname, port } = new URL(url)
-  return new Promise((resolve, reject) => {
-    const req = http.request({ host: hostname, port, method, path, headers: { ...headers, ...(body ? { 'content-length': String(body.length) } : {}) } }, (res) => {
-      const chunks: Buffer[] = []
-      res.on('data', (c: Buffer) => chunks.push(c))
-      res.on('end', () => {
-        const text = Buffer.concat(chunks).toString('utf8')
-        let parsed: unknown = text
-        try {
-          parsed = JSON.parse(text)
-        } catch {
-          // not JSON; the property decides
-        }
-        resolve({ status: res.statusCode ?? 0, text, body: parsed })
-      })
-      res.on('error', reject)
-    })
-    req.on('error', reject)
-    req.end(body)
-  })
-}
 
 /** Row counts of every table, in one statement. */
 async function tableCounts(db: Db): Promise<Record<string, number>> {

@@ -2,6 +2,7 @@
  * Starts the api-server app on a loopback port with its log lines captured, and guarantees
  * that every server, pool and bus a test opened is closed again (`cleanup()` in afterEach).
  */
+import http from 'node:http'
 import { Writable } from 'node:stream'
 import type { Db } from '../../../src/db/knex.js'
 import type { BusComponentHealth, EventBus } from '../../../src/events/bus.js'
@@ -105,4 +106,41 @@ export async function getJson(url: string, init?: RequestInit): Promise<{ status
     // not JSON; the test decides whether that is wrong
   }
   return { status: res.status, headers: res.headers, body }
+}
+
+export interface RawAnswer {
+  status: number
+  text: string
+  body: unknown
+}
+
+/**
+ * A raw HTTP request: the path is sent as given (no URL normalisation of `..` or `%2e`);
+ * `chunked` sends the body without Content-Length.
+ */
+export function rawRequest(url: string, method: string, path: string, headers: Record<string, string>, body?: Buffer, chunked = false): Promise<RawAnswer> {
+  const { hostname, port } = new URL(url)
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: hostname, port, method, path, headers: { ...headers, ...(body && !chunked ? { 'content-length': String(body.length) } : {}) } }, (res) => {
+      const chunks: Buffer[] = []
+      res.on('data', (c: Buffer) => chunks.push(c))
+      res.on('end', () => {
+        const text = Buffer.concat(chunks).toString('utf8')
+        let parsed: unknown = text
+        try {
+          parsed = JSON.parse(text)
+        } catch {
+          // not JSON; the caller decides
+        }
+        resolve({ status: res.statusCode ?? 0, text, body: parsed })
+      })
+      res.on('error', reject)
+    })
+    // The server may close early (413 with Connection: close) while a chunked body is still going.
+    req.on('error', (err: NodeJS.ErrnoException) => (err.code === 'EPIPE' || err.code === 'ECONNRESET' ? undefined : reject(err)))
+    if (body && chunked) {
+      for (let i = 0; i < body.length; i += 64 * 1024) req.write(body.subarray(i, i + 64 * 1024))
+      req.end()
+    } else req.end(body)
+  })
 }
