@@ -241,8 +241,8 @@ describe.each(DIALECTS)('agent protocol over gRPC with TLS on %s', (dialect) => 
     await a.client.start()
     await a.client.stop()
     await waitFor(async () => first.gateway.connectedNodes === 0, 'first gateway sees the agent leave')
-    const registration = await findRegistration(db, nodeId)
-    expect(toDateOrNull(registration?.disconnected_at)).not.toBeNull()
+    // The gateway writes the disconnect after it drops the stream from its count.
+    await waitFor(async () => toDateOrNull((await findRegistration(db, nodeId))?.disconnected_at) !== null, 'the disconnect recorded')
 
     // Enqueued while the agent is away: nobody can deliver it yet.
     const command = await enqueueCommand(db, { nodeId, type: 'start', payload: {} })
