@@ -30,7 +30,7 @@ describe('a node on nodeplane up (local provider, real agent and devnet-node)', 
     dir = fs.realpathSync(tempDir())
     up = spawnNodeplane(['up'], {
       cwd: dir,
-      env: { ...(await upPorts()), AGENT_HEARTBEAT_INTERVAL: '1s', HEALTH_EVALUATION_INTERVAL: '1s', HEARTBEAT_TIMEOUT: '3s', MIGRATION_GRACE: '2s' },
+      env: { ...(await upPorts()), AGENT_HEARTBEAT_INTERVAL: '1s', HEALTH_EVALUATION_INTERVAL: '1s', HEARTBEAT_TIMEOUT: '5s', MIGRATION_GRACE: '2s' },
     })
     stack = await waitForFile<StackFile>(path.join(dir, '.nodeplane', 'stack.json'), 'stack.json', 60_000)
     db = createDatabase(stack.database_url)
@@ -111,10 +111,13 @@ describe('a node on nodeplane up (local provider, real agent and devnet-node)', 
       resolved_by: string | null
     }
     const incidents = async () => json<{ incidents: IncidentView[] }>(await run(['incident', 'list', '--node', node.id, '--json'])).incidents
+    let seen: IncidentView[] = []
     const resolved = await waitFor(async () => {
-      const list = await incidents()
+      const list = (seen = await incidents())
       return list.length === 1 && list[0]?.status === 'auto_resolved' ? list : undefined
-    }, 'the node_down incident to auto-resolve', 60_000, 250)
+    }, 'the node_down incident to auto-resolve', 90_000, 250).catch(async (err: Error) => {
+      throw new Error(`${err.message}; incidents ${JSON.stringify(seen)}; state moves ${JSON.stringify(await moves())}`)
+    })
     expect(resolved[0]).toMatchObject({ category: 'node_down', severity: 'critical', node_id: node.id })
 
     const terminate = await run(['node', 'terminate', '--node', node.id, '--json'])
