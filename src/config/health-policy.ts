@@ -34,6 +34,13 @@ export const healthPolicySchema = z
     rules: z.array(healthRuleSchema).max(50).default([]),
     /** What an agent reporting a crash-looping chain process means for application_health. */
     crash_loop: z.enum(['critical', 'degraded']).default('critical'),
+    /**
+     * The head block_lag is measured against. `fleet`: the highest head any node of the chain
+     * profile reports — right when the whole fleet follows one network. `node`: only what the node
+     * itself reports as the network's head (`highest_block` while syncing) — for a chain whose
+     * nodes are each a network of their own, like the local devnet.
+     */
+    block_lag_reference: z.enum(['fleet', 'node']).default('fleet'),
   })
   .strict()
 
@@ -41,4 +48,4 @@ export type HealthRule = z.infer<typeof healthRuleSchema>
 export type HealthPolicy = z.infer<typeof healthPolicySchema>
 
 /** For a profile without `health_policy`: a fresh report is ok unless the chain crash-loops. */
-export const DEFAULT_HEALTH_POLICY: HealthPolicy = { rules: [], crash_loop: 'critical' }
+export const DEFAULT_HEALTH_POLICY: HealthPolicy = { rules: [], crash_loop: 'critical', block_lag_reference: 'fleet' }

@@ -8,8 +8,10 @@
  * - No report, or one older than the heartbeat timeout: `unknown` (nothing current to judge).
  * - Otherwise the worst of: each rule (a metric the report lacks is not judged), and the chain
  *   process crash-looping (`crash_loop` of the policy, critical by default).
- * - `block_lag` is derived: the highest head reported by any node of the same chain profile
- *   (block_height or the highest_block a syncing node sees) minus this node's block_height.
+ * - `block_lag` is derived: the reference head minus this node's block_height. The reference is
+ *   the policy's `block_lag_reference`: `fleet` (the default), the highest head reported by any
+ *   node of the same chain profile (block_height or the highest_block a syncing node sees);
+ *   `node`, only the highest_block the node itself reports while syncing.
  */
 import { DEFAULT_HEALTH_POLICY, type HealthPolicy, type HealthRule } from '../config/health-policy.js'
 import type { ChainCatalogue } from '../config/chains.js'
@@ -49,7 +51,7 @@ export function applicationHealthFor(report: AgentReport, policy: HealthPolicy, 
   return health
 }
 
-/** The highest head among a chain's fresh reports: block_lag's reference. */
+/** The highest head among a chain's fresh reports: block_lag's reference under `fleet`. */
 export function referenceHead(reports: Iterable<AgentReport>): number | undefined {
   let best: number | undefined
   for (const report of reports) {
@@ -127,7 +129,7 @@ export async function evaluatePolicies(db: Db, options: PolicyEvaluationOptions)
   const heads = new Map<string, number | undefined>()
   const byChain = new Map<string, AgentReport[]>()
   for (const { chain_profile_id: chain, report } of fleet) {
-    if (!report) continue
+    if (!report || policyOf(options.catalogue, chain).block_lag_reference === 'node') continue
     const reports = byChain.get(chain)
     if (reports) reports.push(report)
     else byChain.set(chain, [report])
@@ -137,7 +139,8 @@ export async function evaluatePolicies(db: Db, options: PolicyEvaluationOptions)
   const result: PolicyEvaluationResult = { evaluated: fleet.length, changes: [], conflicts: 0 }
   for (const node of fleet) {
     const { report } = node
-    const target = report ? applicationHealthFor(report, policyOf(options.catalogue, node.chain_profile_id), derivedMetrics(report, heads.get(node.chain_profile_id))) : 'unknown'
+    const policy = policyOf(options.catalogue, node.chain_profile_id)
+    const target = report ? applicationHealthFor(report, policy, derivedMetrics(report, policy, heads.get(node.chain_profile_id))) : 'unknown'
     if (target === node.application_health) continue
     try {
       // The version read above: a node changed since is a conflict, judged again next cycle.
@@ -164,7 +167,16 @@ function policyOf(catalogue: ChainCatalogue, chainProfileId: string): HealthPoli
   return catalogue.profiles.get(chainProfileId)?.health_policy ?? DEFAULT_HEALTH_POLICY
 }
 
-function derivedMetrics(report: AgentReport, head: number | undefined): Record<string, number> {
+/**
+ * The metrics derived for a report under `policy`: block_lag, against `fleetHead` (referenceHead of
+ * the chain's fresh reports) or, with block_lag_reference `node`, against the highest_block the
+ * node itself reports. A node reporting no highest_block gets no block_lag (its rule is not
+ * judged, or judges a block_lag the probe itself reports) rather than its own head minus its own
+ * head: for a synced node both judge the same, but a syncing node whose client omits
+ * highestBlock does not know how far behind it is, and a lag of 0 would claim it is at the head.
+ */
+export function derivedMetrics(report: AgentReport, policy: HealthPolicy, fleetHead: number | undefined): Record<string, number> {
   const height = report.metrics.block_height
+  const head = policy.block_lag_reference === 'node' ? report.metrics.highest_block : fleetHead
   return head !== undefined && height !== undefined ? { block_lag: Math.max(0, head - height) } : {}
 }

@@ -3,8 +3,9 @@
  * observed for the whole health_wait_duration after the upgrade command completed:
  * - at least one heartbeat arrives after the upgrade;
  * - application_health is not critical — judged here from the agent's reports with the chain's
- *   policy, since the policy evaluation skips nodes in maintenance (without block_lag: that needs
- *   the fleet's head);
+ *   policy, since the policy evaluation skips nodes in maintenance (without block_lag, whatever
+ *   the policy's block_lag_reference: `fleet` needs the fleet's head, and under `node` a node just
+ *   restarted on a new binary catching up to its own reported head is not unhealthy);
  * - sync_status is not stalled;
  * - the node's state is not down or failed;
  * - no crash loop within the window: the agent reporting `crash_loop`, or the chain process

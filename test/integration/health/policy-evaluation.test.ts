@@ -1,5 +1,6 @@
 /**
- * Policy evaluation against the devnet profile's health_policy (rpc_up, peer_count, block_lag)
+ * Policy evaluation against the devnet profile's health_policy (rpc_up, peer_count, block_lag;
+ * measured against the fleet's head, as for a real chain, unless a test says otherwise)
  * on both databases: agents' reports turn into application_health through the health state
  * machine, one event per change, nothing for nodes in maintenance.
  */
@@ -12,13 +13,20 @@ import { DIALECTS } from '../../helpers/db.js'
 import { at, freshDatabases, healthEvents, logger, nodeNow, nodeWith, SECOND } from './support.js'
 
 let catalogue: ChainCatalogue
+/** The same catalogue with devnet's block_lag measured against the fleet's head, as a real chain's is. */
+let fleetCatalogue: ChainCatalogue
 beforeAll(async () => {
   catalogue = await loadChainCatalogue(defaultConfigDir())
+  const devnet = catalogue.profiles.get('devnet')
+  if (!devnet?.health_policy) throw new Error('the devnet profile has no health_policy')
+  const profiles = new Map(catalogue.profiles)
+  profiles.set('devnet', { ...devnet, health_policy: { ...devnet.health_policy, block_lag_reference: 'fleet' } })
+  fleetCatalogue = { ...catalogue, profiles }
 })
 
 describe.each(DIALECTS)('policy evaluation on %s', (dialect) => {
   const { database } = freshDatabases(dialect)
-  const evaluate = (db: Db, ms = 0) => evaluatePolicies(db, { now: at(ms), catalogue, reportMaxAgeMs: 60 * SECOND, logger })
+  const evaluate = (db: Db, ms = 0, chains = fleetCatalogue) => evaluatePolicies(db, { now: at(ms), catalogue: chains, reportMaxAgeMs: 60 * SECOND, logger })
 
   async function reporting(db: Db, metrics: Record<string, number>, options: { state?: string; reportedAt?: number; processState?: string; health?: string } = {}) {
     const id = await nodeWith(db, { state: options.state ?? 'healthy', heartbeatAt: -5 * SECOND, applicationHealth: options.health ?? 'unknown' })
@@ -67,6 +75,28 @@ describe.each(DIALECTS)('policy evaluation on %s', (dialect) => {
     await db('agent_status').whereNot({ node_id: behind }).update({ reported_at: at(20 * SECOND) })
     const caughtUp = await evaluate(db, 30 * SECOND)
     expect(caughtUp.changes).toContainEqual({ node_id: behind, from: 'degraded', to: 'ok' })
+  })
+
+  it('with block_lag_reference node (devnet\'s) each node is measured against its own reported head; with fleet, against the highest head', async () => {
+    expect(catalogue.profiles.get('devnet')?.health_policy?.block_lag_reference).toBe('node')
+    const db = await database()
+    // Each its own devnet, started at different times: very different heads, all synced.
+    const oldest = await reporting(db, { rpc_up: 1, peer_count: 3, block_height: 5_000 })
+    const younger = await reporting(db, { rpc_up: 1, peer_count: 3, block_height: 4_980 })
+    const youngest = await reporting(db, { rpc_up: 1, peer_count: 3, block_height: 40 })
+    // Syncing: its own highest_block is its reference.
+    const catchingUp = await reporting(db, { rpc_up: 1, peer_count: 3, block_height: 40, highest_block: 50 }, { state: 'syncing' })
+    const farBehind = await reporting(db, { rpc_up: 1, peer_count: 3, block_height: 10, highest_block: 100 }, { state: 'syncing' })
+
+    await evaluate(db, 0, catalogue)
+    const own: Record<string, string> = { [oldest]: 'ok', [younger]: 'ok', [youngest]: 'ok', [catchingUp]: 'degraded', [farBehind]: 'critical' }
+    for (const [id, health] of Object.entries(own)) expect((await nodeNow(db, id)).application_health, id).toBe(health)
+
+    // The same reports measured against the fleet: everyone but the oldest lags it.
+    await evaluate(db, 15 * SECOND, fleetCatalogue)
+    const fleet: Record<string, string> = { [oldest]: 'ok', [younger]: 'degraded', [youngest]: 'critical', [catchingUp]: 'critical', [farBehind]: 'critical' }
+    for (const [id, health] of Object.entries(fleet)) expect((await nodeNow(db, id)).application_health, id).toBe(health)
+    expect(await healthEvents(db, younger)).toMatchObject([{ from: 'unknown', to: 'ok' }, { from: 'ok', to: 'degraded' }])
   })
 
   it('a missing or stale report is unknown; maintenance, provisioning and terminal nodes are not judged', async () => {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest'
 import { healthPolicySchema, type HealthPolicy } from '../../../src/config/health-policy.js'
-import { applicationHealthFor, referenceHead, ruleResult } from '../../../src/health/policy-evaluation.js'
+import { applicationHealthFor, derivedMetrics, referenceHead, ruleResult } from '../../../src/health/policy-evaluation.js'
 
 const policy: HealthPolicy = healthPolicySchema.parse({
   rules: [
@@ -25,12 +25,35 @@ describe('application health policy', () => {
     expect(applicationHealthFor(report({ peer_count: 3, block_lag: 0 }), policy, { block_lag: 40 })).toBe('critical')
     expect(applicationHealthFor(report({ peer_count: 3 }, 'crash_loop'), policy)).toBe('critical')
     expect(applicationHealthFor(report({ peer_count: 3 }, 'crash_loop'), { ...policy, crash_loop: 'degraded' })).toBe('degraded')
-    expect(applicationHealthFor(report({}), { rules: [], crash_loop: 'critical' })).toBe('ok')
+    expect(applicationHealthFor(report({}), { rules: [], crash_loop: 'critical', block_lag_reference: 'fleet' })).toBe('ok')
   })
 
   it('uses the highest head of the fleet, including what syncing nodes see, as the block_lag reference', () => {
     expect(referenceHead([report({ block_height: 10 }), report({ block_height: 7, highest_block: 12 }), report({})])).toBe(12)
     expect(referenceHead([report({ peer_count: 1 })])).toBeUndefined()
+  })
+
+  it('measures block_lag against the fleet\'s head by default, or with block_lag_reference node against the head the node itself reports', () => {
+    expect(policy.block_lag_reference).toBe('fleet')
+    const own = healthPolicySchema.parse({ rules: policy.rules, block_lag_reference: 'node' })
+    expect(own.block_lag_reference).toBe('node')
+
+    expect(derivedMetrics(report({ block_height: 90 }), policy, 100)).toEqual({ block_lag: 10 })
+    expect(derivedMetrics(report({ block_height: 90, highest_block: 95 }), policy, 100)).toEqual({ block_lag: 10 })
+    expect(derivedMetrics(report({ block_height: 90 }), policy, undefined)).toEqual({})
+
+    // The fleet's head is not the node's reference: only its own highest_block is.
+    expect(derivedMetrics(report({ block_height: 90, highest_block: 95 }), own, 1_000)).toEqual({ block_lag: 5 })
+    expect(derivedMetrics(report({ block_height: 90, highest_block: 140 }), own, undefined)).toEqual({ block_lag: 50 })
+    // No highest_block (synced, or a syncing client that omits it): no block_lag, the rule is not judged.
+    expect(derivedMetrics(report({ block_height: 90 }), own, 1_000)).toEqual({})
+    expect(applicationHealthFor(report({ peer_count: 3, block_height: 90 }), own, derivedMetrics(report({ block_height: 90 }), own, 1_000))).toBe('ok')
+    expect(applicationHealthFor(report({ peer_count: 3, block_height: 90 }), policy, derivedMetrics(report({ block_height: 90 }), policy, 1_000))).toBe('critical')
+  })
+
+  it('refuses a block_lag_reference other than fleet or node', () => {
+    expect(healthPolicySchema.safeParse({ block_lag_reference: 'network' }).error?.issues.map((i) => i.path)).toEqual([['block_lag_reference']])
+    expect(healthPolicySchema.safeParse({ block_lag_reference: 'node' }).success).toBe(true)
   })
 
   it('refuses rules without a threshold, with thresholds in the wrong order, or with a bad metric name', () => {
