@@ -36,7 +36,7 @@ export function createCertificateAuthority(commonName: string): CertificateAutho
     { name: 'subjectKeyIdentifier' },
   ])
   ca.sign(keys.privateKey, forge.md.sha256.create())
-  return { certPem: forge.pki.certificateToPem(ca), keyPem: forge.pki.privateKeyToPem(keys.privateKey) }
+  return { certPem: forge.pki.certificateToPem(ca), keyPem: keys.pem }
 }
 
 export interface CertificateRequest {
@@ -71,7 +71,7 @@ export function issueCertificate(authority: CertificateAuthority, request: Certi
   }
   cert.setExtensions(extensions)
   cert.sign(caKey, forge.md.sha256.create())
-  return { certPem: forge.pki.certificateToPem(cert), keyPem: forge.pki.privateKeyToPem(keys.privateKey) }
+  return { certPem: forge.pki.certificateToPem(cert), keyPem: keys.pem }
 }
 
 export const LOCAL_HOSTS: readonly string[] = ['localhost', '127.0.0.1', '::1']
@@ -83,15 +83,24 @@ export function writePem(file: string, content: string, mode: number): void {
   fs.renameSync(tmp, file)
 }
 
-/** Node's native generator: forge's pure-JS one takes seconds per key. */
-function rsaKeyPair(): { publicKey: forge.pki.rsa.PublicKey; privateKey: forge.pki.rsa.PrivateKey } {
+/**
+ * Node's native generator: forge's pure-JS one takes seconds per key. The key file is Node's own
+ * encoding, not forge's re-encoding of it: forge now and then writes an integer with a leading
+ * zero byte, which OpenSSL refuses ("illegal padding").
+ */
+function rsaKeyPair(): { publicKey: forge.pki.rsa.PublicKey; privateKey: forge.pki.rsa.PrivateKey; pem: string } {
   const { privateKey } = crypto.generateKeyPairSync('rsa', { modulusLength: 2048 })
   const pem = privateKey.export({ type: 'pkcs1', format: 'pem' }).toString()
   const forgeKey = forge.pki.privateKeyFromPem(pem)
-  return { privateKey: forgeKey, publicKey: forge.pki.setRsaPublicKey(forgeKey.n, forgeKey.e) }
+  return { privateKey: forgeKey, publicKey: forge.pki.setRsaPublicKey(forgeKey.n, forgeKey.e), pem }
 }
 
-function serial(): string {
-  // Positive (leading nibble < 8) 16-byte serial number.
-  return '0' + crypto.randomBytes(15).toString('hex')
+/**
+ * A 16-byte serial number that is a minimal DER INTEGER as forge writes it (the hex as is): first
+ * byte 0x01-0x7f, so positive and without a leading zero byte, which OpenSSL refuses.
+ */
+export function serial(): string {
+  const bytes = crypto.randomBytes(16)
+  bytes[0] = ((bytes[0] as number) & 0x7f) | 0x01
+  return bytes.toString('hex')
 }
