@@ -137,6 +137,25 @@ export async function listUnfinishedCommands(db: Queryable, nodeId: string): Pro
   return rows.map(commandFromRow)
 }
 
+/** listUnfinishedCommands for many nodes at once (streams opening together): one read per 500 nodes. */
+export async function listUnfinishedCommandsOf(db: Queryable, nodeIds: readonly string[]): Promise<Map<string, AgentCommand[]>> {
+  const byNode = new Map<string, AgentCommand[]>()
+  for (let i = 0; i < nodeIds.length; i += 500) {
+    const rows = (await db('agent_commands')
+      .whereIn('node_id', nodeIds.slice(i, i + 500))
+      .whereIn('status', UNFINISHED_STATUSES)
+      .orderBy('created_at')
+      .orderBy('id')) as Record<string, unknown>[]
+    for (const row of rows) {
+      const command = commandFromRow(row)
+      const list = byNode.get(command.node_id)
+      if (list) list.push(command)
+      else byNode.set(command.node_id, [command])
+    }
+  }
+  return byNode
+}
+
 export interface PendingCommandRef {
   id: string
   node_id: string

@@ -10,12 +10,11 @@ import type { Db } from '../db/knex.js'
 import { isDomainError, UnauthorizedError } from '../errors.js'
 import type { Logger } from '../log.js'
 import { applyHealthUpdate } from '../nodes/health-state-machine.js'
-import { findNode } from '../nodes/node-store.js'
 import { SYNC_STATUSES, type SyncStatus } from '../nodes/states.js'
 import {
   claimForDelivery,
   findPendingCommands,
-  listUnfinishedCommands,
+  listUnfinishedCommandsOf,
   markResent,
   recordAck,
   recordCompletion,
@@ -34,8 +33,8 @@ import {
 } from './grpc.js'
 import { HeartbeatBatcher } from './heartbeats.js'
 import { PROCESS_STATES } from './protocol.js'
-import { markConnected, markDisconnected, recordRegistration } from './registrations.js'
-import { authenticateAgent, isRetiredNode, type AuthenticatedAgent } from './tokens.js'
+import { markManyConnected, markManyDisconnected, recordRegistration } from './registrations.js'
+import { authenticateAgent, authenticateAgents, isRetiredNode, type AuthenticatedAgent } from './tokens.js'
 
 export interface AgentGatewayOptions {
   db: Db
@@ -59,6 +58,11 @@ interface Session {
   syncStatus: SyncStatus
   /** Reports are written in arrival order (an ack before the completion it precedes). */
   queue: Promise<void>
+  /**
+   * Set once the stream is recorded connected and sent what was unfinished: until then the
+   * command poll leaves the node alone, or a command it claimed meanwhile went out twice.
+   */
+  ready: boolean
 }
 
 /** Commands created within this window are looked at on every poll; older ones by a sweep. */
@@ -67,6 +71,8 @@ const SWEEP_EVERY_POLLS = 40
 const POLL_LIMIT = 1_000
 const SWEEP_LIMIT = 10_000
 const MAX_REPORT_BYTES = 1_000_000
+/** Streams set up together: their token checks, connect records and command reads in one statement each. */
+const OPEN_BATCH = 500
 
 export class AgentGateway {
   readonly gatewayId: string
@@ -78,12 +84,29 @@ export class AgentGateway {
   private polls = 0
   private polling = false
   private closed = false
-  /** Disconnect records still being written; close() waits for them before the database goes. */
-  private readonly background = new Set<Promise<void>>()
+  /**
+   * Report writes (a statement per ack, progress and outcome, a transaction per sync change) may
+   * hold all but two of the pool's connections: a rollout batch's burst of reports no longer
+   * queues the heartbeat batches and the command poll behind it in the pool.
+   */
+  private readonly reportSlots: Slots
+  /**
+   * Streams opening and closing wait here and are written in batches, one batch at a time, in
+   * order (a disconnect queued before a reconnect is written first). Per stream, setting up cost
+   * four statements and a closing one more: 10,000 agents reconnecting at once (a gateway
+   * restart, a network cut) queued 40,000 statements on the gateway's pool ahead of the
+   * heartbeat batches, which all but stopped for a minute (bench/fleet-load.ts). Now a batch of
+   * up to 500 streams costs about five statements and holds one connection at a time.
+   */
+  private opening: Stream[] = []
+  private closing = new Set<string>()
+  private linking: Promise<void> | undefined
 
   constructor(private readonly options: AgentGatewayOptions) {
     this.gatewayId = options.gatewayId ?? `${os.hostname()}:${process.pid}:${crypto.randomBytes(3).toString('hex')}`
     this.now = options.now ?? (() => new Date())
+    const poolMax = (options.db.client as { config?: { pool?: { max?: number } } }).config?.pool?.max ?? 10
+    this.reportSlots = new Slots(Math.max(1, poolMax - 2))
     this.heartbeats = new HeartbeatBatcher({
       db: options.db,
       logger: options.logger,
@@ -130,7 +153,8 @@ export class AgentGateway {
     })
     await Promise.all([...this.sessions.values()].map((s) => s.queue))
     this.sessions.clear()
-    await Promise.all([...this.background])
+    // Streams still being set up are refused, and every disconnect is written, before the database goes.
+    while (this.linking) await this.linking
     await this.heartbeats.stop()
   }
 
@@ -178,33 +202,102 @@ export class AgentGateway {
     }
   }
 
-  private async connect(call: Stream): Promise<void> {
-    let agent: AuthenticatedAgent
+  private connect(call: Stream): void {
+    this.opening.push(call)
+    this.link()
+  }
+
+  /** Writes the waiting disconnects and sets up the waiting streams, batch after batch, until none wait. */
+  private link(): void {
+    if (this.linking) return
+    this.linking = (async () => {
+      try {
+        // Streams that arrive in the same turn of the event loop share the first batch.
+        await new Promise((resolve) => setImmediate(resolve))
+        while (this.closing.size > 0 || this.opening.length > 0) {
+          if (this.closing.size > 0) {
+            // A node whose agent has a newer stream here (it reconnected before its old stream's
+            // close arrived, and that stream's batch is written) is connected: its old disconnect is not.
+            const closed = [...this.closing].filter((nodeId) => !this.sessions.has(nodeId))
+            this.closing = new Set()
+            if (closed.length > 0) {
+              await markManyDisconnected(this.options.db, closed, this.gatewayId, this.now()).catch((err: unknown) =>
+                this.options.logger.warn({ err, nodes: closed.length }, 'could not record the agent disconnects'),
+              )
+            }
+          }
+          if (this.opening.length > 0) await this.openStreams(this.opening.splice(0, OPEN_BATCH))
+        }
+      } finally {
+        this.linking = undefined
+      }
+    })()
+  }
+
+  private async openStreams(calls: Stream[]): Promise<void> {
+    let agents: Awaited<ReturnType<typeof authenticateAgents>>
     try {
-      agent = await this.authenticate(call.metadata)
+      agents = await authenticateAgents(this.options.db, calls.map((call) => readAgentCredentials(call.metadata)))
     } catch (err) {
-      call.emit('error', this.toStatus(err, 'Connect'))
+      const status = this.toStatus(err, 'Connect')
+      for (const call of calls) call.emit('error', status)
       return
     }
-    if (this.closed) {
-      call.emit('error', { code: grpc.status.UNAVAILABLE, details: 'gateway is shutting down' })
-      return
+    const opened: Session[] = []
+    for (const [i, call] of calls.entries()) {
+      const agent = agents[i]!
+      if (agent instanceof UnauthorizedError) {
+        call.emit('error', this.toStatus(agent, 'Connect'))
+        continue
+      }
+      if (isRetiredNode(agent)) {
+        call.emit('error', { code: grpc.status.FAILED_PRECONDITION, details: `node ${agent.nodeId} is ${agent.state}; its agent should stop` })
+        continue
+      }
+      if (this.closed) {
+        call.emit('error', { code: grpc.status.UNAVAILABLE, details: 'gateway is shutting down' })
+        continue
+      }
+      // The agent gave up while it waited (its 'cancelled' came before there was a session to close).
+      if (call.cancelled) continue
+      opened.push(this.openSession(agent.nodeId, agent.syncStatus, call))
     }
-    const node = await findNode(this.options.db, agent.nodeId)
-    const session: Session = { nodeId: agent.nodeId, call, syncStatus: node?.sync_status ?? 'unknown', queue: Promise.resolve() }
-    const previous = this.sessions.get(agent.nodeId)
-    this.sessions.set(agent.nodeId, session)
+    // A node that opened two streams in one batch keeps the later one.
+    const current = opened.filter((session) => this.sessions.get(session.nodeId) === session)
+    if (current.length === 0) return
+    try {
+      const nodeIds = current.map((session) => session.nodeId)
+      const now = this.now()
+      await markManyConnected(this.options.db, nodeIds, this.gatewayId, now)
+      // Headers tell the agent the stream is accepted before any command flows.
+      for (const session of current) session.call.sendMetadata(new grpc.Metadata())
+      // Everything not finished is (re)sent: the agent deduplicates by command id.
+      const unfinished = await listUnfinishedCommandsOf(this.options.db, nodeIds)
+      const resent = [...unfinished.values()].flat().filter((c) => c.status !== 'running').map((c) => c.id)
+      for (let i = 0; i < resent.length; i += OPEN_BATCH) await markResent(this.options.db, resent.slice(i, i + OPEN_BATCH), this.gatewayId, now)
+      for (const session of current) {
+        for (const command of unfinished.get(session.nodeId) ?? []) this.send(session, command)
+        session.ready = true
+        this.options.logger.info({ node_id: session.nodeId }, 'agent connected')
+      }
+    } catch (err) {
+      this.options.logger.error({ err, nodes: current.length }, 'could not set up the agent streams')
+      for (const session of current) session.call.emit('error', { code: grpc.status.UNAVAILABLE, details: 'gateway cannot reach its database; reconnect' })
+    }
+  }
+
+  private openSession(nodeId: string, syncStatus: SyncStatus, call: Stream): Session {
+    const session: Session = { nodeId, call, syncStatus, queue: Promise.resolve(), ready: false }
+    const previous = this.sessions.get(nodeId)
+    this.sessions.set(nodeId, session)
     if (previous) previous.call.end()
 
     call.on('data', (message: AgentMessage) => this.onMessage(session, message))
     const closeSession = () => {
       if (this.sessions.get(session.nodeId) !== session) return
       this.sessions.delete(session.nodeId)
-      const write = markDisconnected(this.options.db, session.nodeId, this.gatewayId, this.now()).catch((err: unknown) =>
-        this.options.logger.warn({ err, node_id: session.nodeId }, 'could not record the agent disconnect'),
-      )
-      this.background.add(write)
-      void write.finally(() => this.background.delete(write))
+      this.closing.add(session.nodeId)
+      this.link()
       this.options.logger.info({ node_id: session.nodeId }, 'agent stream closed')
     }
     call.on('end', () => {
@@ -213,25 +306,7 @@ export class AgentGateway {
     })
     call.on('cancelled', closeSession)
     call.on('error', closeSession)
-
-    try {
-      await markConnected(this.options.db, agent.nodeId, this.gatewayId, this.now())
-      // Headers tell the agent the stream is accepted before any command flows.
-      call.sendMetadata(new grpc.Metadata())
-      await this.sendUnfinished(session)
-      this.options.logger.info({ node_id: agent.nodeId }, 'agent connected')
-    } catch (err) {
-      this.options.logger.error({ err, node_id: agent.nodeId }, 'could not set up the agent stream')
-      call.emit('error', { code: grpc.status.UNAVAILABLE, details: 'gateway cannot reach its database; reconnect' })
-    }
-  }
-
-  /** Everything not finished is (re)sent: the agent deduplicates by command id. */
-  private async sendUnfinished(session: Session): Promise<void> {
-    const commands = await listUnfinishedCommands(this.options.db, session.nodeId)
-    if (commands.length === 0) return
-    await markResent(this.options.db, commands.filter((c) => c.status !== 'running').map((c) => c.id), this.gatewayId, this.now())
-    for (const command of commands) this.send(session, command)
+    return session
   }
 
   private send(session: Session, command: AgentCommand): void {
@@ -248,7 +323,7 @@ export class AgentGateway {
         this.options.db,
         sweep ? { limit: SWEEP_LIMIT } : { createdSince: new Date(this.now().getTime() - RECENT_WINDOW_MS), limit: POLL_LIMIT },
       )
-      const ours = pending.filter((p) => this.sessions.has(p.node_id)).map((p) => p.id)
+      const ours = pending.filter((p) => this.sessions.get(p.node_id)?.ready).map((p) => p.id)
       if (ours.length === 0) return
       const claimed = await claimForDelivery(this.options.db, ours, this.gatewayId, this.now())
       for (const command of claimed) {
@@ -267,7 +342,7 @@ export class AgentGateway {
       this.onHeartbeat(session, message.heartbeat)
       return
     }
-    session.queue = session.queue.then(() => this.onReport(session, message)).catch((err: unknown) => {
+    session.queue = session.queue.then(() => this.reportSlots.run(() => this.onReport(session, message))).catch((err: unknown) => {
       this.options.logger.warn({ err, node_id: session.nodeId, report: message.body }, 'could not record an agent report')
     })
   }
@@ -297,8 +372,10 @@ export class AgentGateway {
   private async forwardSync(session: Session, from: SyncStatus, to: SyncStatus): Promise<void> {
     for (let attempt = 1; attempt <= 3; attempt += 1) {
       try {
-        await this.options.db.transaction((trx) =>
-          applyHealthUpdate(trx, { nodeId: session.nodeId, change: { writer: 'sync_event', sync_status: to }, reason: `agent reported ${to}`, now: this.now() }),
+        await this.reportSlots.run(() =>
+          this.options.db.transaction((trx) =>
+            applyHealthUpdate(trx, { nodeId: session.nodeId, change: { writer: 'sync_event', sync_status: to }, reason: `agent reported ${to}`, now: this.now() }),
+          ),
         )
         this.options.logger.info({ node_id: session.nodeId, from, to }, 'sync status changed')
         return
@@ -346,6 +423,27 @@ export class AgentGateway {
     if (code === grpc.status.FAILED_PRECONDITION) return { code, details: (err as Error).message }
     this.options.logger.error({ err, call }, 'agent call failed')
     return { code: grpc.status.UNAVAILABLE, details: 'gateway error; retry' }
+  }
+}
+
+/** At most `max` operations at a time; the others wait their turn in arrival order. */
+class Slots {
+  private active = 0
+  private readonly waiting: Array<() => void> = []
+
+  constructor(private readonly max: number) {}
+
+  async run<T>(op: () => Promise<T>): Promise<T> {
+    if (this.active < this.max) this.active += 1
+    else await new Promise<void>((resolve) => this.waiting.push(resolve))
+    try {
+      return await op()
+    } finally {
+      // A waiting operation takes over the slot as it is.
+      const next = this.waiting.shift()
+      if (next) next()
+      else this.active -= 1
+    }
   }
 }
 

@@ -71,3 +71,20 @@ export async function markConnected(db: Queryable, nodeId: string, gatewayId: st
 export async function markDisconnected(db: Queryable, nodeId: string, gatewayId: string, now: Date = new Date()): Promise<void> {
   await db('agent_registrations').where({ node_id: nodeId, gateway_id: gatewayId }).update({ disconnected_at: now })
 }
+
+/** Node ids per statement: well under both databases' bind-parameter limits. */
+const IDS_PER_STATEMENT = 500
+
+/** markConnected for many streams opened together: one statement per 500 nodes. */
+export async function markManyConnected(db: Queryable, nodeIds: readonly string[], gatewayId: string, now: Date = new Date()): Promise<void> {
+  for (let i = 0; i < nodeIds.length; i += IDS_PER_STATEMENT) {
+    await db('agent_registrations').whereIn('node_id', nodeIds.slice(i, i + IDS_PER_STATEMENT)).update({ gateway_id: gatewayId, connected_at: now, disconnected_at: null })
+  }
+}
+
+/** markDisconnected for many streams closed together (a gateway shutting down, a network cut). */
+export async function markManyDisconnected(db: Queryable, nodeIds: readonly string[], gatewayId: string, now: Date = new Date()): Promise<void> {
+  for (let i = 0; i < nodeIds.length; i += IDS_PER_STATEMENT) {
+    await db('agent_registrations').whereIn('node_id', nodeIds.slice(i, i + IDS_PER_STATEMENT)).andWhere({ gateway_id: gatewayId }).update({ disconnected_at: now })
+  }
+}
