@@ -14,6 +14,7 @@ import crypto from 'node:crypto'
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
+import { Writable } from 'node:stream'
 import * as grpc from '@grpc/grpc-js'
 import { AgentGateway } from '../src/agents/gateway.js'
 import { agentGatewayService, agentMetadata } from '../src/agents/grpc.js'
@@ -51,6 +52,79 @@ const BYSTANDER_HEARTBEAT_MS = 15_000
 const CHANNELS_PER_GATEWAY = 12
 const logger = createLogger({ level: 'silent' })
 
+/**
+ * Watches a knex pool: connections in use, the longest queue of callers waiting for one, and the
+ * statements run (by their first words), so a starved pool says which pool and what holds it.
+ */
+/** The gateways' warnings and errors (a failed flush, a stream it could not set up), counted by message. */
+class GatewayLog {
+  readonly counts = new Map<string, number>()
+  readonly logger = createLogger({
+    level: 'warn',
+    destination: new Writable({
+      write: (chunk: Buffer, _encoding, done) => {
+        for (const line of chunk.toString('utf8').split('\n')) {
+          if (!line) continue
+          let key = line.slice(0, 80)
+          try {
+            const entry = JSON.parse(line) as { msg?: string; err?: { message?: string } }
+            key = `${entry.msg ?? '?'}${entry.err?.message ? `: ${entry.err.message.slice(0, 80)}` : ''}`
+          } catch {
+            // not JSON: counted by its start
+          }
+          this.counts.set(key, (this.counts.get(key) ?? 0) + 1)
+        }
+        done()
+      },
+    }),
+  })
+  summary(): string {
+    const total = [...this.counts.values()].reduce((a, b) => a + b, 0)
+    return total === 0 ? 'none' : `${total} (${[...this.counts.entries()].sort((a, b) => b[1] - a[1]).slice(0, 3).map(([k, n]) => `${n}× ${k}`).join('; ')})`
+  }
+}
+
+class PoolWatch {
+  maxPending = 0
+  maxUsed = 0
+  /** The longest wait queue since the last mark() (phases, unlike take(), which the trace also calls). */
+  phaseMaxPending = 0
+  queries = new Map<string, number>()
+  private readonly timer: NodeJS.Timeout
+  constructor(readonly name: string, db: Db) {
+    const pool = (db.client as { pool?: { numUsed(): number; numPendingAcquires(): number } }).pool
+    this.timer = setInterval(() => {
+      const p = (db.client as { pool?: typeof pool }).pool ?? pool
+      if (!p) return
+      this.maxPending = Math.max(this.maxPending, p.numPendingAcquires())
+      this.phaseMaxPending = Math.max(this.phaseMaxPending, this.maxPending)
+      this.maxUsed = Math.max(this.maxUsed, p.numUsed())
+    }, 50)
+    this.timer.unref()
+    db.on('query', (q: { sql?: string }) => {
+      const key = (q.sql ?? '').replace(/\s+/g, ' ').slice(0, 70)
+      this.queries.set(key, (this.queries.get(key) ?? 0) + 1)
+    })
+  }
+  /** One line since the last call; resets the counters. */
+  take(): string {
+    const top = [...this.queries.entries()].sort((a, b) => b[1] - a[1]).slice(0, 6).map(([k, n]) => `${n}× ${k}`).join('; ')
+    const line = `${this.name}: used max ${this.maxUsed}, waiting max ${this.maxPending}; ${[...this.queries.values()].reduce((a, b) => a + b, 0)} queries (${top})`
+    this.maxPending = 0
+    this.maxUsed = 0
+    this.queries.clear()
+    return line
+  }
+  mark(): number {
+    const max = this.phaseMaxPending
+    this.phaseMaxPending = 0
+    return max
+  }
+  stop(): void {
+    clearInterval(this.timer)
+  }
+}
+
 type Channel = grpc.Client & { Connect(m: grpc.Metadata): AgentStream }
 
 export const benchFleetLoad: Bench = async (ctx) => {
@@ -69,6 +143,26 @@ export const benchFleetLoad: Bench = async (ctx) => {
   const channels: Channel[] = []
   const agents: SimulatedAgent[] = []
   const tickers: NodeJS.Timeout[] = []
+  const gatewayLog = new GatewayLog()
+  /** Receive-to-commit latencies of heartbeats while it is set (the loaded rollout). */
+  let ingest: number[] | undefined
+  let sampling = false
+  let sampler: Promise<void> = Promise.resolve()
+  const watches = [new PoolWatch('worker+sampler pool', db), new PoolWatch('gateway A pool', gatewayDbs[0]!), new PoolWatch('gateway B pool', gatewayDbs[1]!)]
+  /** Per phase: the longest queue for a connection, in the worker's pool and the gateways' (the larger). */
+  const waits = new Map<string, { worker: number; gateway: number }>()
+  const report = (phase: string) => {
+    for (const w of watches) ctx.log(`  [${phase}] ${w.take()}`)
+    ctx.log(`  [${phase}] gateway warnings so far: ${gatewayLog.summary()}`)
+    if (phase !== '10 s') {
+      const [worker, a, b] = watches.map((w) => w.mark())
+      waits.set(phase, { worker: worker!, gateway: Math.max(a!, b!) })
+    }
+  }
+  // The bystanders connect this many at a time (the bench's default 500; FLEET_LOAD_CONNECT_CHUNK=20000 is a reconnect storm).
+  const connectChunk = Number(process.env.FLEET_LOAD_CONNECT_CHUNK ?? '500')
+  // FLEET_LOAD_TRACE=1: the pools every 10 s as well (to see a starvation as it builds).
+  if (process.env.FLEET_LOAD_TRACE) tickers.push(setInterval(() => report('10 s'), 10_000))
   try {
     ctx.log(`creating ${fleet} nodes on ${SOURCE} and ${bystanders} bystanders on ${BYSTANDER_VERSION}`)
     const nodeIds = await insertFleet(db, fleet, new Date(Date.now() - 3_600_000))
@@ -80,7 +174,18 @@ export const benchFleetLoad: Bench = async (ctx) => {
     await db('users').insert({ id: operatorId, email: `${operatorId}@bench.test`, is_admin: true, created_at: new Date(), updated_at: new Date() })
 
     for (const gatewayDb of gatewayDbs) {
-      const gateway = new AgentGateway({ db: gatewayDb, logger, heartbeatIntervalSeconds: 15, progressCheckIntervalSeconds: 30, heartbeatFlushIntervalMs: HEARTBEAT_FLUSH_MS, commandPollIntervalMs: GATEWAY_COMMAND_POLL_MS })
+      const gateway = new AgentGateway({
+        db: gatewayDb,
+        logger: gatewayLog.logger,
+        heartbeatIntervalSeconds: 15,
+        progressCheckIntervalSeconds: 30,
+        heartbeatFlushIntervalMs: HEARTBEAT_FLUSH_MS,
+        commandPollIntervalMs: GATEWAY_COMMAND_POLL_MS,
+        onHeartbeatsFlushed: (ms) => {
+          if (!ingest) return
+          for (const v of ms) ingest.push(v)
+        },
+      })
       const port = await gateway.listen('127.0.0.1', 0, grpc.ServerCredentials.createSsl(null, [{ private_key: tls.key, cert_chain: tls.cert }], false))
       gateways.push(gateway)
       const Service = agentGatewayService()
@@ -90,10 +195,10 @@ export const benchFleetLoad: Bench = async (ctx) => {
     const connect = async (ids: string[]): Promise<SimulatedAgent[]> => {
       const tokens = await issueTokens(db, ids)
       const out: SimulatedAgent[] = []
-      for (let i = 0; i < tokens.length; i += 500) {
+      for (let i = 0; i < tokens.length; i += connectChunk) {
         out.push(
           ...(await Promise.all(
-            tokens.slice(i, i + 500).map(({ nodeId, token }, j) => {
+            tokens.slice(i, i + connectChunk).map(({ nodeId, token }, j) => {
               const gateway = (i + j) % 2
               const channel = channels[gateway * CHANNELS_PER_GATEWAY + ((i + j) % CHANNELS_PER_GATEWAY)]!
               const stream = channel.Connect(agentMetadata(nodeId, token))
@@ -107,24 +212,28 @@ export const benchFleetLoad: Bench = async (ctx) => {
       }
       return out
     }
+    // Each agent every intervalMs, spread evenly; a late tick (a busy event loop) sends what fell
+    // due meanwhile, so the agents keep their interval instead of slowing down with the machine.
     const heartbeatEvery = (group: SimulatedAgent[], intervalMs: number): void => {
-      const tickMs = 20
-      const perTick = Math.ceil((group.length * tickMs) / intervalMs)
-      let cursor = 0
+      const started = performance.now()
+      let sent = 0
       tickers.push(setInterval(() => {
-        for (let k = 0; k < perTick; k++) group[cursor++ % group.length]!.heartbeat()
-      }, tickMs))
+        const due = Math.floor(((performance.now() - started) * group.length) / intervalMs)
+        for (; sent < due; sent++) group[sent % group.length]!.heartbeat()
+      }, 20))
     }
     const heartbeated = async (count: number) => Number((await db('agent_status').count<{ n: number }[]>({ n: '*' }))[0]?.n ?? 0) >= count
 
+    report('setup')
     ctx.log(`connecting ${fleet} upgrade agents through two gateways`)
     const upgraders = await connect(nodeIds)
     agents.push(...upgraders)
     heartbeatEvery(upgraders, HEARTBEAT_MS)
     await until(() => heartbeated(fleet), 'every upgrade agent to heartbeat', 30_000)
 
+    report('connect upgraders')
     ctx.log(`quiet rollout ${SOURCE} -> ${TARGET} of ${fleet} nodes`)
-    const quiet = await measured(() => rollout({ db, catalogue, target: forward }, operatorId, SOURCE))
+    const quiet = await measured(() => explained(db, rollout({ db, catalogue, target: forward }, operatorId, SOURCE)))
     await expectCompleted(db, quiet.result.rolloutId, fleet)
     // The upgraded nodes are `syncing`; one heartbeat evaluation (as the health-evaluator runs it)
     // moves the synced ones back to healthy, where the next rollout may take them.
@@ -133,18 +242,24 @@ export const benchFleetLoad: Bench = async (ctx) => {
       return Number((await db('nodes').whereNot({ state: 'healthy' }).count<{ n: number }[]>({ n: '*' }))[0]?.n ?? 0) === 0
     }, 'the upgraded nodes to be healthy again', 30_000, 500)
 
+    report('quiet rollout')
     ctx.log(`connecting ${bystanders} bystander agents (heartbeat every ${BYSTANDER_HEARTBEAT_MS / 1_000} s)`)
+    const connectStarted = performance.now()
     const others = await connect(bystanderIds)
+    const connectMs = performance.now() - connectStarted
     for (const a of others) a.version = BYSTANDER_VERSION
     agents.push(...others)
     heartbeatEvery(others, BYSTANDER_HEARTBEAT_MS)
     await until(() => heartbeated(fleet + bystanders), 'every bystander to heartbeat', BYSTANDER_HEARTBEAT_MS * 3, 500)
 
+    report('connect bystanders')
+    ctx.log(`${bystanders} bystanders connected in ${(connectMs / 1_000).toFixed(1)} s, all heartbeated ${((performance.now() - connectStarted) / 1_000).toFixed(1)} s after the first connected`)
     ctx.log(`rollout ${TARGET} -> ${SOURCE} of ${fleet} nodes under the load`)
     let stalest = 0
     const samplerErrors: string[] = []
-    let sampling = true
-    const sampler = (async () => {
+    ingest = []
+    sampling = true
+    sampler = (async () => {
       while (sampling) {
         try {
           const row = (await db('nodes').join('subscriptions', 'subscriptions.id', 'nodes.subscription_id').where('subscriptions.user_id', bystanderUser).min({ oldest: 'nodes.last_heartbeat' }).first()) as { oldest: unknown }
@@ -156,14 +271,19 @@ export const benchFleetLoad: Bench = async (ctx) => {
         await new Promise((resolve) => setTimeout(resolve, 1_000))
       }
     })()
-    const loaded = await measured(() => rollout({ db, catalogue, target: back }, operatorId, TARGET))
+    const loaded = await measured(() => explained(db, rollout({ db, catalogue, target: back }, operatorId, TARGET)))
     sampling = false
     await sampler
+    const latencies = Float64Array.from(ingest).sort()
+    ingest = undefined
+    const ingestP99 = latencies[Math.floor(latencies.length * 0.99)] ?? 0
+    const ingestMax = latencies[latencies.length - 1] ?? 0
+    report('loaded rollout')
     await expectCompleted(db, loaded.result.rolloutId, fleet)
 
     const streamErrors = agents.reduce((n, a) => n + a.streamErrors, 0)
     const offered = fleet * (1_000 / HEARTBEAT_MS) + bystanders * (1_000 / BYSTANDER_HEARTBEAT_MS)
-    ctx.log(`quiet ${(quiet.ms / 1_000).toFixed(2)} s, loaded ${(loaded.ms / 1_000).toFixed(2)} s (cpu ${loaded.cpuPercent.toFixed(0)}%, loop p99 ${loaded.loopP99Ms.toFixed(0)} ms); stalest bystander heartbeat ${(stalest / 1_000).toFixed(1)} s; stream errors ${streamErrors}; sampler errors ${samplerErrors.length}${samplerErrors[0] ? ` (${samplerErrors[0]})` : ''}`)
+    ctx.log(`quiet ${(quiet.ms / 1_000).toFixed(2)} s, loaded ${(loaded.ms / 1_000).toFixed(2)} s (cpu ${loaded.cpuPercent.toFixed(0)}%, loop p99 ${loaded.loopP99Ms.toFixed(0)} ms); stalest bystander heartbeat ${(stalest / 1_000).toFixed(1)} s; stream errors ${streamErrors}; sampler errors ${samplerErrors.length}${samplerErrors[0] ? ` (${samplerErrors[0]})` : ''}; heartbeat receive-to-commit p99 ${ingestP99.toFixed(0)} ms, max ${ingestMax.toFixed(0)} ms over ${latencies.length}; gateway warnings ${gatewayLog.summary()}`)
     return [
       figure({
         name: `rolling rollout of ${fleet} nodes while ${bystanders} more agents heartbeat every ${BYSTANDER_HEARTBEAT_MS / 1_000} s through two gateways (postgres); ${(loaded.ms / 1_000).toFixed(1)} s; stalest bystander heartbeat ${(stalest / 1_000).toFixed(1)} s; broken streams ${streamErrors}`,
@@ -172,10 +292,22 @@ export const benchFleetLoad: Bench = async (ctx) => {
         value: fleet / (loaded.ms / 1_000),
         baselineValue: fleet / (quiet.ms / 1_000),
         aim: `stalest heartbeat < ${(2 * BYSTANDER_HEARTBEAT_MS) / 1_000} s`,
-        notes: `about ${Math.round(offered)} heartbeats/s offered during the loaded rollout; gateways, worker, ${fleet + bystanders} agents and Postgres share 2 cores`,
+        notes:
+          `about ${Math.round(offered)} heartbeats/s offered during the loaded rollout; gateways, worker, ${fleet + bystanders} agents and Postgres share 2 cores. ` +
+          `The ${bystanders} connected ${connectChunk} at a time in ${(connectMs / 1_000).toFixed(1)} s. Longest queue for a pool connection (pool of 10): ` +
+          `${[...waits.entries()].filter(([phase]) => phase !== 'setup').map(([phase, w]) => `${phase}: gateway ${w.gateway}, worker ${w.worker}`).join('; ')}; ` +
+          `heartbeat receive-to-commit during the loaded rollout p99 ${ingestP99.toFixed(0)} ms, max ${ingestMax.toFixed(0)} ms; gateway warnings ${gatewayLog.summary()}; sampler errors ${samplerErrors.length}`,
       }),
     ]
   } finally {
+    // A failed rollout must not leave the sampler querying a destroyed pool forever.
+    sampling = false
+    await sampler
+    if (ingest) {
+      const l = Float64Array.from(ingest).sort()
+      ctx.log(`(failed run) heartbeat receive-to-commit during the loaded rollout: p99 ${(l[Math.floor(l.length * 0.99)] ?? 0).toFixed(0)} ms, max ${(l[l.length - 1] ?? 0).toFixed(0)} ms over ${l.length}`)
+    }
+    for (const w of watches) w.stop()
     for (const t of tickers) clearInterval(t)
     for (const a of agents) a.end()
     await Promise.all(gateways.map((g) => g.close(1_000)))
@@ -189,6 +321,19 @@ export const benchFleetLoad: Bench = async (ctx) => {
 async function configState(db: Db, nodeIds: string[], version: string): Promise<void> {
   for (let i = 0; i < nodeIds.length; i += INSERT_CHUNK) {
     await db('node_config_state').insert(nodeIds.slice(i, i + INSERT_CHUNK).map((node_id) => ({ node_id, binary_version: version, config_version: null, updated_at: new Date() })))
+  }
+}
+
+/** A rollout that did not complete says why its nodes failed. */
+async function explained<T>(db: Db, run: Promise<T>): Promise<T> {
+  try {
+    return await run
+  } catch (err) {
+    const rows = (await db('rollout_nodes').where({ status: 'failed' }).select('error_message')) as { error_message: string | null }[]
+    const reasons = new Map<string, number>()
+    for (const r of rows) reasons.set(r.error_message ?? '?', (reasons.get(r.error_message ?? '?') ?? 0) + 1)
+    const why = [...reasons.entries()].map(([m, n]) => `${n}× ${m}`).join('; ')
+    throw new Error(`${err instanceof Error ? err.message : String(err)}; failed nodes: ${why}`)
   }
 }
 
