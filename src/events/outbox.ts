@@ -122,7 +122,12 @@ export function onOutboxCommit(listener: CommitListener): () => void {
   return () => commitListeners.delete(listener)
 }
 
-function notifyCommitted(): void {
+/**
+ * Wakes this process's relay now. For a writer whose outbox rows were written in a savepoint:
+ * the savepoint's release, not the commit, is what `wakeAfterCommit` saw, so the writer calls
+ * this after its own commit.
+ */
+export function notifyCommitted(): void {
   for (const listener of commitListeners) listener()
 }
 

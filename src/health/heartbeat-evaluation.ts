@@ -7,7 +7,8 @@
  *    that state) is older than the heartbeat timeout gets one more failure — once per cycle:
  *    `heartbeat_checked_at` keeps an overlapping cycle of another evaluator from counting the
  *    same timeout again.
- * 3. Moves, each through the health state machine (one health event each):
+ * 3. Moves, each through the health state machine (one health event each), up to 200 per
+ *    transaction, each in its own savepoint:
  *    - 3 consecutive failures -> down (only once the node has been in its state for longer than
  *      the timeout: every state change resets the counter, and this guard keeps a counter that
  *      was somehow left over from taking a node just back from a migration straight down);
@@ -17,6 +18,7 @@
  */
 import type { Db } from '../db/knex.js'
 import { ConflictError } from '../errors.js'
+import { notifyCommitted } from '../events/outbox.js'
 import type { Logger } from '../log.js'
 import { applyHealthUpdate } from '../nodes/health-state-machine.js'
 import { nodeFromRow, type NodeRecord } from '../nodes/node-store.js'
@@ -28,6 +30,8 @@ export const HEARTBEAT_TIMEOUT_MS = 60_000
 export const FAILURES_BEFORE_DOWN = 3
 /** States whose heartbeats count toward `down`. */
 export const HEARTBEAT_EVALUATED_STATES: readonly NodeState[] = ['syncing', 'healthy', 'degraded']
+/** Moves written per transaction; long enough to amortise the commit, short enough not to hold many row locks for long. */
+const MOVES_PER_TRANSACTION = 200
 
 export interface HeartbeatEvaluationOptions {
   now: Date
@@ -84,21 +88,29 @@ export async function evaluateHeartbeats(db: Db, options: HeartbeatEvaluationOpt
     )
     .select('*')) as NodeRowOf[]
 
+  // Moves share a transaction per chunk, each in a savepoint of its own: a fleet-wide outage
+  // commits once per chunk instead of once per node, and a node another writer changed first
+  // (ConflictError) rolls back only its own savepoint.
   const moves: NodeMove[] = []
   let conflicts = 0
-  for (const row of candidates) {
-    const node = nodeFromRow(row)
-    const move = moveFor(node)
-    try {
-      const result = await db.transaction((trx) =>
-        applyHealthUpdate(trx, { nodeId: node.id, current: node, change: { writer: 'heartbeat_evaluation', state: move.to }, reason: move.reason, now }),
-      )
-      if (result.changed) moves.push({ node_id: node.id, from: node.state, to: move.to })
-    } catch (err) {
-      if (!(err instanceof ConflictError)) throw err
-      conflicts += 1
-      options.logger.debug({ nodeId: node.id, err: err.message }, 'node changed during heartbeat evaluation; next cycle')
-    }
+  for (let i = 0; i < candidates.length; i += MOVES_PER_TRANSACTION) {
+    await db.transaction(async (trx) => {
+      for (const row of candidates.slice(i, i + MOVES_PER_TRANSACTION)) {
+        const node = nodeFromRow(row)
+        const move = moveFor(node)
+        try {
+          const result = await trx.transaction((savepoint) =>
+            applyHealthUpdate(savepoint, { nodeId: node.id, current: node, change: { writer: 'heartbeat_evaluation', state: move.to }, reason: move.reason, now }),
+          )
+          if (result.changed) moves.push({ node_id: node.id, from: node.state, to: move.to })
+        } catch (err) {
+          if (!(err instanceof ConflictError)) throw err
+          conflicts += 1
+          options.logger.debug({ nodeId: node.id, err: err.message }, 'node changed during heartbeat evaluation; next cycle')
+        }
+      }
+    })
+    notifyCommitted()
   }
   return { reset, counted, moves, conflicts }
 }

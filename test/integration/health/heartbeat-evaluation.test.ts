@@ -53,6 +53,28 @@ describe.each(DIALECTS)('heartbeat evaluation on %s', (dialect) => {
     expect(await healthEvents(db, stale)).toHaveLength(1)
   })
 
+  it('moves a fleet-wide outage down in one cycle, over several transactions, one health event per node', async () => {
+    const db = await database()
+    // More than one transaction's worth of moves (200 each).
+    const ids: string[] = []
+    for (let i = 0; i < 450; i++) ids.push(await nodeWith(db, { state: 'healthy', heartbeatAt: -61 * SECOND }))
+    const live = await nodeWith(db, { state: 'healthy', heartbeatAt: 40 * SECOND })
+    await cycle(db, 0)
+    await cycle(db, 15 * SECOND)
+    const third = await cycle(db, 30 * SECOND)
+    expect(third.moves).toHaveLength(450)
+    expect(third.conflicts).toBe(0)
+    expect(new Set(third.moves.map((m) => m.node_id))).toEqual(new Set(ids))
+    const states = (await db('nodes').whereIn('id', ids).pluck('state')) as string[]
+    expect(new Set(states)).toEqual(new Set(['down']))
+    expect((await nodeNow(db, live)).state).toBe('healthy')
+    const events = (await db('outbox').whereLike('subject', 'events.node.%.health_changed').count({ n: '*' }).first()) as { n: number | string }
+    expect(Number(events.n)).toBe(450)
+    const open = (await db('uptime_state_log').whereIn('node_id', ids).whereNull('exited_at').pluck('state')) as string[]
+    expect(open).toHaveLength(450)
+    expect(new Set(open)).toEqual(new Set(['down']))
+  })
+
   it('a heartbeat resets the counter; one during the down grace brings the node back to healthy', async () => {
     const db = await database()
     const blip = await nodeWith(db, { state: 'healthy', heartbeatAt: -61 * SECOND })
