@@ -3,9 +3,9 @@
  * `nodeplane daemon node-agent` process, tracked by pid. Destroying a host stops the agent's
  * whole process group (the agent and the chain process it supervises) and removes the directory.
  */
+import { spawn, type ChildProcess } from 'node:child_process'
 import fs from 'node:fs'
 import path from 'node:path'
-import { execa } from 'execa'
 import { z } from 'zod'
 import type { Logger } from '../../log.js'
 import { isNodeAgentProcess as isAlive, readAgentPid } from '../../agent/lock.js'
@@ -59,7 +59,10 @@ export class LocalInfrastructureProvider implements InfrastructureProvider {
     writePrivate(tokenFile, spec.agent.token)
     const caFile = path.join(dir, 'gateway-ca.pem')
     fs.writeFileSync(caFile, spec.agent.caPem, { mode: 0o644 })
-    const logTarget = { file: path.join(dir, 'agent.log'), append: true } as const
+    // The agent writes its log straight into the file through a descriptor of its own: piped
+    // through this process (execa's file target), its output, and with it every write the agent
+    // makes to stdout, would die with the orchestrator that created the host.
+    const log = fs.openSync(path.join(dir, 'agent.log'), 'a', 0o600)
     const [command, ...args] = this.options.agentCommand ?? [process.execPath, path.join(packageRoot(), 'bin', 'run.js'), 'daemon', 'node-agent']
     const env: Record<string, string> = {
       PATH: process.env.PATH ?? '/usr/bin:/bin',
@@ -72,9 +75,14 @@ export class LocalInfrastructureProvider implements InfrastructureProvider {
       NODE_AGENT_STATE_DIR: path.join(dir, 'state'),
     }
     {
-      const child = execa(command as string, args, { cwd: dir, env, extendEnv: false, detached: true, cleanup: false, stdin: 'ignore', stdout: logTarget, stderr: logTarget })
+      let child: ChildProcess
+      try {
+        child = spawn(command as string, args, { cwd: dir, env, detached: true, stdio: ['ignore', log, log] })
+      } finally {
+        fs.closeSync(log)
+      }
       // The agent outlives this process; its exit is observed through hostStatus, not here.
-      child.catch(() => undefined)
+      child.on('error', () => undefined)
       child.unref()
       if (!child.pid) throw new Error('the agent process did not start')
       const record: HostRecord = {

@@ -104,6 +104,10 @@ describe.each(DIALECTS)('local infrastructure provider with a real node agent on
     hosts.pop()
     expect(isAlive(firstPid)).toBe(false)
     expect(fs.readdirSync(root)).toEqual([host.host_id])
+    // The agent writes its log into the host's file itself, not through the process that created
+    // the host: an orchestrator killed later must not take the agent's output (stdout) with it.
+    const agentPid = (JSON.parse(fs.readFileSync(path.join(dir, 'host.json'), 'utf8')) as { pid: number }).pid
+    for (const fd of [1, 2]) expect(fs.readlinkSync(`/proc/${agentPid}/fd/${fd}`)).toBe(path.join(dir, 'agent.log'))
 
     const registration = await waitFor(async () => findRegistration(db, node.id), 'agent registration', 30_000)
     expect(registration.agent_version).toBe('0.1.0')
