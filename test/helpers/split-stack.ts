@@ -234,7 +234,9 @@ export async function startSplitStack(options: SplitStackOptions = {}): Promise<
     nats = undefined
     await ownPostgres?.stop().catch((err: unknown) => failures.push(err))
     ownPostgres = undefined
-    fs.rmSync(root, { recursive: true, force: true })
+    // SPLIT_STACK_KEEP=1 keeps the daemons' and agents' logs for a look after a failure.
+    if (process.env.SPLIT_STACK_KEEP === '1') process.stderr.write(`[split-stack] kept ${root}\n`)
+    else fs.rmSync(root, { recursive: true, force: true })
     live.delete(liveEntry)
     if (failures.length > 0) throw new AggregateError(failures, 'stopping the split stack failed')
   }
@@ -326,7 +328,8 @@ export async function startSplitStack(options: SplitStackOptions = {}): Promise<
       },
       'health-evaluator': {
         HEALTH_EVALUATION_INTERVAL: '1s',
-        HEARTBEAT_TIMEOUT: '3s',
+        // Not shorter: ten daemons and the agents share two cores, and a heartbeat can be seconds late.
+        HEARTBEAT_TIMEOUT: '5s',
         MIGRATION_GRACE: '2s',
         SUBSCRIPTION_CLEANUP_INTERVAL: '1s',
         UPTIME_ROLLUP_INTERVAL: '5s',
