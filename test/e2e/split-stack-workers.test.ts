@@ -30,6 +30,7 @@ import { HEALTH_EVALUATION_JOB } from '../../src/health/evaluator.js'
 import { MIGRATE_WORKFLOW } from '../../src/provisioning/migrate.js'
 import { PROVISION_WORKFLOW } from '../../src/provisioning/provision.js'
 import { ROLLOUT_WORKFLOW } from '../../src/rollouts/workflow-names.js'
+import { binaryVersions } from '../integration/rollouts/harness.js'
 import { count } from '../helpers/payment-stack.js'
 import { waitFor } from '../helpers/ports.js'
 import { startSplitStack, type DaemonKind, type SplitStack } from '../helpers/split-stack.js'
@@ -94,9 +95,6 @@ describe('worker faults survived on the split stack (separate daemon processes, 
       timeoutMs,
       500,
     )
-  }
-  async function binaryVersion(nodeId: string): Promise<string | null> {
-    return ((await stack.db('node_config_state').where({ node_id: nodeId }).first('binary_version')) as { binary_version: string | null } | undefined)?.binary_version ?? null
   }
 
   it('1b: the orchestrator running a provision killed -9 mid-run: the other finishes it on the same host, no migration', { timeout: 300_000 }, async () => {
@@ -211,7 +209,7 @@ describe('worker faults survived on the split stack (separate daemon processes, 
     expect(done).toMatchObject({ total_nodes: 2, succeeded_nodes: 2, failed_nodes: 0 })
     expect(probe.gatewayOfAgent(upgrading.node_id)).not.toBe(gateway)
     for (const id of nodes) {
-      expect(await binaryVersion(id)).toBe('1.1.0')
+      expect(await binaryVersions(stack.db, [id])).toEqual(['1.1.0'])
       expect(await count(stack.db, 'agent_commands', { node_id: id, type: 'upgrade' }), `upgrade commands of ${id}`).toBe(1)
     }
     await Promise.all([stack.restart(gateway), stack.restart(orchestrator as string)])
@@ -279,7 +277,7 @@ describe('worker faults survived on the split stack (separate daemon processes, 
     } finally {
       await nc.close()
     }
-    for (const id of nodes) expect(await binaryVersion(id)).toBe('1.0.0')
+    expect(await binaryVersions(stack.db, nodes)).toEqual(nodes.map(() => '1.0.0'))
     const nodeC = await probe.nodeOf(subscriptionId)
     await probe.waitHealthy(nodeC, 'the node bought during the outage healthy')
     await probe.expectNothingLostNothingTwice('2b')
