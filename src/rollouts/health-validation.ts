@@ -2,10 +2,11 @@
  * Health validation of an upgraded node (spec: "Health validation passes only when all hold"),
  * observed for the whole health_wait_duration after the upgrade command completed:
  * - at least one heartbeat arrives after the upgrade;
- * - application_health is not critical — judged here from the agent's reports with the chain's
- *   policy, since the policy evaluation skips nodes in maintenance (without block_lag, whatever
- *   the policy's block_lag_reference: `fleet` needs the fleet's head, and under `node` a node just
- *   restarted on a new binary catching up to its own reported head is not unhealthy);
+ * - application_health is not critical once the node has come up (HealthJudge) — judged here
+ *   from the agent's reports with the chain's policy, since the policy evaluation skips nodes in
+ *   maintenance (without block_lag, whatever the policy's block_lag_reference: `fleet` needs the
+ *   fleet's head, and under `node` a node just restarted on a new binary catching up to its own
+ *   reported head is not unhealthy);
  * - sync_status is not stalled;
  * - the node's state is not down or failed;
  * - no crash loop within the window: the agent reporting `crash_loop`, or the chain process
@@ -31,7 +32,7 @@ export interface HealthValidationOptions {
 
 export type HealthValidation = { ok: true } | { ok: false; reason: string }
 
-interface Observation {
+export interface Observation {
   state: string
   reported_at: Date | null
   sync_status: string | null
@@ -58,28 +59,59 @@ async function observe(db: Queryable, nodeId: string): Promise<Observation | und
   }
 }
 
+/**
+ * The verdict over a window's observations, in order. A node restarted on a new binary does not
+ * answer its probe at once (a real chain takes seconds to open its RPC port), so application
+ * health counts as critical only once the node has come up: its first report after the upgrade
+ * that the policy does not find critical. Until then a critical report is the node starting; a
+ * node that never comes up within the window fails at its end.
+ */
+export class HealthJudge {
+  #heartbeatSeen = false
+  #cameUp = false
+  #restartsAtFirstReport: number | undefined
+
+  constructor(
+    private readonly since: Date,
+    private readonly policy: HealthPolicy,
+  ) {}
+
+  /** A failure, or undefined while the window may go on. */
+  see(seen: Observation): HealthValidation | undefined {
+    if (seen.state === 'down' || seen.state === 'failed') return { ok: false, reason: `the node is ${seen.state}` }
+    if (!seen.reported_at || seen.reported_at.getTime() <= this.since.getTime()) return undefined
+    this.#heartbeatSeen = true
+    if (seen.sync_status === 'stalled') return { ok: false, reason: 'the agent reports the chain head stalled' }
+    if (seen.process_state === 'crash_loop') return { ok: false, reason: 'the chain process is in a crash loop' }
+    const restarts = seen.restarts_in_window ?? 0
+    this.#restartsAtFirstReport ??= restarts
+    if (restarts > this.#restartsAtFirstReport) return { ok: false, reason: `the chain process restarted ${restarts - this.#restartsAtFirstReport} time(s) while being validated` }
+    const report = { reported_at: seen.reported_at, process_state: seen.process_state ?? 'unknown', metrics: seen.metrics }
+    const critical = applicationHealthFor(report, this.policy) === 'critical'
+    if (critical && this.#cameUp) return { ok: false, reason: 'application health is critical by the chain\'s health policy' }
+    if (!critical) this.#cameUp = true
+    return undefined
+  }
+
+  /** The verdict when the window is over. */
+  end(durationMs: number): HealthValidation {
+    const seconds = Math.round(durationMs / 1000)
+    if (!this.#heartbeatSeen) return { ok: false, reason: `no heartbeat within ${seconds} s of the upgrade` }
+    if (!this.#cameUp) return { ok: false, reason: `application health stayed critical by the chain's health policy for the ${seconds} s after the upgrade (the node never came up)` }
+    return { ok: true }
+  }
+}
+
 export async function validateNodeHealth(db: Queryable, options: HealthValidationOptions): Promise<HealthValidation> {
   const until = options.since.getTime() + options.durationMs
-  let heartbeatSeen = false
-  let restartsAtFirstReport: number | undefined
+  const judge = new HealthJudge(options.since, options.policy)
   for (;;) {
     options.heartbeat?.()
     const seen = await observe(db, options.nodeId)
     if (!seen) return { ok: false, reason: 'the node no longer exists' }
-    if (seen.state === 'down' || seen.state === 'failed') return { ok: false, reason: `the node is ${seen.state}` }
-    if (seen.reported_at && seen.reported_at.getTime() > options.since.getTime()) {
-      heartbeatSeen = true
-      if (seen.sync_status === 'stalled') return { ok: false, reason: 'the agent reports the chain head stalled' }
-      if (seen.process_state === 'crash_loop') return { ok: false, reason: 'the chain process is in a crash loop' }
-      const restarts = seen.restarts_in_window ?? 0
-      restartsAtFirstReport ??= restarts
-      if (restarts > restartsAtFirstReport) return { ok: false, reason: `the chain process restarted ${restarts - restartsAtFirstReport} time(s) while being validated` }
-      const report = { reported_at: seen.reported_at, process_state: seen.process_state ?? 'unknown', metrics: seen.metrics }
-      if (applicationHealthFor(report, options.policy) === 'critical') return { ok: false, reason: 'application health is critical by the chain\'s health policy' }
-    }
-    if (options.now().getTime() >= until) {
-      return heartbeatSeen ? { ok: true } : { ok: false, reason: `no heartbeat within ${Math.round(options.durationMs / 1000)} s of the upgrade` }
-    }
+    const failure = judge.see(seen)
+    if (failure) return failure
+    if (options.now().getTime() >= until) return judge.end(options.durationMs)
     await new Promise((resolve) => setTimeout(resolve, options.pollIntervalMs))
   }
 }

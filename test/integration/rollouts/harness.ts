@@ -90,7 +90,7 @@ export async function devnetRollout(db: Db, by: Pick<Fleet, 'operatorId'>, field
       batch_size: 2,
       canary_size: null,
       failure_threshold: 0.5,
-      health_wait_duration_ms: 1_500,
+      health_wait_duration_ms: 3_000,
       created_by: by.operatorId,
       ...fields,
     },
