@@ -7,8 +7,8 @@
  *    that state) is older than the heartbeat timeout gets one more failure — once per cycle:
  *    `heartbeat_checked_at` keeps an overlapping cycle of another evaluator from counting the
  *    same timeout again.
- * 3. Moves, each through the health state machine (one health event each), up to 200 per
- *    transaction, each in its own savepoint:
+ * 3. Moves through the health state machine's set-based path (one health event each), up to
+ *    1,000 per transaction:
  *    - 3 consecutive failures -> down (only once the node has been in its state for longer than
  *      the timeout: every state change resets the counter, and this guard keeps a counter that
  *      was somehow left over from taking a node just back from a migration straight down);
@@ -17,10 +17,10 @@
  * Nodes in maintenance are skipped (spec); provisioning is the provision workflow's business.
  */
 import type { Db } from '../db/knex.js'
-import { ConflictError } from '../errors.js'
 import { notifyCommitted } from '../events/outbox.js'
 import type { Logger } from '../log.js'
-import { applyHealthUpdate } from '../nodes/health-state-machine.js'
+import { ConflictError } from '../errors.js'
+import { applyHealthChanges, type HealthChangesResult } from '../nodes/health-state-machine.js'
 import { nodeFromRow, type NodeRecord } from '../nodes/node-store.js'
 import type { NodeState } from '../nodes/states.js'
 
@@ -31,7 +31,7 @@ export const FAILURES_BEFORE_DOWN = 3
 /** States whose heartbeats count toward `down`. */
 export const HEARTBEAT_EVALUATED_STATES: readonly NodeState[] = ['syncing', 'healthy', 'degraded']
 /** Moves written per transaction; long enough to amortise the commit, short enough not to hold many row locks for long. */
-const MOVES_PER_TRANSACTION = 200
+const MOVES_PER_TRANSACTION = 1_000
 
 export interface HeartbeatEvaluationOptions {
   now: Date
@@ -88,29 +88,28 @@ export async function evaluateHeartbeats(db: Db, options: HeartbeatEvaluationOpt
     )
     .select('*')) as NodeRowOf[]
 
-  // Moves share a transaction per chunk, each in a savepoint of its own: a fleet-wide outage
-  // commits once per chunk instead of once per node, and a node another writer changed first
-  // (ConflictError) rolls back only its own savepoint.
+  // Moves are written set-based, a chunk per transaction: a fleet-wide outage costs a few
+  // statements per chunk, not a handful of round trips per node; a node another writer changed
+  // first is left out of its chunk as a conflict and judged again next cycle.
   const moves: NodeMove[] = []
   let conflicts = 0
   for (let i = 0; i < candidates.length; i += MOVES_PER_TRANSACTION) {
-    await db.transaction(async (trx) => {
-      for (const row of candidates.slice(i, i + MOVES_PER_TRANSACTION)) {
-        const node = nodeFromRow(row)
-        const move = moveFor(node)
-        try {
-          const result = await trx.transaction((savepoint) =>
-            applyHealthUpdate(savepoint, { nodeId: node.id, current: node, change: { writer: 'heartbeat_evaluation', state: move.to }, reason: move.reason, now }),
-          )
-          if (result.changed) moves.push({ node_id: node.id, from: node.state, to: move.to })
-        } catch (err) {
-          if (!(err instanceof ConflictError)) throw err
-          conflicts += 1
-          options.logger.debug({ nodeId: node.id, err: err.message }, 'node changed during heartbeat evaluation; next cycle')
-        }
-      }
+    const chunk = candidates.slice(i, i + MOVES_PER_TRANSACTION).map((row) => {
+      const node = nodeFromRow(row)
+      const move = moveFor(node)
+      return { node, change: { writer: 'heartbeat_evaluation' as const, state: move.to }, reason: move.reason }
     })
+    let result: HealthChangesResult
+    try {
+      result = await db.transaction((trx) => applyHealthChanges(trx, chunk, now))
+    } catch (err) {
+      if (!(err instanceof ConflictError)) throw err
+      result = { applied: [], conflicts: chunk.map(({ node }) => ({ nodeId: node.id, message: err.message })) }
+    }
     notifyCommitted()
+    for (const { node, event } of result.applied) moves.push({ node_id: node.id, from: event.previous.state, to: node.state })
+    for (const conflict of result.conflicts) options.logger.debug({ nodeId: conflict.nodeId, err: conflict.message }, 'node changed during heartbeat evaluation; next cycle')
+    conflicts += result.conflicts.length
   }
   return { reset, counted, moves, conflicts }
 }

@@ -2,8 +2,8 @@
  * Policy evaluation (spec: application_health is written only by the policy evaluation;
  * docs/health.md): the latest report of each node's agent (`agent_status`, written with the
  * heartbeats) against its chain profile's `health_policy`. One read of the evaluated fleet per
- * cycle; only nodes whose application_health changes are written, each through the health state
- * machine.
+ * cycle; only nodes whose application_health changes are written, through the health state
+ * machine's set-based path.
  *
  * - No report, or one older than the heartbeat timeout: `unknown` (nothing current to judge).
  * - Otherwise the worst of: each rule (a metric the report lacks is not judged), and the chain
@@ -16,13 +16,17 @@
 import { DEFAULT_HEALTH_POLICY, type HealthPolicy, type HealthRule } from '../config/health-policy.js'
 import type { ChainCatalogue } from '../config/chains.js'
 import { fromJson, toDateOrNull } from '../db/dialect.js'
-import type { Db } from '../db/knex.js'
-import { ConflictError } from '../errors.js'
+import type { Db, Queryable } from '../db/knex.js'
 import type { Logger } from '../log.js'
-import { applyHealthUpdate } from '../nodes/health-state-machine.js'
+import { ConflictError } from '../errors.js'
+import { applyHealthChanges, type HealthChangesResult, type NodeHealthChange } from '../nodes/health-state-machine.js'
+import { findNodes } from '../nodes/node-store.js'
 import type { ApplicationHealth, NodeState } from '../nodes/states.js'
 
 /** Maintenance is skipped (spec); provisioning has no chain to judge yet; terminal nodes stay unknown. */
+/** Changes written per transaction (one set-based write each). */
+const CHANGES_PER_TRANSACTION = 1_000
+
 export const POLICY_EVALUATED_STATES: readonly NodeState[] = ['syncing', 'healthy', 'degraded', 'down']
 
 export interface AgentReport {
@@ -136,31 +140,48 @@ export async function evaluatePolicies(db: Db, options: PolicyEvaluationOptions)
   }
   for (const [chain, reports] of byChain) heads.set(chain, referenceHead(reports))
 
-  const result: PolicyEvaluationResult = { evaluated: fleet.length, changes: [], conflicts: 0 }
+  const targets: Array<{ node: EvaluatedNode; to: ApplicationHealth }> = []
   for (const node of fleet) {
     const { report } = node
     const policy = policyOf(options.catalogue, node.chain_profile_id)
-    const target = report ? applicationHealthFor(report, policy, derivedMetrics(report, policy, heads.get(node.chain_profile_id))) : 'unknown'
-    if (target === node.application_health) continue
+    const to = report ? applicationHealthFor(report, policy, derivedMetrics(report, policy, heads.get(node.chain_profile_id))) : 'unknown'
+    if (to !== node.application_health) targets.push({ node, to })
+  }
+
+  const result: PolicyEvaluationResult = { evaluated: fleet.length, changes: [], conflicts: 0 }
+  // Changes are written set-based, a chunk per transaction.
+  for (let i = 0; i < targets.length; i += CHANGES_PER_TRANSACTION) {
+    const chunk = targets.slice(i, i + CHANGES_PER_TRANSACTION)
+    let written: HealthChangesResult
     try {
-      // The version read above: a node changed since is a conflict, judged again next cycle.
-      const written = await db.transaction((trx) =>
-        applyHealthUpdate(trx, {
-          nodeId: node.id,
-          expectedVersion: node.version,
-          change: { writer: 'policy_evaluation', application_health: target },
-          reason: report ? `health policy of ${node.chain_profile_id}` : 'no current agent report',
-          now: options.now,
-        }),
-      )
-      if (written.changed) result.changes.push({ node_id: node.id, from: node.application_health, to: target })
+      written = await db.transaction((trx) => writeChanges(trx, chunk, options.now))
     } catch (err) {
       if (!(err instanceof ConflictError)) throw err
-      result.conflicts += 1
-      options.logger.debug({ nodeId: node.id, err: err.message }, 'node changed during policy evaluation; next cycle')
+      written = { applied: [], conflicts: chunk.map(({ node }) => ({ nodeId: node.id, message: err.message })) }
     }
+    for (const { event } of written.applied) result.changes.push({ node_id: event.node_id, from: event.from as ApplicationHealth, to: event.to as ApplicationHealth })
+    for (const { nodeId, message } of written.conflicts) options.logger.debug({ nodeId, err: message }, 'node changed during policy evaluation; next cycle')
+    result.conflicts += written.conflicts.length
   }
   return result
+}
+
+/** The version the cycle read is the one checked: a node changed since is a conflict, judged again next cycle. */
+async function writeChanges(trx: Queryable, chunk: Array<{ node: EvaluatedNode; to: ApplicationHealth }>, now: Date): Promise<HealthChangesResult> {
+  const current = new Map((await findNodes(trx, chunk.map(({ node }) => node.id))).map((n) => [n.id, n]))
+  const stale: HealthChangesResult['conflicts'] = []
+  const changes: NodeHealthChange[] = []
+  for (const { node, to } of chunk) {
+    const read = current.get(node.id)
+    if (read?.version !== node.version) {
+      stale.push({ nodeId: node.id, message: read ? `version ${node.version} was read, ${read.version} is current` : 'the node is gone' })
+      continue
+    }
+    const reason = node.report ? `health policy of ${node.chain_profile_id}` : 'no current agent report'
+    changes.push({ node: read, change: { writer: 'policy_evaluation', application_health: to }, reason })
+  }
+  const written = await applyHealthChanges(trx, changes, now)
+  return { applied: written.applied, conflicts: [...stale, ...written.conflicts] }
 }
 
 function policyOf(catalogue: ChainCatalogue, chainProfileId: string): HealthPolicy {

@@ -9,8 +9,8 @@ import type { Queryable } from '../db/knex.js'
 import { ConflictError, NotFoundError, ValidationError } from '../errors.js'
 import { isConcurrentWriteFailure } from '../db/errors.js'
 import { uuidv7 } from '../db/ids.js'
-import { enqueueEvent } from '../events/outbox.js'
-import { appendStateChange } from '../uptime/state-log.js'
+import { enqueueEvent, enqueueEvents } from '../events/outbox.js'
+import { appendStateChange, appendStateChanges } from '../uptime/state-log.js'
 import { findNode, type NodeRecord } from './node-store.js'
 import {
   APPLICATION_HEALTH_VALUES,
@@ -99,11 +99,16 @@ export function healthEventSubject(nodeId: string): string {
 export async function applyHealthUpdate(trx: Queryable, update: HealthUpdate): Promise<HealthUpdateResult> {
   const change = validateChange(update.change)
   const node = await loadForWrite(trx, update)
-  const dimension = dimensionOf(change)
+  const health = checkedHealth(node, change)
+  if (!health) return { changed: false, node }
+  return write(trx, node, health, { writer: change.writer, dimension: dimensionOf(change), forced: false, reason: update.reason, now: update.now })
+}
+
+/** The node's health after `change`, undefined for no change; ConflictError when the rules forbid it. */
+function checkedHealth(node: NodeRecord, change: HealthChange): NodeHealth | undefined {
   const next = nextHealth(node, change)
-
-  if (next.unchanged) return { changed: false, node }
-
+  if (next.unchanged) return undefined
+  const dimension = dimensionOf(change)
   if (dimension === 'state') {
     const to = next.health.state
     if (!canTransition(node.state, to)) {
@@ -112,15 +117,13 @@ export async function applyHealthUpdate(trx: Queryable, update: HealthUpdate): P
         `allowed from ${node.state}: ${listOrNone(node.state)}`,
       )
     }
-  } else {
-    if (isTerminalState(node.state)) {
-      throw new ConflictError(`node ${node.id} is ${node.state}`, `${dimension} of a ${node.state} node stays unknown`)
-    }
+  } else if (isTerminalState(node.state)) {
+    throw new ConflictError(`node ${node.id} is ${node.state}`, `${dimension} of a ${node.state} node stays unknown`)
   }
   if (node.state === 'maintenance' && (change.writer === 'heartbeat_evaluation' || change.writer === 'policy_evaluation')) {
     throw new ConflictError(`node ${node.id} is in maintenance`, 'heartbeat and policy evaluation skip nodes in maintenance')
   }
-  return write(trx, node, next.health, { writer: change.writer, dimension, forced: false, reason: update.reason, now: update.now })
+  return next.health
 }
 
 export interface ForcedStateUpdate {
@@ -230,21 +233,31 @@ async function write(trx: Queryable, node: NodeRecord, health: NodeHealth, meta:
 async function writeVersioned(trx: Queryable, node: NodeRecord, health: NodeHealth, meta: WriteMeta): Promise<HealthUpdateResult> {
   const now = meta.now ?? new Date()
   const version = node.version + 1
-  const stateChanged = health.state !== node.state
-  // Only the columns that change: on SQLite a column in SET rewrites every index over it
-  // (state is in three), even when its value stays the same.
-  const changed: Record<string, unknown> = { version, updated_at: now }
+  const updated = await trx('nodes').where({ id: node.id, version: node.version }).update({ ...changedColumns(node, health, now), version })
+  if (updated !== 1) throw versionConflict(node.id, node.version, 'a newer one')
+  if (health.state !== node.state) await appendStateChange(trx, { nodeId: node.id, state: health.state, at: now, writer: meta.writer, reason: meta.reason })
+  const event = healthEventFor(node, health, meta, now)
+  await enqueueEvent(trx, { subject: healthEventSubject(node.id), payload: event, messageId: event.event_id }, now)
+  return { changed: true, event, node: nodeAfter(node, health, now) }
+}
+
+/**
+ * The columns a change writes, without `version`. Only the columns that change: on SQLite a
+ * column in SET rewrites every index over it (state is in three), even when its value stays.
+ */
+function changedColumns(node: NodeRecord, health: NodeHealth, now: Date): Record<string, unknown> {
+  const changed: Record<string, unknown> = { updated_at: now }
   // A new state starts with a clean heartbeat record: failures counted in the old state (a node
   // that went down, then through maintenance) must not take the node down again at once.
-  if (stateChanged) Object.assign(changed, { state: health.state, state_changed_at: now, consecutive_failures: 0, heartbeat_checked_at: null })
+  if (health.state !== node.state) Object.assign(changed, { state: health.state, state_changed_at: now, consecutive_failures: 0, heartbeat_checked_at: null })
   if (health.sync_status !== node.sync_status) changed.sync_status = health.sync_status
   if (health.application_health !== node.application_health) changed.application_health = health.application_health
-  const updated = await trx('nodes').where({ id: node.id, version: node.version }).update(changed)
-  if (updated !== 1) throw versionConflict(node.id, node.version, 'a newer one')
-  if (stateChanged) await appendStateChange(trx, { nodeId: node.id, state: health.state, at: now, writer: meta.writer, reason: meta.reason })
+  return changed
+}
 
+function healthEventFor(node: NodeRecord, health: NodeHealth, meta: WriteMeta, now: Date): HealthEvent {
   const previous: NodeHealth = { state: node.state, sync_status: node.sync_status, application_health: node.application_health }
-  const event: HealthEvent = {
+  return {
     event_id: uuidv7(now.getTime()),
     node_id: node.id,
     subscription_id: node.subscription_id,
@@ -257,21 +270,92 @@ async function writeVersioned(trx: Queryable, node: NodeRecord, health: NodeHeal
     reason: meta.reason ?? null,
     previous: { ...previous, display_state: displayState(previous) },
     current: { ...health, display_state: displayState(health) },
-    version,
+    version: node.version + 1,
     occurred_at: now.toISOString(),
   }
-  await enqueueEvent(trx, { subject: healthEventSubject(node.id), payload: event, messageId: event.event_id }, now)
-  return {
-    changed: true,
-    event,
-    node: {
-      ...node,
-      ...health,
-      version,
-      updated_at: now,
-      ...(stateChanged ? { state_changed_at: now, consecutive_failures: 0 } : {}),
-    },
+}
+
+function nodeAfter(node: NodeRecord, health: NodeHealth, now: Date): NodeRecord {
+  const stateChanged = health.state !== node.state
+  return { ...node, ...health, version: node.version + 1, updated_at: now, ...(stateChanged ? { state_changed_at: now, consecutive_failures: 0 } : {}) }
+}
+
+export interface NodeHealthChange {
+  /** The node as the caller read it; a node changed since is a conflict. */
+  node: NodeRecord
+  change: HealthChange
+  reason: string
+}
+
+export interface HealthChangesResult {
+  applied: Array<{ node: NodeRecord; event: HealthEvent }>
+  /** Changes refused: the rules forbid them, or another writer changed the node first. */
+  conflicts: Array<{ nodeId: string; message: string }>
+}
+
+/** Rows per statement of a set-based write: two parameters each in the version check. */
+const CHANGES_PER_STATEMENT = 500
+
+/**
+ * Many changes at once (an evaluation cycle's): the same checks and writes as applyHealthUpdate
+ * for each node — the rules, the versioned update, the state log, one health event — but one
+ * UPDATE per distinct set of new values, one state-log close and insert, and one outbox insert
+ * for the lot. A node whose version moved on is left out as a conflict, without failing the
+ * others; a statement that loses to another writer as a whole throws ConflictError, and the
+ * caller's transaction is to be rolled back.
+ */
+export async function applyHealthChanges(trx: Queryable, changes: readonly NodeHealthChange[], now: Date): Promise<HealthChangesResult> {
+  const conflicts: HealthChangesResult['conflicts'] = []
+  const byValues = new Map<string, Array<{ item: NodeHealthChange; health: NodeHealth }>>()
+  for (const item of changes) {
+    try {
+      const health = checkedHealth(item.node, validateChange(item.change))
+      if (!health) continue
+      const key = JSON.stringify(changedColumns(item.node, health, now))
+      byValues.set(key, [...(byValues.get(key) ?? []), { item, health }])
+    } catch (err) {
+      if (!(err instanceof ConflictError)) throw err
+      conflicts.push({ nodeId: item.node.id, message: err.message })
+    }
   }
+
+  const applied: HealthChangesResult['applied'] = []
+  for (const group of byValues.values()) {
+    for (let i = 0; i < group.length; i += CHANGES_PER_STATEMENT) {
+      const chunk = group.slice(i, i + CHANGES_PER_STATEMENT)
+      const first = chunk[0] as (typeof chunk)[number]
+      const rows = await trx('nodes')
+        .whereIn(['id', 'version'], chunk.map(({ item }) => [item.node.id, item.node.version]))
+        .update({ ...changedColumns(first.item.node, first.health, now), version: trx.raw('version + 1') })
+        .returning('id')
+        .catch((err: unknown) => {
+          // The whole statement lost to another writer (a serialization failure, a deadlock, a
+          // SQLite lock past busy_timeout): the transaction can do nothing more.
+          if (isConcurrentWriteFailure(err)) throw new ConflictError(`${changes.length} nodes were changed concurrently`, 'the transaction is rolled back; re-read the nodes and retry')
+          throw err
+        }) as Array<{ id: string } | string>
+      const written = new Set(rows.map((r) => (typeof r === 'string' ? r : r.id)))
+      for (const { item, health } of chunk) {
+        if (!written.has(item.node.id)) {
+          conflicts.push({ nodeId: item.node.id, message: versionConflict(item.node.id, item.node.version, 'a newer one').message })
+          continue
+        }
+        const meta: WriteMeta = { writer: item.change.writer, dimension: dimensionOf(item.change), forced: false, reason: item.reason, now }
+        applied.push({ node: nodeAfter(item.node, health, now), event: healthEventFor(item.node, health, meta, now) })
+      }
+    }
+  }
+  const moves = applied.filter(({ event }) => event.dimension === 'state')
+  await appendStateChanges(
+    trx,
+    moves.map(({ node, event }) => ({ nodeId: node.id, state: node.state, at: now, writer: event.writer, reason: event.reason })),
+  )
+  await enqueueEvents(
+    trx,
+    applied.map(({ event }) => ({ subject: healthEventSubject(event.node_id), payload: event, messageId: event.event_id })),
+    now,
+  )
+  return { applied, conflicts }
 }
 
 function listOrNone(state: NodeState): string {

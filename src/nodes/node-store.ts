@@ -58,6 +58,12 @@ export async function findNode(db: Queryable, id: string): Promise<NodeRecord | 
   return row ? nodeFromRow(row as NodeRow) : undefined
 }
 
+/** The nodes of `ids` that exist, in no particular order. */
+export async function findNodes(db: Queryable, ids: readonly string[]): Promise<NodeRecord[]> {
+  const rows = (await db('nodes').whereIn('id', ids)) as NodeRow[]
+  return rows.map(nodeFromRow)
+}
+
 export interface NewNode {
   id?: string
   subscription_id: string

@@ -38,14 +38,29 @@ export async function configureNode(deps: LifecycleDeps, target: ConfigureTarget
   return result
 }
 
+/**
+ * Local chains' RPC ports, below the kernel's ephemeral range (32768 up on Linux): a chain binds
+ * its port again on every restart and upgrade, and a port of that range left free in between can
+ * be taken by the local end of any outgoing connection on the machine. A random pick, checked
+ * free, keeps two nodes configured at the same moment apart.
+ */
+export const LOCAL_RPC_PORTS = { first: 10_000, last: 19_999 } as const
+
 export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
+  const size = LOCAL_RPC_PORTS.last - LOCAL_RPC_PORTS.first + 1
+  const start = Math.floor(Math.random() * size)
+  for (let i = 0; i < 100; i += 1) {
+    const port = LOCAL_RPC_PORTS.first + ((start + i * 7919) % size)
+    if (await bindable(port)) return port
+  }
+  throw new Error(`no free port for a local chain in ${LOCAL_RPC_PORTS.first}-${LOCAL_RPC_PORTS.last}`)
+}
+
+function bindable(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
     const server = net.createServer()
-    server.once('error', reject)
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address()
-      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))))
-    })
+    server.once('error', () => resolve(false))
+    server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)))
   })
 }
 

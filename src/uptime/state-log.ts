@@ -10,6 +10,8 @@ import type { NodeState } from '../nodes/states.js'
 
 export const STATE_LOG_TABLE = 'uptime_state_log'
 const TRIGGER_MAX = 64
+/** Rows per statement: five parameters each in the insert. */
+const CHANGES_PER_STATEMENT = 500
 
 export interface StateLogEntry {
   node_id: string
@@ -44,8 +46,23 @@ export async function appendStateChange(db: Queryable, change: StateChange): Pro
   await insertOpenInterval(db, change)
 }
 
+/** appendStateChange for many nodes at once (an evaluation cycle's moves): one close and one insert per chunk. */
+export async function appendStateChanges(db: Queryable, changes: readonly StateChange[]): Promise<void> {
+  for (let i = 0; i < changes.length; i += CHANGES_PER_STATEMENT) {
+    const chunk = changes.slice(i, i + CHANGES_PER_STATEMENT)
+    const byTime = new Map<number, string[]>()
+    for (const change of chunk) byTime.set(change.at.getTime(), [...(byTime.get(change.at.getTime()) ?? []), change.nodeId])
+    for (const [at, nodeIds] of byTime) await db(STATE_LOG_TABLE).whereIn('node_id', nodeIds).whereNull('exited_at').update({ exited_at: new Date(at) })
+    await db(STATE_LOG_TABLE).insert(chunk.map(intervalRow))
+  }
+}
+
 async function insertOpenInterval(db: Queryable, change: StateChange): Promise<void> {
-  await db(STATE_LOG_TABLE).insert({ node_id: change.nodeId, state: change.state, entered_at: change.at, exited_at: null, trigger: triggerOf(change.writer, change.reason) })
+  await db(STATE_LOG_TABLE).insert(intervalRow(change))
+}
+
+function intervalRow(change: StateChange): Record<string, unknown> {
+  return { node_id: change.nodeId, state: change.state, entered_at: change.at, exited_at: null, trigger: triggerOf(change.writer, change.reason) }
 }
 
 export function stateLogEntryFromRow(row: Record<string, unknown>): StateLogEntry {

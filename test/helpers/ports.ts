@@ -1,6 +1,48 @@
+import fs from 'node:fs'
 import net from 'node:net'
 
+/**
+ * A port free on 127.0.0.1 for a server the test is about to start. Not from the kernel's
+ * ephemeral range: a port picked there and released can be taken before the server binds it by
+ * the local end of any outgoing connection on the machine (CI saw `nodeplane up` refuse a port
+ * the test had just found free). Each vitest worker takes its own slice below that range, so two
+ * workers never pick the same port either; the bind check skips one some other program holds.
+ */
 export async function freePort(): Promise<number> {
+  if (EPHEMERAL_START < SLICES_START + SLICES * SLICE) return kernelPort()
+  for (let tries = 0; tries < SLICE; tries += 1) {
+    const port = sliceStart + (nextInSlice++ % SLICE)
+    if (await bindable(port)) return port
+  }
+  throw new Error(`no free port in ${sliceStart}-${sliceStart + SLICE - 1}`)
+}
+
+const SLICES_START = 20_000
+const SLICE = 3_000
+const SLICES = 4
+const EPHEMERAL_START = ephemeralRangeStart()
+const sliceStart = SLICES_START + (Number(process.env.VITEST_POOL_ID ?? process.pid) % SLICES) * SLICE
+// A file after another in the same worker starts elsewhere in the slice.
+let nextInSlice = Math.floor(Math.random() * SLICE)
+
+function ephemeralRangeStart(): number {
+  try {
+    return Number(fs.readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]) || 0
+  } catch {
+    return 0
+  }
+}
+
+function bindable(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const server = net.createServer()
+    server.unref()
+    server.once('error', () => resolve(false))
+    server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)))
+  })
+}
+
+function kernelPort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = net.createServer()
     server.unref()

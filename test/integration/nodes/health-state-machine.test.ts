@@ -5,15 +5,17 @@ import { fromJson } from '../../../src/db/dialect.js'
 import { ConflictError, ValidationError } from '../../../src/errors.js'
 import {
   applyHealthUpdate,
+  applyHealthChanges,
   forceNodeState,
   healthEventSubject,
   type HealthChange,
   type HealthEvent,
 } from '../../../src/nodes/health-state-machine.js'
 import { findNode } from '../../../src/nodes/node-store.js'
-import { NODE_STATES, NODE_TRANSITIONS } from '../../../src/nodes/states.js'
+import { NODE_STATES, NODE_TRANSITIONS, type NodeState } from '../../../src/nodes/states.js'
 import { createTestDatabase, DIALECTS, type TestDatabase } from '../../helpers/db.js'
 import { insertTestNode, setNodeState } from '../../helpers/fixtures.js'
+import { readStateLog } from '../../../src/uptime/state-log.js'
 
 async function healthEvents(db: Db, nodeId: string): Promise<HealthEvent[]> {
   const rows = await db('outbox').where({ subject: healthEventSubject(nodeId) }).orderBy('id')
@@ -232,6 +234,77 @@ describe.each(DIALECTS)('health state machine on %s', (dialect) => {
         db.transaction((trx) => forceNodeState(trx, { nodeId: terminated, state: 'degraded', reason: 'restore' })),
       ).rejects.toBeInstanceOf(ConflictError)
       expect((await findNode(db, terminated))?.state).toBe('terminated')
+    })
+  })
+
+  describe('many moves at once (an evaluation cycle)', () => {
+    it('writes each allowed move as applyHealthUpdate would: version, state log, one event; refuses the rest without failing them', async () => {
+      const ids = [await nodeIn('healthy'), await nodeIn('degraded'), await nodeIn('down'), await nodeIn('healthy'), await nodeIn('provisioning'), await nodeIn('maintenance'), await nodeIn('healthy')]
+      const [healthy, degraded, down, stale, provisioning, maintenance, same] = ids as [string, string, string, string, string, string, string]
+      const read = new Map(await Promise.all(ids.map(async (id) => [id, (await findNode(db, id))!] as const)))
+      // Another writer moves one on after it was read.
+      await db.transaction((trx) => applyHealthUpdate(trx, { nodeId: stale, change: { writer: 'upgrade', state: 'maintenance' } }))
+      const move = (id: string, state: NodeState, reason: string) => ({ node: read.get(id)!, change: { writer: 'heartbeat_evaluation' as const, state }, reason })
+      const moves = [
+        move(healthy, 'down', '3 consecutive heartbeat timeouts'),
+        move(degraded, 'down', '3 consecutive heartbeat timeouts'),
+        move(down, 'healthy', 'heartbeat received while down'),
+        move(stale, 'down', 'stale'),
+        move(provisioning, 'down', 'not in the table'),
+        move(maintenance, 'healthy', 'skipped in maintenance'),
+        move(same, 'healthy', 'no change'),
+      ]
+      const now = new Date()
+      const result = await db.transaction((trx) => applyHealthChanges(trx, moves, now))
+
+      expect(result.applied.map((m) => [m.node.id, m.node.state]).sort()).toEqual([[healthy, 'down'], [degraded, 'down'], [down, 'healthy']].sort())
+      expect(result.conflicts.map((c) => c.nodeId).sort()).toEqual([stale, provisioning, maintenance].sort())
+      expect(result.conflicts.find((c) => c.nodeId === stale)?.message).toMatch(/changed concurrently/)
+      expect(result.conflicts.find((c) => c.nodeId === provisioning)?.message).toMatch(/cannot move from provisioning to down/)
+      for (const [id, to, from] of [[healthy, 'down', 'healthy'], [degraded, 'down', 'degraded'], [down, 'healthy', 'down']] as const) {
+        expect(await findNode(db, id)).toMatchObject({ state: to, version: 2, consecutive_failures: 0, state_changed_at: now })
+        const events = await healthEvents(db, id)
+        expect(events).toHaveLength(1)
+        expect(events[0]).toMatchObject({ writer: 'heartbeat_evaluation', dimension: 'state', from, to, forced: false, version: 2, occurred_at: now.toISOString() })
+        const log = await readStateLog(db, id)
+        expect(log.at(-1)).toMatchObject({ state: to, entered_at: now, exited_at: null, trigger: expect.stringMatching(/^heartbeat_evaluation: /) })
+        expect(log.filter((e) => e.exited_at === null)).toHaveLength(1)
+      }
+      expect(await findNode(db, stale)).toMatchObject({ state: 'maintenance', version: 2 })
+      expect(await healthEvents(db, stale)).toHaveLength(1)
+      for (const id of [provisioning, maintenance, same]) {
+        expect((await findNode(db, id))?.version).toBe(1)
+        expect(await healthEvents(db, id)).toHaveLength(0)
+      }
+    })
+
+    it('writes application_health changes without touching the state log, and refuses them on terminal nodes and in maintenance', async () => {
+      const now = new Date()
+      const ids = [await nodeIn('healthy'), await nodeIn('down'), await nodeIn('terminated'), await nodeIn('maintenance')]
+      const [healthy, down, terminated, maintenance] = ids as [string, string, string, string]
+      const logBefore = new Map(await Promise.all(ids.map(async (id) => [id, (await readStateLog(db, id)).length] as const)))
+      const changes = await Promise.all(
+        ids.map(async (id, i) => ({ node: (await findNode(db, id))!, change: { writer: 'policy_evaluation' as const, application_health: i % 2 ? ('critical' as const) : ('degraded' as const) }, reason: 'health policy of devnet' })),
+      )
+      const result = await db.transaction((trx) => applyHealthChanges(trx, changes, now))
+      expect(result.applied.map((a) => [a.node.id, a.node.application_health]).sort()).toEqual([[healthy, 'degraded'], [down, 'critical']].sort())
+      expect(result.conflicts.map((c) => c.nodeId).sort()).toEqual([terminated, maintenance].sort())
+      expect(await findNode(db, down)).toMatchObject({ state: 'down', application_health: 'critical', version: 2 })
+      expect(await healthEvents(db, healthy)).toMatchObject([{ writer: 'policy_evaluation', dimension: 'application_health', from: 'unknown', to: 'degraded' }])
+      for (const id of ids) expect((await readStateLog(db, id)).length).toBe(logBefore.get(id))
+    })
+
+    it('writes nothing when the surrounding transaction rolls back', async () => {
+      const nodeId = await nodeIn('healthy')
+      const node = (await findNode(db, nodeId))!
+      await expect(
+        db.transaction(async (trx) => {
+          await applyHealthChanges(trx, [{ node, change: { writer: 'heartbeat_evaluation', state: 'down' }, reason: 'x' }], new Date())
+          throw new Error('later step failed')
+        }),
+      ).rejects.toThrow('later step failed')
+      expect(await findNode(db, nodeId)).toMatchObject({ state: 'healthy', version: 1 })
+      expect(await healthEvents(db, nodeId)).toHaveLength(0)
     })
   })
 })
