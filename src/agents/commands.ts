@@ -8,7 +8,6 @@ import type { Queryable } from '../db/knex.js'
 import { fromJson, toBool, toDate, toDateOrNull, toJson } from '../db/dialect.js'
 import { isUniqueViolation } from '../db/errors.js'
 import { uuidv7 } from '../db/ids.js'
-import { readBatcher, sleepToGrid } from '../db/read-batcher.js'
 import { ConflictError, NotFoundError, ValidationError } from '../errors.js'
 import { ORCHESTRATOR_STALL_LIMIT, commandPayloads, isCommandType, type CommandType } from './protocol.js'
 
@@ -257,8 +256,8 @@ function boundedJson(value: unknown): string {
  * The orchestrator's view of a command. Spec: the orchestrator fails a command at 20 stall
  * counts; that happens here, so every waiter applies the same rule.
  */
-export async function checkCommand(db: Queryable, id: string, now: Date = new Date(), read: typeof getCommand = getCommand): Promise<AgentCommand> {
-  const command = await read(db, id)
+export async function checkCommand(db: Queryable, id: string, now: Date = new Date()): Promise<AgentCommand> {
+  const command = await getCommand(db, id)
   if (!isFinished(command.status) && command.stall_count >= ORCHESTRATOR_STALL_LIMIT) {
     await recordFailure(
       db,
@@ -270,18 +269,6 @@ export async function checkCommand(db: Queryable, id: string, now: Date = new Da
   return command
 }
 
-async function loadCommands(db: Queryable, ids: string[]): Promise<Map<string, AgentCommand>> {
-  const rows = (await db('agent_commands').whereIn('id', ids)) as Array<Record<string, unknown>>
-  return new Map(rows.map((row) => [String(row.id), commandFromRow(row)]))
-}
-
-/** getCommand through the shared poll (src/db/read-batcher.ts): waiters' reads in one turn are one query. */
-async function getCommandBatched(db: Queryable, id: string): Promise<AgentCommand> {
-  const command = await readBatcher(db, loadCommands).get(id)
-  if (!command) throw new NotFoundError(`agent command ${id} not found`)
-  return command
-}
-
 export interface AwaitOptions {
   timeoutMs: number
   pollIntervalMs?: number
@@ -289,17 +276,20 @@ export interface AwaitOptions {
   now?: () => Date
 }
 
-/**
- * Polls until the command finishes or `timeoutMs` passes; returns the last state either way. The
- * polls are shared: every waiter on the same handle reads in one query per interval.
- */
+/** Polls until the command finishes or `timeoutMs` passes; returns the last state either way. */
 export async function awaitCommand(db: Queryable, id: string, options: AwaitOptions): Promise<AgentCommand> {
   const now = options.now ?? (() => new Date())
   const deadline = now().getTime() + options.timeoutMs
   const poll = options.pollIntervalMs ?? 250
   for (;;) {
-    const command = await checkCommand(db, id, now(), getCommandBatched)
+    const command = await checkCommand(db, id, now())
     if (isFinished(command.status) || now().getTime() >= deadline || options.signal?.aborted) return command
-    await sleepToGrid(poll, options.signal)
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, poll)
+      options.signal?.addEventListener('abort', () => {
+        clearTimeout(timer)
+        resolve()
+      }, { once: true })
+    })
   }
 }

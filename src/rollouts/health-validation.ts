@@ -18,7 +18,6 @@ import type { HealthPolicy } from '../config/health-policy.js'
 import { fromJson, toDateOrNull } from '../db/dialect.js'
 import type { Queryable } from '../db/knex.js'
 import { applicationHealthFor } from '../health/policy-evaluation.js'
-import { readBatcher, sleepToGrid } from '../db/read-batcher.js'
 
 export interface HealthValidationOptions {
   nodeId: string
@@ -42,26 +41,22 @@ export interface Observation {
   metrics: Record<string, number>
 }
 
-async function loadObservations(db: Queryable, nodeIds: string[]): Promise<Map<string, Observation>> {
-  const rows = (await db('nodes')
+async function observe(db: Queryable, nodeId: string): Promise<Observation | undefined> {
+  const row = (await db('nodes')
     .leftJoin('agent_status', 'agent_status.node_id', 'nodes.id')
-    .whereIn('nodes.id', nodeIds)
-    .select('nodes.id', 'nodes.state', 'agent_status.reported_at', 'agent_status.sync_status', 'agent_status.process_state', 'agent_status.restarts_in_window', 'agent_status.metrics')) as Array<
-    Record<string, unknown>
-  >
-  return new Map(
-    rows.map((row) => [
-      String(row.id),
-      {
-        state: String(row.state),
-        reported_at: toDateOrNull(row.reported_at),
-        sync_status: (row.sync_status as string | null) ?? null,
-        process_state: (row.process_state as string | null) ?? null,
-        restarts_in_window: row.restarts_in_window === null || row.restarts_in_window === undefined ? null : Number(row.restarts_in_window),
-        metrics: row.metrics === null || row.metrics === undefined ? {} : fromJson<Record<string, number>>(row.metrics),
-      },
-    ]),
-  )
+    .where('nodes.id', nodeId)
+    .first('nodes.state', 'agent_status.reported_at', 'agent_status.sync_status', 'agent_status.process_state', 'agent_status.restarts_in_window', 'agent_status.metrics')) as
+    | Record<string, unknown>
+    | undefined
+  if (!row) return undefined
+  return {
+    state: String(row.state),
+    reported_at: toDateOrNull(row.reported_at),
+    sync_status: (row.sync_status as string | null) ?? null,
+    process_state: (row.process_state as string | null) ?? null,
+    restarts_in_window: row.restarts_in_window === null || row.restarts_in_window === undefined ? null : Number(row.restarts_in_window),
+    metrics: row.metrics === null || row.metrics === undefined ? {} : fromJson<Record<string, number>>(row.metrics),
+  }
 }
 
 /**
@@ -112,12 +107,11 @@ export async function validateNodeHealth(db: Queryable, options: HealthValidatio
   const judge = new HealthJudge(options.since, options.policy)
   for (;;) {
     options.heartbeat?.()
-    // Shared with the other nodes being validated: one query per interval for all of them.
-    const seen = await readBatcher(db, loadObservations).get(options.nodeId)
+    const seen = await observe(db, options.nodeId)
     if (!seen) return { ok: false, reason: 'the node no longer exists' }
     const failure = judge.see(seen)
     if (failure) return failure
     if (options.now().getTime() >= until) return judge.end(options.durationMs)
-    await sleepToGrid(options.pollIntervalMs)
+    await new Promise((resolve) => setTimeout(resolve, options.pollIntervalMs))
   }
 }
