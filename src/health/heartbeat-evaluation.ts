@@ -17,9 +17,9 @@
  * Nodes in maintenance are skipped (spec); provisioning is the provision workflow's business.
  */
 import type { Db } from '../db/knex.js'
+import { ConflictError } from '../errors.js'
 import { notifyCommitted } from '../events/outbox.js'
 import type { Logger } from '../log.js'
-import { ConflictError } from '../errors.js'
 import { applyHealthChanges, type HealthChangesResult } from '../nodes/health-state-machine.js'
 import { nodeFromRow, type NodeRecord } from '../nodes/node-store.js'
 import type { NodeState } from '../nodes/states.js'

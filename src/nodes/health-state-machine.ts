@@ -307,12 +307,18 @@ const CHANGES_PER_STATEMENT = 500
 export async function applyHealthChanges(trx: Queryable, changes: readonly NodeHealthChange[], now: Date): Promise<HealthChangesResult> {
   const conflicts: HealthChangesResult['conflicts'] = []
   const byValues = new Map<string, Array<{ item: NodeHealthChange; health: NodeHealth }>>()
+  const seen = new Set<string>()
   for (const item of changes) {
     try {
+      // One change per node per call: a second would be judged against the node as it was.
+      if (seen.has(item.node.id)) throw new ConflictError(`node ${item.node.id} has another change in this batch`, 'apply it after this one, against the node as it is then')
+      seen.add(item.node.id)
       const health = checkedHealth(item.node, validateChange(item.change))
       if (!health) continue
       const key = JSON.stringify(changedColumns(item.node, health, now))
-      byValues.set(key, [...(byValues.get(key) ?? []), { item, health }])
+      const group = byValues.get(key)
+      if (group) group.push({ item, health })
+      else byValues.set(key, [{ item, health }])
     } catch (err) {
       if (!(err instanceof ConflictError)) throw err
       conflicts.push({ nodeId: item.node.id, message: err.message })

@@ -51,7 +51,11 @@ export async function appendStateChanges(db: Queryable, changes: readonly StateC
   for (let i = 0; i < changes.length; i += CHANGES_PER_STATEMENT) {
     const chunk = changes.slice(i, i + CHANGES_PER_STATEMENT)
     const byTime = new Map<number, string[]>()
-    for (const change of chunk) byTime.set(change.at.getTime(), [...(byTime.get(change.at.getTime()) ?? []), change.nodeId])
+    for (const change of chunk) {
+      const nodeIds = byTime.get(change.at.getTime())
+      if (nodeIds) nodeIds.push(change.nodeId)
+      else byTime.set(change.at.getTime(), [change.nodeId])
+    }
     for (const [at, nodeIds] of byTime) await db(STATE_LOG_TABLE).whereIn('node_id', nodeIds).whereNull('exited_at').update({ exited_at: new Date(at) })
     await db(STATE_LOG_TABLE).insert(chunk.map(intervalRow))
   }

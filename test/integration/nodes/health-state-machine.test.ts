@@ -294,6 +294,26 @@ describe.each(DIALECTS)('health state machine on %s', (dialect) => {
       for (const id of ids) expect((await readStateLog(db, id)).length).toBe(logBefore.get(id))
     })
 
+    it('takes one change per node: a second one for the same node in the same call is refused', async () => {
+      const nodeId = await nodeIn('healthy')
+      const node = (await findNode(db, nodeId))!
+      const result = await db.transaction((trx) =>
+        applyHealthChanges(
+          trx,
+          [
+            { node, change: { writer: 'heartbeat_evaluation', state: 'down' }, reason: 'first' },
+            { node, change: { writer: 'heartbeat_evaluation', state: 'down' }, reason: 'again' },
+          ],
+          new Date(),
+        ),
+      )
+      expect(result.applied).toHaveLength(1)
+      expect(result.conflicts).toEqual([{ nodeId, message: `node ${nodeId} has another change in this batch` }])
+      expect(await findNode(db, nodeId)).toMatchObject({ state: 'down', version: 2 })
+      expect(await healthEvents(db, nodeId)).toHaveLength(1)
+      expect((await readStateLog(db, nodeId)).filter((e) => e.exited_at === null)).toHaveLength(1)
+    })
+
     it('writes nothing when the surrounding transaction rolls back', async () => {
       const nodeId = await nodeIn('healthy')
       const node = (await findNode(db, nodeId))!
