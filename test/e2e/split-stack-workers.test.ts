@@ -147,6 +147,14 @@ describe('worker faults survived on the split stack (separate daemon processes, 
     await stack.kill(holder as string, 'SIGKILL')
     probe.mark(`${holder} killed while counting`)
 
+    // Until the other evaluator takes the lease the node still reads healthy (the one killed may
+    // not have got to its policies either): wait for the down first.
+    await waitFor(
+      async () => ((await stack.db('uptime_state_log').where({ node_id: nodeId, state: 'down' }).first('id')) as { id: number } | undefined),
+      'the node down, counted on by the other evaluator',
+      240_000,
+      250,
+    )
     await probe.waitHealthy(nodeId, 'the node migrated and healthy again', 240_000)
     const next = (await stack.db('job_leases').where({ name: HEALTH_EVALUATION_JOB }).first('holder')) as { holder: string }
     expect(instanceHolding('health-evaluator', next.holder)).not.toBe(holder)
