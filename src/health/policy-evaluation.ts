@@ -17,16 +17,16 @@ import { DEFAULT_HEALTH_POLICY, type HealthPolicy, type HealthRule } from '../co
 import type { ChainCatalogue } from '../config/chains.js'
 import { fromJson, toDateOrNull } from '../db/dialect.js'
 import type { Db, Queryable } from '../db/knex.js'
-import type { Logger } from '../log.js'
 import { ConflictError } from '../errors.js'
+import type { Logger } from '../log.js'
 import { applyHealthChanges, type HealthChangesResult, type NodeHealthChange } from '../nodes/health-state-machine.js'
 import { findNodes } from '../nodes/node-store.js'
 import type { ApplicationHealth, NodeState } from '../nodes/states.js'
 
-/** Maintenance is skipped (spec); provisioning has no chain to judge yet; terminal nodes stay unknown. */
 /** Changes written per transaction (one set-based write each). */
 const CHANGES_PER_TRANSACTION = 1_000
 
+/** Maintenance is skipped (spec); provisioning has no chain to judge yet; terminal nodes stay unknown. */
 export const POLICY_EVALUATED_STATES: readonly NodeState[] = ['syncing', 'healthy', 'degraded', 'down']
 
 export interface AgentReport {
