@@ -20,7 +20,11 @@ export const COMMAND_TYPES = [
 export type CommandType = (typeof COMMAND_TYPES)[number]
 
 export const SYNC_STATUSES_REPORTED = ['syncing', 'synced', 'stalled', 'unknown'] as const
-export const PROCESS_STATES = ['running', 'stopped', 'crash_loop', 'unconfigured'] as const
+/**
+ * `starting`: the process runs but has not yet answered its probe since it started, within the
+ * probe's start-up grace (docs/health.md: its application health is not judged yet).
+ */
+export const PROCESS_STATES = ['starting', 'running', 'stopped', 'crash_loop', 'unconfigured'] as const
 export type ProcessState = (typeof PROCESS_STATES)[number]
 
 /** Spec: the agent marks a stall after 5 no-progress checks; the orchestrator fails at 20. */
@@ -66,17 +70,23 @@ export const runSpec = z.object({
 })
 export type RunSpec = z.infer<typeof runSpec>
 
+const probeTiming = {
+  timeout_ms: z.number().int().min(100).max(60_000).default(5_000),
+  /** How long a freshly started process may go without answering before it is judged. */
+  startup_grace_ms: z.number().int().min(0).max(3_600_000).default(60_000),
+}
+
 export const probeSpec = z.discriminatedUnion('type', [
   z.object({
     type: z.literal('ethereum_jsonrpc'),
     url: z.string().url(),
-    timeout_ms: z.number().int().min(100).max(60_000).default(5_000),
+    ...probeTiming,
   }),
   z.object({
     /** Exit 0 = healthy; stdout may be JSON `{sync_status?, metrics?}`. */
     type: z.literal('command'),
     command: z.array(z.string().max(4096)).min(1).max(64),
-    timeout_ms: z.number().int().min(100).max(60_000).default(5_000),
+    ...probeTiming,
   }),
 ])
 export type ProbeSpec = z.infer<typeof probeSpec>

@@ -55,8 +55,8 @@ const releaseSchema = z
   .strict()
 
 const probeTemplateSchema = z.discriminatedUnion('type', [
-  z.object({ type: z.literal('ethereum_jsonrpc'), url: z.string().min(1).max(2048), timeout_ms: z.number().int().optional() }).strict(),
-  z.object({ type: z.literal('command'), command: z.array(z.string().max(4096)).min(1).max(64), timeout_ms: z.number().int().optional() }).strict(),
+  z.object({ type: z.literal('ethereum_jsonrpc'), url: z.string().min(1).max(2048), timeout_ms: z.number().int().optional(), startup_grace_ms: z.number().int().optional() }).strict(),
+  z.object({ type: z.literal('command'), command: z.array(z.string().max(4096)).min(1).max(64), timeout_ms: z.number().int().optional(), startup_grace_ms: z.number().int().optional() }).strict(),
 ])
 
 /** Spec: "Provisioning input spec (declared per chain)". */
@@ -408,8 +408,8 @@ export function renderNodeConfig(profile: ChainProfile, nodeType: string, input:
       probe === undefined
         ? undefined
         : probe.type === 'ethereum_jsonrpc'
-          ? { type: probe.type, url: render(probe.url, 'probe.url'), timeout_ms: probe.timeout_ms }
-          : { type: probe.type, command: probe.command.map((c, i) => render(c, `probe.command[${i}]`)), timeout_ms: probe.timeout_ms },
+          ? { type: probe.type, url: render(probe.url, 'probe.url'), timeout_ms: probe.timeout_ms, startup_grace_ms: probe.startup_grace_ms }
+          : { type: probe.type, command: probe.command.map((c, i) => render(c, `probe.command[${i}]`)), timeout_ms: probe.timeout_ms, startup_grace_ms: probe.startup_grace_ms },
     crash_loop: profile.crash_loop,
     rpc_port: input.rpc_port,
   }

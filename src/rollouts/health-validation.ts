@@ -63,8 +63,8 @@ async function observe(db: Queryable, nodeId: string): Promise<Observation | und
  * The verdict over a window's observations, in order. A node restarted on a new binary does not
  * answer its probe at once (a real chain takes seconds to open its RPC port), so application
  * health counts as critical only once the node has come up: its first report after the upgrade
- * that the policy does not find critical. Until then a critical report is the node starting; a
- * node that never comes up within the window fails at its end.
+ * that the policy does not find critical. Until then a critical report (or the agent's own
+ * `starting`) is the node starting; a node that never comes up within the window fails at its end.
  */
 export class HealthJudge {
   #heartbeatSeen = false
@@ -86,6 +86,7 @@ export class HealthJudge {
     const restarts = seen.restarts_in_window ?? 0
     this.#restartsAtFirstReport ??= restarts
     if (restarts > this.#restartsAtFirstReport) return { ok: false, reason: `the chain process restarted ${restarts - this.#restartsAtFirstReport} time(s) while being validated` }
+    if (seen.process_state === 'starting') return undefined
     const report = { reported_at: seen.reported_at, process_state: seen.process_state ?? 'unknown', metrics: seen.metrics }
     const critical = applicationHealthFor(report, this.policy) === 'critical'
     if (critical && this.#cameUp) return { ok: false, reason: 'application health is critical by the chain\'s health policy' }

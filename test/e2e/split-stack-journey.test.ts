@@ -192,10 +192,14 @@ describe('the whole journey on the split stack (separate daemon processes, Postg
     await healthy(nodeId, 'the node to be healthy again after its migration', '1.0.0')
     expect(hosts()).toHaveLength(1)
     expect(hosts()[0]).toMatch(new RegExp(`^local-${nodeId}-m\\d+$`))
+    // One incident: the new chain not answering while it starts raises none (its agent reports it `starting`).
+    let seen: Incident[] = []
     const resolved = await waitFor(async () => {
-      const list = await incidentsOf(nodeId)
+      const list = (seen = await incidentsOf(nodeId))
       return list.length === 1 && list[0]?.status === 'auto_resolved' ? list : undefined
-    }, 'the node_down incident to auto-resolve', 60_000, 250)
+    }, 'the node_down incident to auto-resolve', 60_000, 250).catch((err: Error) => {
+      throw new Error(`${err.message}; incidents ${JSON.stringify(seen.map((i) => ({ category: i.category, status: i.status })))}`)
+    })
     expect(resolved[0]).toMatchObject({ id: raised?.id, category: 'node_down', resolved_by: 'auto' })
     mark('migrated, incident auto-resolved')
 

@@ -77,6 +77,18 @@ describe.each(DIALECTS)('policy evaluation on %s', (dialect) => {
     expect(caughtUp.changes).toContainEqual({ node_id: behind, from: 'degraded', to: 'ok' })
   })
 
+  it('leaves a node whose process is still starting unknown, and judges it once the agent reports it running', async () => {
+    const db = await database()
+    const coming = await reporting(db, { rpc_up: 0 }, { processState: 'starting' })
+    expect((await evaluate(db)).changes).toEqual([])
+    expect((await nodeNow(db, coming)).application_health).toBe('unknown')
+    expect(await healthEvents(db, coming)).toEqual([])
+
+    // The start-up grace is over and the chain still does not answer.
+    await db('agent_status').where({ node_id: coming }).update({ process_state: 'running', reported_at: at(15 * SECOND) })
+    expect((await evaluate(db, 15 * SECOND)).changes).toEqual([{ node_id: coming, from: 'unknown', to: 'critical' }])
+  })
+
   it('with block_lag_reference node (devnet\'s) each node is measured against its own reported head; with fleet, against the highest head', async () => {
     expect(catalogue.profiles.get('devnet')?.health_policy?.block_lag_reference).toBe('node')
     const db = await database()

@@ -28,6 +28,11 @@ describe('application health policy', () => {
     expect(applicationHealthFor(report({}), { rules: [], crash_loop: 'critical', block_lag_reference: 'fleet' })).toBe('ok')
   })
 
+  it('does not judge a process the agent reports as still starting', () => {
+    expect(applicationHealthFor(report({ peer_count: 0 }, 'starting'), policy, { block_lag: 40 })).toBe('unknown')
+    expect(applicationHealthFor(report({ peer_count: 0 }, 'running'), policy)).toBe('critical')
+  })
+
   it('uses the highest head of the fleet, including what syncing nodes see, as the block_lag reference', () => {
     expect(referenceHead([report({ block_height: 10 }), report({ block_height: 7, highest_block: 12 }), report({})])).toBe(12)
     expect(referenceHead([report({ peer_count: 1 })])).toBeUndefined()

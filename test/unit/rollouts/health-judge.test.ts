@@ -49,6 +49,15 @@ describe('health validation verdict', () => {
     })
   })
 
+  it('does not count a report of a process the agent says is still starting as the node coming up', () => {
+    const agentStarting = { process_state: 'starting' }
+    expect(judge([report(1, starting, agentStarting), report(2, starting, agentStarting), report(3, up), report(4, up)])).toEqual({ ok: true })
+    expect(judge([report(1, starting, agentStarting), report(2, starting, agentStarting), report(3, starting)])).toMatchObject({
+      ok: false,
+      reason: expect.stringMatching(/never came up/),
+    })
+  })
+
   it('fails a node that never comes up within the window', () => {
     expect(judge([report(1, starting), report(2, starting), report(4, starting)])).toEqual({
       ok: false,
