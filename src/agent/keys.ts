@@ -7,6 +7,7 @@
 import fs from 'node:fs'
 import path from 'node:path'
 import { boxKeyPairFromSecret, generateBoxKeyPair, open, seal, type BoxKeyPair, type SealedBox } from '../secrets/sealed-box.js'
+import { isChainWritablePath } from '../agents/protocol.js'
 import { resolveInside, UnsafePathError, writeFileAtomic, type StateDir } from './state-dir.js'
 
 const SECRET_KEY_BYTES = 32
@@ -38,29 +39,34 @@ export function agentPublicKey(dir: StateDir): string {
 }
 
 export interface InjectedKey {
-  /** Relative to `keys/`. */
+  /** Relative to `keys/`, or with location `state` to the state directory. */
   path: string
   sealed: SealedBox
+  /** `state`: a chain-generated key put back where the chain wrote it (a migration without a snapshot). */
+  location?: 'keys' | 'state'
 }
 
 /**
  * Opens every box first (nothing is written when one of them cannot be opened), then writes each
- * to `keys/<path>` with mode 0600 (parent directories 0700). Returns the paths written.
+ * to `keys/<path>` (or `<state dir>/<path>`) with mode 0600 (new parent directories 0700).
+ * Returns the paths written.
  */
 export function injectKeys(dir: StateDir, keys: readonly InjectedKey[], agentSecretKey: Uint8Array): { paths: string[] } {
   const opened = keys.map((key) => {
-    const target = resolveInside(dir.keysDir, key.path, 'key path')
+    const base = key.location === 'state' ? dir.root : dir.keysDir
+    const target = resolveInside(base, key.path, 'key path')
+    if (key.location === 'state' && !isChainWritablePath(path.relative(dir.root, target))) throw new UnsafePathError(`${key.path} is not under the chain's data/ or config/`)
     let plaintext: Uint8Array
     try {
       plaintext = open(key.sealed, agentSecretKey)
     } catch (err) {
       throw new Error(`key ${key.path}: ${(err as Error).message}; was it sealed to this agent's public key?`)
     }
-    return { path: key.path, target, plaintext }
+    return { path: key.path, base, target, plaintext }
   })
   try {
     for (const key of opened) {
-      mkdirPrivate(dir.keysDir, path.dirname(key.target))
+      mkdirPrivate(key.base, path.dirname(key.target))
       writeFileAtomic(key.target, key.plaintext, 0o600)
     }
   } finally {

@@ -32,6 +32,15 @@ export const AGENT_STALL_MARK = 5
 export const ORCHESTRATOR_STALL_LIMIT = 20
 
 /** A path inside the node's directory: relative, no `..`, no NUL. */
+/** The chain's own directories in the state directory: where a chain-generated key may live. */
+export const CHAIN_WRITABLE_DIRS = ['data', 'config'] as const
+
+/** A relative path inside one of CHAIN_WRITABLE_DIRS (not the directory itself). */
+export function isChainWritablePath(p: string): boolean {
+  const parts = p.split(/[\\/]/).filter((part) => part !== '' && part !== '.')
+  return parts.length >= 2 && (CHAIN_WRITABLE_DIRS as readonly string[]).includes(parts[0] as string)
+}
+
 export const relativePath = z
   .string()
   .min(1)
@@ -123,7 +132,21 @@ export const commandPayloads = {
   start: z.object({}).strict(),
   stop: z.object({}).strict(),
   restart: z.object({}).strict(),
-  inject_keys: z.object({ keys: z.array(z.object({ path: relativePath, sealed: sealedBox })).min(1).max(100) }),
+  inject_keys: z.object({
+    keys: z
+      .array(
+        z
+          .object({
+            path: relativePath,
+            sealed: sealedBox,
+            /** `keys` (default): `path` is under `keys/`; `state`: a chain-generated key put back where the chain wrote it (e.g. data/nodekey). */
+            location: z.enum(['keys', 'state']).default('keys'),
+          })
+          .refine((k) => k.location === 'keys' || isChainWritablePath(k.path), { path: ['path'], message: `a state key must be under ${CHAIN_WRITABLE_DIRS.join('/ or ')}/` }),
+      )
+      .min(1)
+      .max(100),
+  }),
   capture_keys: z.object({
     paths: z.array(relativePath).min(1).max(100),
     /** X25519 public key (base64) the captured keys are sealed to. */

@@ -12,7 +12,7 @@ import path from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 import { parseDocument } from 'yaml'
 import { z } from 'zod'
-import { commandPayloads, crashLoopSpec, relativePath, sha256Hex, type CommandPayload } from '../agents/protocol.js'
+import { commandPayloads, crashLoopSpec, isChainWritablePath, relativePath, sha256Hex, type CommandPayload } from '../agents/protocol.js'
 import { ConfigError, ValidationError } from '../errors.js'
 import { healthPolicySchema } from './health-policy.js'
 import { packageRoot } from '../package-root.js'
@@ -89,6 +89,7 @@ const inputSpecSchema = z
     if (!input.source) return problem('source', 'a secret needs a source: generated, chain_generated or user_provided')
     if (input.source === 'generated' && input.key_type !== 'ed25519' && input.key_type !== 'secp256k1') problem('key_type', 'a generated secret needs key_type ed25519 or secp256k1')
     if (input.source === 'chain_generated' && !input.path) problem('path', 'a chain_generated secret needs the path the chain writes it to')
+    if (input.source === 'chain_generated' && input.path && !isChainWritablePath(input.path)) problem('path', 'must be a file under data/ or config/ (where the chain writes)')
     if (input.source !== 'chain_generated' && input.path) problem('path', 'only chain_generated secrets have a path')
     if (input.source !== 'user_provided' && input.validation) problem('validation', 'only text, proof and user_provided inputs are validated')
   })

@@ -4,7 +4,7 @@
  */
 import { awaitCommand, cancelCommand, enqueueCommand } from '../agents/commands.js'
 import type { CommandType } from '../agents/protocol.js'
-import { registeredSince, type AgentRegistration } from '../agents/registrations.js'
+import { findRegistration, registeredSince, type AgentRegistration } from '../agents/registrations.js'
 import type { LifecycleDeps } from './deps.js'
 
 export class AgentCommandError extends Error {
@@ -17,20 +17,37 @@ export class AgentCommandError extends Error {
   }
 }
 
+export interface AgentCommandOptions {
+  /**
+   * Give up (cancelling the command) once the node's agent is seen disconnected, instead of
+   * waiting for it to come back: for best-effort commands to a host that may be dying.
+   */
+  abandonOnDisconnect?: boolean
+}
+
+/** How often a command with `abandonOnDisconnect` looks at the agent's connection. */
+const DISCONNECT_CHECK_MS = 1_000
+
 export async function runAgentCommand(
   deps: LifecycleDeps,
   command: { nodeId: string; type: CommandType; payload: unknown; key: string },
   heartbeat?: () => void,
+  options: AgentCommandOptions = {},
 ): Promise<unknown> {
   const now = deps.now ?? (() => new Date())
   const enqueued = await enqueueCommand(deps.db, { nodeId: command.nodeId, type: command.type, payload: command.payload, idempotencyKey: await attemptKey(deps, command.key) }, now())
   const deadline = now().getTime() + deps.commandTimeoutMs
+  const slice = options.abandonOnDisconnect ? DISCONNECT_CHECK_MS : 10_000
   for (;;) {
     heartbeat?.()
-    const outcome = await awaitCommand(deps.db, enqueued.id, { timeoutMs: Math.min(10_000, Math.max(0, deadline - now().getTime())), pollIntervalMs: deps.pollIntervalMs, now })
+    const outcome = await awaitCommand(deps.db, enqueued.id, { timeoutMs: Math.min(slice, Math.max(0, deadline - now().getTime())), pollIntervalMs: deps.pollIntervalMs, now })
     if (outcome.status === 'completed') return outcome.result
     if (outcome.status === 'failed' || outcome.status === 'cancelled') {
       throw new AgentCommandError(`${command.type} on node ${command.nodeId} ${outcome.status}: ${outcome.error ?? 'no reason given'}`, outcome.result)
+    }
+    if (options.abandonOnDisconnect && (await findRegistration(deps.db, command.nodeId))?.disconnected_at) {
+      await cancelCommand(deps.db, enqueued.id, 'the agent disconnected', now())
+      throw new AgentCommandError(`${command.type} on node ${command.nodeId}: the agent disconnected before it answered`, null)
     }
     if (now().getTime() >= deadline) {
       await cancelCommand(deps.db, enqueued.id, `no outcome within ${Math.round(deps.commandTimeoutMs / 1000)} s`, now())

@@ -80,29 +80,42 @@ function asTypedKey(keyType: string | undefined, plaintext: Uint8Array): { keyTy
   return { keyType: 'opaque', bytes: Buffer.from(plaintext) }
 }
 
-/** Spec: "inject keys" — every generated and user-provided key, sealed to this host's agent. */
-export async function injectNodeKeys(deps: LifecycleDeps, nodeId: string, commandKey: string, heartbeat?: () => void): Promise<string[]> {
+/**
+ * Spec: "inject keys" — every generated and user-provided key, sealed to this host's agent, into
+ * its `keys/`. With `chainGeneratedFrom` (a migration without a snapshot), the keys the chain
+ * wrote itself and provisioning captured go back to the paths that profile gives them, so the
+ * node keeps its identity on the new host. Returns the names of the keys injected.
+ */
+export async function injectNodeKeys(
+  deps: LifecycleDeps,
+  nodeId: string,
+  commandKey: string,
+  heartbeat?: () => void,
+  chainGeneratedFrom?: ChainProfile,
+): Promise<string[]> {
   const registration = await findRegistration(deps.db, nodeId)
   if (!registration) throw new Error(`node ${nodeId} has no registered agent to inject keys into`)
   const agentKey = Buffer.from(registration.public_key, 'base64')
   const dataKey = await loadDataKey(deps.db, deps.masterKey, nodeId).catch(() => undefined)
   if (!dataKey) return []
-  let keys: { path: string; sealed: SealedBox }[]
+  const chainPaths = new Map(chainGeneratedFrom ? secrets(chainGeneratedFrom, 'chain_generated').map((i) => [i.name, i.path as string]) : [])
+  const keys: { name: string; path: string; location: 'keys' | 'state'; sealed: SealedBox }[] = []
   try {
-    const decrypted = (await decryptNodeKeys(deps.db, dataKey)).filter((k) => k.source !== 'chain_generated')
-    keys = decrypted.map((k) => {
-      const content = k.key_type === 'opaque' ? k.plaintext : Buffer.from(`${k.plaintext.toString('hex')}\n`)
-      const sealed = seal(content, agentKey)
-      content.fill(0)
+    for (const k of await decryptNodeKeys(deps.db, dataKey)) {
+      const chainPath = k.source === 'chain_generated' ? chainPaths.get(k.name) : undefined
+      if (k.source !== 'chain_generated' || chainPath !== undefined) {
+        const content = k.key_type === 'opaque' ? k.plaintext : Buffer.from(`${k.plaintext.toString('hex')}\n`)
+        keys.push({ name: k.name, path: chainPath ?? k.name, location: chainPath === undefined ? 'keys' : 'state', sealed: seal(content, agentKey) })
+        content.fill(0)
+      }
       k.plaintext.fill(0)
-      return { path: k.name, sealed }
-    })
+    }
   } finally {
     dataKey.destroy()
   }
   if (keys.length === 0) return []
-  await runAgentCommand(deps, { nodeId, type: 'inject_keys', payload: { keys }, key: commandKey }, heartbeat)
-  return keys.map((k) => k.path)
+  await runAgentCommand(deps, { nodeId, type: 'inject_keys', payload: { keys: keys.map(({ path, location, sealed }) => ({ path, location, sealed })) }, key: commandKey }, heartbeat)
+  return keys.map((k) => k.name)
 }
 
 /**

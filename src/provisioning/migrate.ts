@@ -209,13 +209,15 @@ export function migrateWorkflow(deps: LifecycleDeps) {
       }
 
       // The node's generated and user-provided keys, sealed to the new agent. Keys the chain
-      // wrote itself (devnet's data/nodekey) came back with the snapshot, if there was one.
+      // wrote itself (devnet's data/nodekey) came back with the snapshot; without one, the copies
+      // provisioning captured go back to where the chain keeps them, so it keeps its identity.
+      const chainKeysFrom = restored ? undefined : getProfile(deps.chains.current(), plan.node.chain_profile_id)
       keysInjected = await ctx.step(
         'inject-keys',
         async (step) => {
           const registration = await findRegistration(deps.db, nodeId)
           if (registration?.public_key !== agent.public_key) throw new Error(`the agent of node ${nodeId} changed since it registered on the new host`)
-          return injectNodeKeys(deps, nodeId, `${ctx.runId}:inject-keys`, step.heartbeat)
+          return injectNodeKeys(deps, nodeId, `${ctx.runId}:inject-keys`, step.heartbeat, chainKeysFrom)
         },
         { preset: 'agentWait', timeoutMs: deps.commandTimeoutMs + 60_000, retry: { maxAttempts: 3 } },
       )
@@ -362,6 +364,7 @@ async function backupOldHost(deps: LifecycleDeps, plan: MigrationPlan, commandKe
       { ...deps, commandTimeoutMs: Math.min(deps.commandTimeoutMs, OLD_HOST_BACKUP_TIMEOUT_MS) },
       { nodeId: plan.node.id, type: 'backup', payload: { backup_id: migrationBackupId(plan.node.id), store_url: deps.backupStoreUrl }, key: commandKey },
       heartbeat,
+      { abandonOnDisconnect: true },
     )) as { size_bytes: number; file_count: number }
     return { taken: true, size_bytes: result.size_bytes, file_count: result.file_count }
   } catch (err) {

@@ -138,7 +138,7 @@ describe('rendering a node configuration', () => {
     expect(config.binary_name).toBe('devnet-node')
     expect(config.artifact).toEqual(releaseFor(devnet, '1.0.0'))
     expect(config.run).toEqual({ runtime: 'node', args: ['--config', '{config_dir}/devnet.json', '--data-dir', '{data_dir}'], env: {} })
-    expect(config.probe).toEqual({ type: 'ethereum_jsonrpc', url: 'http://127.0.0.1:18545', timeout_ms: 5000 })
+    expect(config.probe).toEqual({ type: 'ethereum_jsonrpc', url: 'http://127.0.0.1:18545', timeout_ms: 5000, startup_grace_ms: 60_000 })
     expect(config.files).toHaveLength(1)
     expect(config.files[0]?.path).toBe('config/devnet.json')
     expect(config.files[0]?.mode).toBe(0o644)
@@ -222,6 +222,10 @@ describe('profile validation', () => {
 
     const outside = configDirWith((yaml) => replaceOnce(yaml, 'path: config/devnet.json', 'path: data/devnet.json'))
     expect((await problemsOf(outside)).join('\n')).toMatch(/config_files\[0\]\.path: must be inside config\//)
+
+    // A chain-generated key lives in the chain's own directories, where a migration can put it back.
+    const keyOutside = configDirWith((yaml) => replaceOnce(yaml, 'path: data/nodekey', 'path: agent-key'))
+    expect((await problemsOf(keyOutside)).join('\n')).toMatch(/inputs\[\d+\]\.path: must be a file under data\/ or config\/ \(where the chain writes\)/)
 
     const broken = configDirWith((yaml) => replaceOnce(yaml, 'binary_name: devnet-node', 'binary_name: [devnet-node'))
     expect((await problemsOf(broken))[0]).toMatch(/^chains\/devnet\/profile\.yaml: /)

@@ -105,6 +105,29 @@ describe('agent keys', () => {
     expect(fs.readdirSync(elsewhere)).toEqual([])
   })
 
+  it('puts a chain-generated key back where the chain keeps it (location state), only under data/ or config/', async () => {
+    const { dir, executor, sealToAgent } = node()
+    const result = await executor.execute(
+      { id: 'inject-1', type: 'inject_keys', payload: { keys: [{ path: 'data/nodekey', location: 'state', sealed: sealToAgent('chain identity') }] } },
+      quiet,
+    )
+    expect(result).toEqual({ paths: ['data/nodekey'] })
+    expect(fs.readFileSync(path.join(dir.dataDir, 'nodekey'), 'utf8')).toBe('chain identity')
+    expect(modeOf(path.join(dir.dataDir, 'nodekey'))).toBe(0o600)
+    expect(fs.existsSync(path.join(dir.keysDir, 'data'))).toBe(false)
+
+    // The agent's own files and directories are not the chain's: refused before anything is written.
+    for (const [i, target] of ['agent-key', 'active.json', 'releases/devnet-node', 'commands/x.json', 'data'].entries()) {
+      await expect(
+        executor.execute({ id: `inject-bad-${i}`, type: 'inject_keys', payload: { keys: [{ path: target, location: 'state', sealed: sealToAgent('x') }] } }, quiet),
+        target,
+      ).rejects.toThrow(/invalid inject_keys payload: keys\.0\.path: a state key must be under data\/ or config\//)
+    }
+    const key = loadOrCreateAgentKey(dir)
+    expect(() => injectKeys(dir, [{ path: 'data/../agent-key', location: 'state', sealed: sealToAgent('x') }], key.secretKey)).toThrow(/not under the chain's data\/ or config\//)
+    expect(fs.readFileSync(dir.agentKeyFile, 'utf8')).not.toBe('x')
+  })
+
   it('captures files sealed to the recipient, and names a missing file', async () => {
     const { dir, executor } = node()
     fs.writeFileSync(path.join(dir.dataDir, 'nodekey'), 'chain generated node key\n', { mode: 0o600 })

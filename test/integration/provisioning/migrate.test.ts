@@ -136,6 +136,33 @@ describe.each(DIALECTS)('the migrate workflow on the local provider on %s', (dia
     await waitFor(async () => (await findNode(db, node.id))?.sync_status === 'synced', 'the new host to report synced', 30_000, 100)
   })
 
+  it('a dead host and no snapshot: the chain starts from scratch on the new host but keeps its own node key, captured at provisioning', { timeout: 120_000 }, async () => {
+    const node = await provisioned()
+    const oldState = path.join(root, node.hostId, 'state')
+    const identity = fs.readFileSync(path.join(oldState, 'data', 'nodekey'), 'utf8')
+    // The host dies with its agent and chain: nothing can be backed up from it.
+    const { pid } = JSON.parse(fs.readFileSync(path.join(root, node.hostId, 'host.json'), 'utf8')) as { pid: number }
+    process.kill(-pid, 'SIGKILL')
+    await setNodeState(db, node.id, 'down')
+
+    const now = new Date()
+    const run = await finished((await requestMigration(db, node.id, { reason: 'host gone', now })).run.id)
+    expect(run.status, run.error ?? '').toBe('completed')
+    const result = run.result as MigrateResult
+    expect(result).toMatchObject({ outcome: 'migrated', restored: false, host_id: `local-${node.id}-m${now.getTime()}` })
+    // Asked before or after the gateway saw the agent go: either way no backup, and no long wait for one.
+    expect(result.backup).toMatchObject({ taken: false, reason: expect.stringMatching(/the old host's agent is not connected|the agent disconnected before it answered/) })
+    expect(result.notes).toContain('no backup; the chain syncs from scratch')
+    expect([...(result.keys_injected ?? [])].sort()).toEqual(['nodekey', 'validator_key'])
+    const newState = path.join(root, result.host_id as string, 'state')
+    expect(fs.readFileSync(path.join(newState, 'data', 'nodekey'), 'utf8')).toBe(identity)
+    expect(fs.statSync(path.join(newState, 'data', 'nodekey')).mode & 0o777).toBe(0o600)
+    // The key is the chain's own: nothing of it under keys/.
+    expect(fs.readdirSync(path.join(newState, 'keys'))).toEqual(['validator_key'])
+    // A fresh chain, not a restored one: it starts again from its first blocks.
+    await waitFor(async () => (await findNode(db, node.id))?.sync_status === 'synced', 'the new host to report synced', 30_000, 100)
+  })
+
   it('a migration whose new host never gets an agent destroys the new host and restores degraded on the old host', { timeout: 90_000 }, async () => {
     const node = await provisioned()
     await setNodeState(db, node.id, 'down')
