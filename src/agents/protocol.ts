@@ -31,7 +31,6 @@ export type ProcessState = (typeof PROCESS_STATES)[number]
 export const AGENT_STALL_MARK = 5
 export const ORCHESTRATOR_STALL_LIMIT = 20
 
-/** A path inside the node's directory: relative, no `..`, no NUL. */
 /** The chain's own directories in the state directory: where a chain-generated key may live. */
 export const CHAIN_WRITABLE_DIRS = ['data', 'config'] as const
 
@@ -41,6 +40,7 @@ export function isChainWritablePath(p: string): boolean {
   return parts.length >= 2 && (CHAIN_WRITABLE_DIRS as readonly string[]).includes(parts[0] as string)
 }
 
+/** A path inside the node's directory: relative, no `..`, no NUL. */
 export const relativePath = z
   .string()
   .min(1)
