@@ -178,7 +178,7 @@ class UpgradeRun {
           version: artifact.version,
           sha256: artifact.sha256,
           run: this.payload.run ?? current.run,
-          config_version: this.payload.config_version ?? current.config_version,
+          config_version: this.payload.config_version === undefined ? current.config_version : this.payload.config_version,
           updated_at: clock().toISOString(),
         }
         if (installedBefore && sameDeployment(current, next)) return { skipped: `version ${artifact.version} is already installed and active` }

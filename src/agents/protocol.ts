@@ -157,7 +157,8 @@ export const commandPayloads = {
   upgrade: z.object({
     artifact: artifactSpec,
     config_files: z.array(configFile).max(100).optional(),
-    config_version: z.string().max(64).optional(),
+    /** Absent: the node keeps its config_version; null clears it (a rollback to the profile's own configuration). */
+    config_version: z.string().max(64).nullable().optional(),
     run: runSpec.optional(),
   }),
 } satisfies Record<CommandType, z.ZodTypeAny>

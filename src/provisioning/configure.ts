@@ -3,10 +3,12 @@
  * one node on one host, sent to its agent, and the versions it reports recorded.
  */
 import net from 'node:net'
-import { getProfile, renderNodeConfig, type NodeConfiguration } from '../config/chains.js'
+import { getProfile, renderNodeConfig, type ChainProfile, type NodeConfigInput, type NodeConfiguration } from '../config/chains.js'
+import { fromJson } from '../db/dialect.js'
+import type { Queryable } from '../db/knex.js'
+import { renderConfigChanges, type ConfigChanges, type RolloutManifestData } from '../rollouts/manifests.js'
 import { runAgentCommand } from './agent-calls.js'
 import type { LifecycleDeps } from './deps.js'
-import type { Queryable } from '../db/knex.js'
 
 export interface ConfigureTarget {
   nodeId: string
@@ -16,6 +18,8 @@ export interface ConfigureTarget {
   provider: string
   /** The release to run; default the profile's default version. */
   version?: string
+  /** The config changes the rollout that installed `version` made (installedConfigChanges); none: the profile's own. */
+  configChanges?: ConfigChanges | null
 }
 
 export interface ConfigureResult {
@@ -27,7 +31,41 @@ export async function renderConfiguration(deps: LifecycleDeps, target: Configure
   const profile = getProfile(deps.chains.current(), target.chainProfileId)
   // Local hosts share one machine, so each chain needs its own port; a real host has its own.
   const rpcPort = target.provider === 'local' ? await freePort() : 8545
-  return renderNodeConfig(profile, target.nodeType, { rpc_port: rpcPort, node_id: target.nodeId, ...(target.version ? { version: target.version } : {}) })
+  return renderInstalledConfiguration(profile, target.nodeType, { rpc_port: rpcPort, node_id: target.nodeId, ...(target.version ? { version: target.version } : {}) }, target.configChanges ?? null)
+}
+
+/**
+ * The configuration a node runs at a version: the chain profile's templates, with on top the
+ * config changes of the rollout that installed that version (files, run, config_version).
+ */
+export function renderInstalledConfiguration(profile: ChainProfile, nodeType: string, input: NodeConfigInput, changes: ConfigChanges | null): NodeConfiguration {
+  const base = renderNodeConfig(profile, nodeType, input)
+  if (!changes) return base
+  const changed = renderConfigChanges(profile, nodeType, base.artifact.version, changes, { rpc_port: input.rpc_port, node_id: input.node_id })
+  return {
+    ...base,
+    ...(changed.config_files ? { files: changed.config_files } : {}),
+    ...(changed.run ? { run: changed.run } : {}),
+    ...(changed.config_version !== undefined ? { config_version: changed.config_version } : {}),
+  }
+}
+
+/**
+ * The config changes of the rollout that installed `version` on the node: its latest upgrade to
+ * that version that succeeded (a node rolled back is `rolled_back`, not `succeeded`), other than
+ * `exceptRolloutId`. Null when the profile's own configuration is what that version runs.
+ */
+export async function installedConfigChanges(db: Queryable, nodeId: string, version: string, exceptRolloutId?: string): Promise<ConfigChanges | null> {
+  const row = (await db('rollout_nodes')
+    .join('rollouts', 'rollouts.id', 'rollout_nodes.rollout_id')
+    .where({ 'rollout_nodes.node_id': nodeId, 'rollout_nodes.status': 'succeeded', 'rollouts.target_version': version })
+    .modify((q) => {
+      if (exceptRolloutId) void q.whereNot('rollouts.id', exceptRolloutId)
+    })
+    .orderBy('rollout_nodes.completed_at', 'desc')
+    .first('rollouts.manifest')) as { manifest: unknown } | undefined
+  if (!row || row.manifest === null || row.manifest === undefined) return null
+  return fromJson<RolloutManifestData>(row.manifest).config_changes ?? null
 }
 
 /** Sends `configure` (idempotent by `commandKey`) and writes the node's binary and config versions. */

@@ -27,7 +27,7 @@ import { findNode, type NodeRecord } from '../nodes/node-store.js'
 import type { NodeState } from '../nodes/states.js'
 import { StepFailedError, type WorkflowContext } from '../workflows/index.js'
 import { runAgentCommand } from './agent-calls.js'
-import { configureNode } from './configure.js'
+import { configureNode, installedConfigChanges } from './configure.js'
 import { providerFor, type LifecycleDeps } from './deps.js'
 import type { Host } from './infrastructure/types.js'
 import { injectNodeKeys } from './keys.js'
@@ -170,9 +170,11 @@ export function migrateWorkflow(deps: LifecycleDeps) {
         retry: { maxAttempts: 3 },
       })
 
+      // The release the node ran, configured as it ran it: with the config changes of the rollout
+      // that installed it, if one did.
       const configured = await ctx.step(
         'configure',
-        (step) =>
+        async (step) =>
           configureNode(
             deps,
             {
@@ -180,7 +182,7 @@ export function migrateWorkflow(deps: LifecycleDeps) {
               chainProfileId: plan.node.chain_profile_id,
               nodeType: plan.node.node_type,
               provider: newHost.provider,
-              ...(plan.binary_version ? { version: plan.binary_version } : {}),
+              ...(plan.binary_version ? { version: plan.binary_version, configChanges: await installedConfigChanges(deps.db, nodeId, plan.binary_version) } : {}),
             },
             `${ctx.runId}:configure`,
             step.heartbeat,

@@ -20,7 +20,7 @@
 import type { ChainCatalogue } from '../config/chains.js'
 import { DEFAULT_HEALTH_POLICY } from '../config/health-policy.js'
 import { awaitCommand, cancelCommand, enqueueCommand, type AgentCommand } from '../agents/commands.js'
-import { upgradeResult, type ConfigFile, type UpgradePhase } from '../agents/protocol.js'
+import { upgradeResult, type ConfigFile, type RunSpec, type UpgradePhase } from '../agents/protocol.js'
 import { lockRow } from '../db/dialect.js'
 import type { Db, Queryable } from '../db/knex.js'
 import { raiseUpgradeFailureIncident } from '../health/incident-upgrade.js'
@@ -52,7 +52,12 @@ export interface UpgradeTarget {
   /** `sha256:<hex>` */
   checksum: string
   configFiles?: ConfigFile[]
-  configVersion?: string
+  /** Absent: unchanged; null: cleared (a rollback to the profile's own configuration). */
+  configVersion?: string | null
+  /** The process's arguments and environment, when they change with the version. */
+  run?: RunSpec
+  /** The configuration the previous version ran, sent with it when a failed validation reverts the node. */
+  revert?: Pick<UpgradeTarget, 'configFiles' | 'configVersion' | 'run'>
   healthWaitMs: number
 }
 
@@ -156,12 +161,18 @@ async function runNodeChange(deps: NodeUpgradeDeps, target: UpgradeTarget, ref: 
   const previous = releaseOf(deps.catalogue(), target.chainProfileId, previousVersion)
   if (!previous) return endFailedRollback(deps, target, ref, event, `${reason}; release ${previousVersion} is not in the catalogue`, previousVersion)
   await deps.db.transaction((trx) => setPhase(trx, ref, 'rollbacking', 'validating', event, deps.now(), reason))
-  const back = await sendUpgrade(deps, { ...target, version: previousVersion, url: previous.url, checksum: `sha256:${previous.sha256}` }, ref.nodeId, `${keyBase}:revert`)
+  // The previous binary with its own configuration, not the one this upgrade brought.
+  const back = await sendUpgrade(
+    deps,
+    { rolloutId: target.rolloutId, chainProfileId: target.chainProfileId, healthWaitMs: target.healthWaitMs, version: previousVersion, url: previous.url, checksum: `sha256:${previous.sha256}`, ...target.revert },
+    ref.nodeId,
+    `${keyBase}:revert`,
+  )
   const reverted = await followCommand(deps, back, ref, event, heartbeat, false)
   if (reverted.status !== 'completed') {
     return endFailedRollback(deps, target, ref, event, `${reason}; going back to ${previousVersion} ${reverted.status}: ${reverted.error ?? 'no reason given'}`, previousVersion)
   }
-  await deps.db.transaction((trx) => writeConfigState(trx, ref.nodeId, previousVersion, null))
+  await deps.db.transaction((trx) => writeConfigState(trx, ref.nodeId, previousVersion, target.revert?.configVersion ?? null))
   return endRolledBack(deps, target, ref, event, reason, mode)
 }
 
@@ -228,7 +239,8 @@ async function sendUpgrade(deps: NodeUpgradeDeps, target: UpgradeTarget, nodeId:
   const payload = {
     artifact: { version: target.version, url: target.url, sha256: hex(target.checksum) },
     ...(target.configFiles && target.configFiles.length > 0 ? { config_files: target.configFiles } : {}),
-    ...(target.configVersion ? { config_version: target.configVersion } : {}),
+    ...(target.configVersion !== undefined ? { config_version: target.configVersion } : {}),
+    ...(target.run ? { run: target.run } : {}),
   }
   return enqueueCommand(deps.db, { nodeId, type: 'upgrade', payload, idempotencyKey: key }, deps.now())
 }
