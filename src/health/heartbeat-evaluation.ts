@@ -81,7 +81,12 @@ export async function evaluateHeartbeats(db: Db, options: HeartbeatEvaluationOpt
     .where((q) =>
       q
         .where((failing) =>
-            failing.whereIn('state', HEARTBEAT_EVALUATED_STATES).where('consecutive_failures', '>=', FAILURES_BEFORE_DOWN).where('state_changed_at', '<', cutoff),
+            failing
+            .whereIn('state', HEARTBEAT_EVALUATED_STATES)
+            .where('consecutive_failures', '>=', FAILURES_BEFORE_DOWN)
+            .where('state_changed_at', '<', cutoff)
+            // A heartbeat that landed since the count (the statements are not one transaction) saves the node.
+            .where((q) => q.whereNull('last_heartbeat').orWhere('last_heartbeat', '<', cutoff)),
           )
         .orWhere((back) => back.where('state', 'down').where('last_heartbeat', '>=', cutoff))
         .orWhere((synced) => synced.where({ state: 'syncing', sync_status: 'synced', consecutive_failures: 0 }).where('last_heartbeat', '>=', cutoff)),

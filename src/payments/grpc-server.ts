@@ -108,7 +108,7 @@ export class PaymentGrpcServer {
           const status = statusForError(err)
           if (status.code === grpc.status.INTERNAL) this.log.error({ err, method }, 'payment call failed')
           else this.log.info({ method, code: grpc.status[status.code], reason: status.details }, 'payment call refused')
-          callback({ code: status.code, details: status.details })
+          callback({ code: status.code, details: status.details, ...(status.metadata ? { metadata: status.metadata } : {}) })
         },
       )
     }

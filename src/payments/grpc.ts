@@ -139,13 +139,24 @@ export function quoteToWire(q: QuoteRecord): WireQuote {
   return { id: q.id, items: q.items, amount_minor: q.amountMinor, currency: q.currency, crypto_amounts: { ...q.cryptoAmounts } as Record<string, string>, expires_at: q.expiresAt.toISOString() }
 }
 
+/**
+ * Trailing metadata with the reason and the advice of an UNAVAILABLE the service itself answered
+ * (a provider that could not set the payment up), so the client tells it from a transport failure.
+ */
+export const ERROR_METADATA = { message: 'nodeplane-error', details: 'nodeplane-error-details' } as const
+
 /** Server side: a thrown error as the status the proto documents. */
-export function statusForError(err: unknown): { code: grpc.status; details: string } {
+export function statusForError(err: unknown): { code: grpc.status; details: string; metadata?: grpc.Metadata } {
   if (err instanceof IdempotencyKeyReusedError) return { code: grpc.status.ALREADY_EXISTS, details: err.message }
   if (err instanceof PaymentPreconditionError) return { code: grpc.status.FAILED_PRECONDITION, details: err.message }
   if (err instanceof ValidationError) return { code: grpc.status.INVALID_ARGUMENT, details: err.details === err.message ? err.message : `${err.message}: ${err.details}` }
   if (err instanceof NotFoundError) return { code: grpc.status.NOT_FOUND, details: err.message }
-  if (err instanceof UnavailableError) return { code: grpc.status.UNAVAILABLE, details: `${err.message}; ${err.details}` }
+  if (err instanceof UnavailableError) {
+    const metadata = new grpc.Metadata()
+    metadata.set(ERROR_METADATA.message, err.message)
+    metadata.set(ERROR_METADATA.details, err.details)
+    return { code: grpc.status.UNAVAILABLE, details: `${err.message}; ${err.details}`, metadata }
+  }
   if (err instanceof ConflictError) return { code: grpc.status.FAILED_PRECONDITION, details: err.message }
   return { code: grpc.status.INTERNAL, details: 'internal error' }
 }
@@ -165,7 +176,12 @@ export function errorForStatus(err: grpc.ServiceError): DomainError {
     case grpc.status.PERMISSION_DENIED:
     case grpc.status.UNAUTHENTICATED:
       return new UnavailableError('the payment service refused this control plane', 'its client certificate is not allowed (PAYMENT_ALLOWED_CLIENTS) — an operator must fix the configuration')
-    default:
+    default: {
+      // The service's own refusal (the payment was marked failed: a retry needs a new key), or the transport's.
+      const [reason] = err.code === grpc.status.UNAVAILABLE ? (err.metadata?.get(ERROR_METADATA.message) ?? []) : []
+      const [advice] = err.code === grpc.status.UNAVAILABLE ? (err.metadata?.get(ERROR_METADATA.details) ?? []) : []
+      if (typeof reason === 'string' && typeof advice === 'string') return new UnavailableError(reason, advice)
       return new UnavailableError('the payment service is unavailable', 'retry later')
+    }
   }
 }

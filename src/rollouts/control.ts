@@ -40,6 +40,11 @@ export async function startRollout(db: Db, rolloutId: string, options: ActionOpt
     if (current.group_id) {
       throw new ConflictError(`rollout ${current.id} is component ${current.component_index ?? '?'} of group ${current.group_id}`, 'its group starts it: POST /api/v1/rollout-groups/{id}/start')
     }
+    // Spec: start moves pending only. A scheduled rollout starts by itself at its time (even one
+    // whose time has passed while no orchestrator ran): starting it again would race its workflow.
+    if (current.status !== 'pending') {
+      throw new ConflictError(`cannot start rollout ${current.id}: it is ${current.status}`, current.status === 'paused' ? 'resume it instead' : 'only a pending rollout can be started')
+    }
     const to: RolloutStatus = current.scheduled_at && current.scheduled_at.getTime() > now.getTime() ? 'scheduled' : 'running'
     const moved = await updateRolloutStatus(trx, rolloutId, to, { expectedVersion: current.version, now })
     await startWorkflow(trx, ROLLOUT_WORKFLOW, { rolloutId }, { key: rolloutId, now })

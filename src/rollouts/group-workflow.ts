@@ -22,6 +22,7 @@ import type { Db, Queryable } from '../db/knex.js'
 import { sendSignal, startWorkflow, StepFailedError, type WorkflowContext, type WorkflowRegistry } from '../workflows/index.js'
 import { componentRollout } from './create.js'
 import { notifyOperator, publishRolloutEvent, rolloutProgress } from './events.js'
+import { previousConfiguration } from './node-configuration.js'
 import { rollBackNode, type NodeUpgradeDeps } from './node-upgrade.js'
 import { UPGRADEABLE_STATES } from './planning.js'
 import type { RolloutGroupStatus, RolloutStatus } from './states.js'
@@ -373,16 +374,12 @@ async function rollBackComponent(deps: NodeUpgradeDeps, groupId: string, index: 
   if (!rollout) return 0
   const nodes = (await listRolloutNodes(deps.db, rollout.id)).filter((n) => n.status === 'succeeded' || n.status === 'in_progress' || n.status === 'validating')
   await Promise.all(
-    nodes.map((n) =>
-      n.previous_version && n.previous_binary_url && n.previous_checksum
-        ? rollBackNode(
-            deps,
-            { rolloutId: rollout.id, chainProfileId: rollout.chain_profile_id, version: n.previous_version, url: n.previous_binary_url, checksum: n.previous_checksum, healthWaitMs: rollout.health_wait_duration_ms },
-            { id: n.id, nodeId: n.node_id },
-            heartbeat,
-          )
-        : Promise.resolve(undefined),
-    ),
+    nodes.map(async (n) => {
+      if (!n.previous_version || !n.previous_binary_url || !n.previous_checksum) return undefined
+      const previous = { version: n.previous_version, url: n.previous_binary_url, checksum: n.previous_checksum }
+      const config = await previousConfiguration(deps, rollout, n.node_id, previous.version)
+      return rollBackNode(deps, { rolloutId: rollout.id, chainProfileId: rollout.chain_profile_id, ...previous, ...config, healthWaitMs: rollout.health_wait_duration_ms }, { id: n.id, nodeId: n.node_id }, heartbeat)
+    }),
   )
   return nodes.length
 }

@@ -16,8 +16,8 @@
 import type { Db } from '../db/knex.js'
 import { sendSignal, StepFailedError, type WorkflowContext, type WorkflowRegistry } from '../workflows/index.js'
 import { notifyOperator, publishRolloutEvent, rolloutProgress } from './events.js'
-import { installedConfigChanges, renderInstalledConfiguration } from '../provisioning/configure.js'
 import { renderConfigChanges } from './manifests.js'
+import { previousConfiguration, rpcPortOf } from './node-configuration.js'
 import { rollBackNode, upgradeNode, type NodeUpgradeDeps, type UpgradeTarget } from './node-upgrade.js'
 import { assignBatches, eligibleNodeIds } from './planning.js'
 import type { RolloutStatus } from './states.js'
@@ -209,32 +209,6 @@ function upgradeTarget(deps: RolloutDeps, r: RolloutRecord, node: RolloutNodeRec
 }
 
 /**
- * What a rollback (or the revert after a failed validation) of a rollout that changed the
- * configuration puts back with the previous version: the configuration that version ran (the profile's templates, with the config changes
- * of the rollout that had installed it, if any). Nothing when the rollout changed only the binary.
- */
-async function previousConfiguration(deps: RolloutDeps, r: RolloutRecord, node: RolloutNodeRecord, previousVersion: string): Promise<Pick<UpgradeTarget, 'configFiles' | 'configVersion' | 'run'>> {
-  if (!r.manifest?.config_changes) return {}
-  const profile = deps.catalogue().profiles.get(r.chain_profile_id)
-  if (!profile) return {}
-  const changes = await installedConfigChanges(deps.db, node.node_id, previousVersion, r.id)
-  try {
-    const config = renderInstalledConfiguration(profile, r.node_type, { rpc_port: await rpcPortOf(deps.db, node.node_id), node_id: node.node_id, version: previousVersion }, changes)
-    return { configFiles: config.files, configVersion: config.config_version ?? null, run: config.run }
-  } catch (err) {
-    deps.logger.warn({ node_id: node.node_id, version: previousVersion, err: (err as Error).message }, 'rollback: cannot render the previous configuration; only the binary goes back')
-    return {}
-  }
-}
-
-/** The port the node's current configuration was rendered with (its latest configure). */
-async function rpcPortOf(db: Db, nodeId: string): Promise<number> {
-  const row = (await db('agent_commands').where({ node_id: nodeId, type: 'configure', status: 'completed' }).orderBy('created_at', 'desc').first('payload')) as { payload: unknown } | undefined
-  const payload = row ? (typeof row.payload === 'string' ? (JSON.parse(row.payload) as { rpc_port?: number }) : (row.payload as { rpc_port?: number })) : undefined
-  return payload?.rpc_port ?? 8545
-}
-
-/**
  * One batch: its planned nodes, the ones retried since (pending, planned earlier), and any left in
  * progress by a crash, all in parallel. Each node's own record says what is left to do.
  */
@@ -244,7 +218,7 @@ async function runBatch(deps: RolloutDeps, rolloutId: string, batch: number, hea
   const nodes = (await listRolloutNodes(deps.db, rolloutId)).filter((n) => n.batch_index <= batch && ['pending', 'in_progress', 'validating'].includes(n.status))
   await Promise.all(
     nodes.map(async (n) => {
-      const target = { ...upgradeTarget(deps, r, n, await rpcPortOf(deps.db, n.node_id)), revert: await previousConfiguration(deps, r, n, r.source_version) }
+      const target = { ...upgradeTarget(deps, r, n, await rpcPortOf(deps.db, n.node_id)), revert: await previousConfiguration(deps, r, n.node_id, r.source_version) }
       return upgradeNode(deps, target, { id: n.id, nodeId: n.node_id }, heartbeat)
     }),
   )
@@ -413,7 +387,7 @@ async function rollBackBatch(deps: RolloutDeps, rolloutId: string, batch: number
     nodes.map((n) => {
       if (!n.previous_version || !n.previous_binary_url || !n.previous_checksum) return Promise.resolve(undefined)
       const previous = { version: n.previous_version, url: n.previous_binary_url, checksum: n.previous_checksum }
-      return previousConfiguration(deps, r, n, previous.version).then((config) => {
+      return previousConfiguration(deps, r, n.node_id, previous.version).then((config) => {
         const target: UpgradeTarget = { rolloutId, chainProfileId: r.chain_profile_id, ...previous, ...config, healthWaitMs: r.health_wait_duration_ms }
         return rollBackNode(deps, target, { id: n.id, nodeId: n.node_id }, heartbeat)
       })

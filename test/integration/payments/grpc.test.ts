@@ -18,12 +18,14 @@ import { IdempotencyKeyReusedError, PaymentPreconditionError } from '../../../sr
 import { paymentServiceDefinition } from '../../../src/payments/grpc.js'
 import { PaymentGrpcServer } from '../../../src/payments/grpc-server.js'
 import { parsePricingConfig } from '../../../src/payments/pricing.js'
+import { CardProvider } from '../../../src/payments/providers/card.js'
 import { ProviderRegistry } from '../../../src/payments/providers/registry.js'
 import { TestProvider } from '../../../src/payments/providers/test.js'
 import { PaymentService } from '../../../src/payments/service.js'
 import { paymentEvents } from '../../../src/payments/store.js'
 import { CONTROL_PLANE_CLIENT_NAME, ensurePaymentDevCertificates, type PaymentTlsFiles } from '../../../src/payments/tls.js'
 import { createTestDatabase, DIALECTS, type TestDatabase } from '../../helpers/db.js'
+import { freePort } from '../../helpers/ports.js'
 
 const logger = createLogger({ level: 'silent' })
 const CUSTOMER = '0193a000-0000-7000-8000-000000000001'
@@ -248,5 +250,34 @@ describe.each(DIALECTS)('payment service over mTLS gRPC (%s)', (dialect) => {
     expect(status).toBe('SERVING')
     health.close()
     expect(await client.methods()).toEqual(['card', 'crypto'])
+  })
+
+  it('UNAVAILABLE: a provider that cannot set the payment up says so and asks for a new key; a service that is gone asks to retry later', async () => {
+    // The card processor's API is not reachable (the official SDK against a closed port).
+    const card = new CardProvider({ db: database.db, logger, now, secretKey: 'sk_test_unreachable', webhookSecret: 'whsec_unused', apiUrl: `http://127.0.0.1:${await freePort()}`, maxNetworkRetries: 0, timeoutMs: 1_000 })
+    const service = new PaymentService({ db: database.db, logger, pricing: () => PRICING, providers: new ProviderRegistry([card]), now })
+    const cardServer = new PaymentGrpcServer({
+      service,
+      logger,
+      allowedClients: [CONTROL_PLANE_CLIENT_NAME],
+      tls: { ca: fs.readFileSync(pki.caFile), cert: fs.readFileSync(pki.serverCertFile), key: fs.readFileSync(pki.serverKeyFile) },
+    })
+    const cardTarget = `127.0.0.1:${await cardServer.listen('127.0.0.1', 0)}`
+    const cardClient = new PaymentClient({ target: cardTarget, ca: fs.readFileSync(pki.caFile), ...clientFiles(pki, CONTROL_PLANE_CLIENT_NAME), timeoutMs: 5_000 })
+    try {
+      const refused = await cardClient.initiatePayment(request('k-down')).catch((err: unknown) => err)
+      expect(refused).toBeInstanceOf(UnavailableError)
+      const failed = (await database.db('payments').where({ idempotency_key: 'k-down' }).first('id', 'status')) as { id: string; status: string }
+      expect(failed.status).toBe('failed')
+      expect(refused).toMatchObject({ message: 'payment provider card is unavailable', details: `payment ${failed.id} was marked failed; retry with a new idempotency_key` })
+
+      await cardServer.close(100)
+      const gone = await cardClient.initiatePayment(request('k-gone')).catch((err: unknown) => err)
+      expect(gone).toBeInstanceOf(UnavailableError)
+      expect(gone).toMatchObject({ message: 'the payment service is unavailable', details: 'retry later' })
+    } finally {
+      cardClient.close()
+      await cardServer.close(100)
+    }
   })
 })

@@ -275,7 +275,7 @@ describe.each(DIALECTS)('rollouts API on %s', (dialect) => {
     expect(started.body).toMatchObject({ id: rollout.id, status: 'running', version: 2, started_at: at(1000).toISOString() })
     const again = await call('POST', `/api/v1/rollouts/${rollout.id}/start`)
     expect(again.status).toBe(409)
-    expect((again.body as { error: string }).error).toBe(`rollout ${rollout.id} is running; it cannot become running`)
+    expect(again.body).toEqual({ error: `cannot start rollout ${rollout.id}: it is running`, details: 'only a pending rollout can be started' })
 
     const paused = await call('POST', `/api/v1/rollouts/${rollout.id}/pause`)
     expect(paused.status).toBe(200)
@@ -288,6 +288,12 @@ describe.each(DIALECTS)('rollouts API on %s', (dialect) => {
     const later = (await call('POST', '/api/v1/rollouts', { ...MANUAL, scheduled_at: at(3_600_000).toISOString() })).body as RolloutView
     expect(later.scheduled_at).toBe(at(3_600_000).toISOString())
     expect((await call('POST', `/api/v1/rollouts/${later.id}/start`)).body).toMatchObject({ status: 'scheduled', started_at: null })
+    // Its time passes (say, while no orchestrator ran): it starts by itself, and a second start is refused.
+    api.clock.advance(2 * 3_600_000)
+    const early = await call('POST', `/api/v1/rollouts/${later.id}/start`)
+    expect(early.status).toBe(409)
+    expect(early.body).toEqual({ error: `cannot start rollout ${later.id}: it is scheduled`, details: 'only a pending rollout can be started' })
+    expect(await db('rollouts').where({ id: later.id }).first('status', 'version')).toMatchObject({ status: 'scheduled', version: 2 })
   })
 
   it('creates, shows and starts a group; status shows each component not_started until its rollout exists', async () => {

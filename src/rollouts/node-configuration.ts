@@ -1,0 +1,48 @@
+/**
+ * The configuration a rollout's node change sends with a version (docs/rollouts.md, "A node's
+ * configuration follows its version"): shared by the rollout and rollout-group workflows.
+ */
+import type { Db } from '../db/knex.js'
+import type { Logger } from '../log.js'
+import type { ChainCatalogue } from '../config/chains.js'
+import { installedConfigChanges, renderInstalledConfiguration } from '../provisioning/configure.js'
+import type { UpgradeTarget } from './node-upgrade.js'
+import type { RolloutRecord } from './store.js'
+
+interface ConfigurationDeps {
+  db: Db
+  catalogue: () => ChainCatalogue
+  logger: Logger
+}
+
+/**
+ * What a rollback (or the revert after a failed validation) of a rollout that changed the
+ * configuration puts back with the previous version: the configuration that version ran (the
+ * profile's templates, with the config changes of the rollout that had installed it, if any).
+ * Nothing when the rollout changed only the binary.
+ */
+export async function previousConfiguration(
+  deps: ConfigurationDeps,
+  r: RolloutRecord,
+  nodeId: string,
+  previousVersion: string,
+): Promise<Pick<UpgradeTarget, 'configFiles' | 'configVersion' | 'run'>> {
+  if (!r.manifest?.config_changes) return {}
+  const profile = deps.catalogue().profiles.get(r.chain_profile_id)
+  if (!profile) return {}
+  const changes = await installedConfigChanges(deps.db, nodeId, previousVersion, r.id)
+  try {
+    const config = renderInstalledConfiguration(profile, r.node_type, { rpc_port: await rpcPortOf(deps.db, nodeId), node_id: nodeId, version: previousVersion }, changes)
+    return { configFiles: config.files, configVersion: config.config_version ?? null, run: config.run }
+  } catch (err) {
+    deps.logger.warn({ node_id: nodeId, version: previousVersion, err: (err as Error).message }, 'rollback: cannot render the previous configuration; only the binary goes back')
+    return {}
+  }
+}
+
+/** The port the node's current configuration was rendered with (its latest configure). */
+export async function rpcPortOf(db: Db, nodeId: string): Promise<number> {
+  const row = (await db('agent_commands').where({ node_id: nodeId, type: 'configure', status: 'completed' }).orderBy('created_at', 'desc').first('payload')) as { payload: unknown } | undefined
+  const payload = row ? (typeof row.payload === 'string' ? (JSON.parse(row.payload) as { rpc_port?: number }) : (row.payload as { rpc_port?: number })) : undefined
+  return payload?.rpc_port ?? 8545
+}
