@@ -8,6 +8,8 @@
  * - No report, or one older than the heartbeat timeout: `unknown` (nothing current to judge).
  * - A report of a process still `starting` (not yet answering its probe, within the probe's
  *   start-up grace): `unknown` too, so a node coming up raises no application incident.
+ * - A report of a chain process that is not running (`stopped`, `unconfigured`) on a judged
+ *   node: `critical` (nothing serves; the agent sends no metrics for the rules to judge).
  * - Otherwise the worst of: each rule (a metric the report lacks is not judged), and the chain
  *   process crash-looping (`crash_loop` of the policy, critical by default).
  * - `block_lag` is derived: the reference head minus this node's block_height. The reference is
@@ -53,6 +55,8 @@ export function ruleResult(rule: HealthRule, value: number | undefined): Applica
 /** The application_health a fresh report earns under `policy`; `derived` holds metrics like block_lag. */
 export function applicationHealthFor(report: AgentReport, policy: HealthPolicy, derived: Record<string, number> = {}): ApplicationHealth {
   if (report.process_state === 'starting') return 'unknown'
+  // No chain process to probe: its metrics are missing, so no rule would fire.
+  if (report.process_state === 'stopped' || report.process_state === 'unconfigured') return 'critical'
   let health: ApplicationHealth = report.process_state === 'crash_loop' ? policy.crash_loop : 'ok'
   for (const rule of policy.rules) health = worst(health, ruleResult(rule, derived[rule.metric] ?? report.metrics[rule.metric]))
   return health

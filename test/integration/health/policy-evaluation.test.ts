@@ -77,6 +77,12 @@ describe.each(DIALECTS)('policy evaluation on %s', (dialect) => {
     expect(caughtUp.changes).toContainEqual({ node_id: behind, from: 'degraded', to: 'ok' })
   })
 
+  it('a node whose chain process is not running (no metrics to judge) is critical', async () => {
+    const db = await database()
+    const stopped = await reporting(db, {}, { processState: 'stopped', state: 'degraded', health: 'ok' })
+    expect((await evaluate(db)).changes).toEqual([{ node_id: stopped, from: 'ok', to: 'critical' }])
+  })
+
   it('leaves a node whose process is still starting unknown, and judges it once the agent reports it running', async () => {
     const db = await database()
     const coming = await reporting(db, { rpc_up: 0 }, { processState: 'starting' })

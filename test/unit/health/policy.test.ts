@@ -28,6 +28,10 @@ describe('application health policy', () => {
     expect(applicationHealthFor(report({}), { rules: [], crash_loop: 'critical', block_lag_reference: 'fleet' })).toBe('ok')
   })
 
+  it('a chain process that is not running is critical whatever its (missing) metrics', () => {
+    for (const state of ['stopped', 'unconfigured']) expect(applicationHealthFor(report({}, state), { rules: [], crash_loop: 'degraded', block_lag_reference: 'fleet' }), state).toBe('critical')
+  })
+
   it('does not judge a process the agent reports as still starting', () => {
     expect(applicationHealthFor(report({ peer_count: 0 }, 'starting'), policy, { block_lag: 40 })).toBe('unknown')
     expect(applicationHealthFor(report({ peer_count: 0 }, 'running'), policy)).toBe('critical')
