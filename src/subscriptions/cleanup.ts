@@ -29,8 +29,12 @@ import { transitionSubscriptionsWhere, type MovedSubscription } from './lifecycl
 export const SUBSCRIPTION_CLEANUP_JOB = 'subscription-cleanup'
 export const DEFAULT_CLEANUP_BATCH_SIZE = 500
 
-/** Payment mirror statuses that can still complete. */
-const OPEN_PAYMENT_STATUSES = ['pending', 'processing']
+/**
+ * Payment mirror statuses that keep an unpaid subscription: one that can still complete, and one
+ * that has completed (a GET of the payment refreshes the mirror) while its payment.completed event
+ * is still on its way to the consumer that activates the subscription.
+ */
+const KEEPING_PAYMENT_STATUSES = ['pending', 'processing', 'completed']
 
 export interface SubscriptionCleanupOptions {
   now: Date
@@ -68,7 +72,7 @@ async function deleteUnpaidBatch(trx: Tx, cutoff: Date, limit: number, after: st
   const open = new Set(
     paymentIds.length === 0
       ? []
-      : ((await trx('payment_requests').whereIn('id', paymentIds).whereIn('status', OPEN_PAYMENT_STATUSES).pluck('id')) as string[]).map((id) => id.toLowerCase()),
+      : ((await trx('payment_requests').whereIn('id', paymentIds).whereIn('status', KEEPING_PAYMENT_STATUSES).pluck('id')) as string[]).map((id) => id.toLowerCase()),
   )
   const doomed = candidates.filter((c) => c.payment_id === null || !open.has(c.payment_id.toLowerCase()))
   if (doomed.length === 0) return { deleted: 0, examined: candidates.length, last }

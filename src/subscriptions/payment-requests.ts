@@ -145,6 +145,9 @@ const itemKey = (i: LineItem) => `${i.chain_profile_id}/${i.node_type}/${i.durat
 /** 409 when the subscription is linked to a payment that can still complete. */
 async function refuseOpenLink(db: Queryable, subscriptionId: string, paymentId: string): Promise<void> {
   const linked = await findPaymentRequest(db, paymentId)
+  if (linked?.status === 'completed') {
+    throw new ConflictError(`subscription ${subscriptionId} is paid by payment ${paymentId}`, 'it becomes active as soon as the payment is processed; do not pay again')
+  }
   if (!linked || OPEN_STATUSES.includes(linked.status)) {
     throw new ConflictError(
       `subscription ${subscriptionId} is linked to payment ${paymentId}, which is still open`,

@@ -122,6 +122,10 @@ describe.each(DIALECTS)('subscription cleanup on %s', (dialect) => {
     const afterFailure = await subscription(t.db, user, { status: 'pending_payment', payment_id: failedPayment, created_at: at(-MINUTE), node_type: 'x1' })
     await mirror(t.db, failedPayment, user, 'failed')
     const noMirror = await subscription(t.db, user, { status: 'pending_payment', payment_id: 'pay_unknown', node_type: 'x2' })
+    // Paid, and not activated yet (its payment.completed is still on its way): kept.
+    const paidPayment = crypto.randomUUID()
+    const paid = await subscription(t.db, user, { status: 'pending_payment', payment_id: paidPayment, node_type: 'x4' })
+    await mirror(t.db, paidPayment, user, 'completed')
     const younger = await subscription(t.db, user, { status: 'pending_payment', created_at: at(10 * MINUTE), node_type: 'x3' })
 
     expect(await cleanup(at(TTL - 1))).toMatchObject({ deleted: 1 }) // only the one created a minute earlier
@@ -133,6 +137,7 @@ describe.each(DIALECTS)('subscription cleanup on %s', (dialect) => {
     expect(await statusOf(t.db, noMirror)).toBe('deleted')
     expect(await t.db('provisioning_inputs').where({ subscription_id: unpaid }).select('id')).toEqual([])
     expect(await statusOf(t.db, waiting)).toBe('pending_payment')
+    expect(await statusOf(t.db, paid)).toBe('pending_payment')
     expect(await statusOf(t.db, younger)).toBe('pending_payment')
 
     // The payment ends (payment.failed unlinks it): the next pass deletes it.

@@ -189,6 +189,19 @@ describe.each(DIALECTS)('payments API on %s', (dialect) => {
     expect(await counts(t.db, t.paymentsDb)).toEqual({ payments: 0, mirror: 0, linked: 0 })
   })
 
+  it('a subscription whose payment completed, not yet activated by its event, cannot be paid again', async () => {
+    const t = await paymentStack(dialect)
+    const sub = await subscribe(t.api, t.keys.alice)
+    const first = (await t.api.call('POST', '/api/v1/payments', { bearer: t.keys.alice, body: payBody([sub], 'a') })).body as Payment
+    expect(await t.provider.settleDue()).toBe(1)
+    // The user looks at the payment: the mirror now says completed; no consumer has activated the subscription yet.
+    expect(await t.api.call('GET', `/api/v1/payments/${first.id}`, { bearer: t.keys.alice })).toMatchObject({ status: 200, body: { status: 'completed' } })
+    expect(await t.db('subscriptions').where({ id: sub }).first('status')).toEqual({ status: 'pending_payment' })
+    const again = await t.api.call('POST', '/api/v1/payments', { bearer: t.keys.alice, body: payBody([sub], 'b') })
+    expect(again).toMatchObject({ status: 409, body: { error: `subscription ${sub} is paid by payment ${first.id}`, details: 'it becomes active as soon as the payment is processed; do not pay again' } })
+    expect(await t.db('subscriptions').where({ id: sub }).first('payment_id')).toEqual({ payment_id: first.id })
+  })
+
   it('a subscription linked to an open payment cannot be linked again until that payment is canceled', async () => {
     const t = await paymentStack(dialect)
     const sub = await subscribe(t.api, t.keys.alice)
