@@ -157,6 +157,9 @@ async function runNodeChange(deps: NodeUpgradeDeps, target: UpgradeTarget, ref: 
 
   // Upgraded but unhealthy: put the previous version back.
   const reason = `health validation failed: ${validation.reason}`
+  // A rollback that does not pass has nothing older to go back to (its previous version is the
+  // one it just installed): the node needs a person, as when an undo fails.
+  if (mode.kind === 'rollback') return endFailedRollback(deps, target, ref, event, `rollback to ${target.version}: ${reason}`, previousVersion)
   if (!previousVersion) return endFailedRollback(deps, target, ref, event, `${reason}; no previous version recorded to go back to`, previousVersion)
   const previous = releaseOf(deps.catalogue(), target.chainProfileId, previousVersion)
   if (!previous) return endFailedRollback(deps, target, ref, event, `${reason}; release ${previousVersion} is not in the catalogue`, previousVersion)

@@ -13,7 +13,8 @@ import { listRolloutNodes, requireRollout } from '../../../src/rollouts/store.js
 import { createTestDatabase, DIALECTS, type TestDatabase } from '../../helpers/db.js'
 import { waitFor } from '../../helpers/ports.js'
 import { tempDir } from '../../helpers/cli.js'
-import { binaryVersions, DEVNET_1_1_0, devnetRollout, sha256File, startFleet, untilStatus, type Fleet } from './harness.js'
+import { findNode } from '../../../src/nodes/node-store.js'
+import { binaryVersions, crashingArtifact, DEVNET_1_1_0, devnetRollout, sha256File, startFleet, untilStatus, type Fleet } from './harness.js'
 
 describe.each(DIALECTS)('rollout signals on real devnet nodes, %s', (dialect) => {
   let t: TestDatabase | undefined
@@ -100,6 +101,34 @@ describe.each(DIALECTS)('rollout signals on real devnet nodes, %s', (dialect) =>
     expect(await binaryVersions(db, fleet.nodes)).toEqual(['1.0.0', '1.0.0'])
     expect(await notifications(db, fleet.operatorId)).toEqual(['rollout_started', 'rollout_paused', 'rollback_initiated', 'rollback_completed'])
     await expect(signalRollout(db, rollout.id, 'rollback', { by: fleet.operatorId })).rejects.toThrow(/it is rolled_back/)
+  })
+
+  it('a rollback whose previous version fails its health validation ends failed_rollback: node degraded, critical incident', { timeout: 240_000 }, async () => {
+    const { db, fleet } = await setUp(2)
+    const dir = tempDir()
+    try {
+      const rollout = await devnetRollout(db, fleet, { batch_size: 1, health_wait_duration_ms: 4_000 })
+      await startRollout(db, rollout.id, { by: fleet.operatorId })
+      await firstBatchInFlight(db, rollout.id)
+      await signalRollout(db, rollout.id, 'pause', { by: fleet.operatorId })
+      await untilStatus(db, rollout.id, ['paused'])
+      const upgraded = (await listRolloutNodes(db, rollout.id)).find((n) => n.status === 'succeeded')
+      if (!upgraded) throw new Error('no upgraded node')
+      // The release the node goes back to no longer runs (it starts, then crashes).
+      const crash = crashingArtifact(dir)
+      await db('rollout_nodes').where({ id: upgraded.id }).update({ previous_binary_url: crash.url, previous_checksum: crash.checksum })
+
+      await signalRollout(db, rollout.id, 'rollback', { by: fleet.operatorId })
+      const rolledBack = await untilStatus(db, rollout.id, ['rolled_back', 'failed', 'completed'])
+      expect(rolledBack.status).toBe('rolled_back')
+      const node = (await listRolloutNodes(db, rollout.id)).find((n) => n.id === upgraded.id)
+      expect(node).toMatchObject({ status: 'failed', upgrade_phase: 'failed_rollback', error_message: expect.stringMatching(/^rollback to 1\.0\.0: health validation failed: /) })
+      expect((await findNode(db, upgraded.node_id))?.state).toBe('degraded')
+      const incidents = (await db('incidents').where({ node_id: upgraded.node_id }).select('category', 'severity')) as Array<{ category: string; severity: string }>
+      expect(incidents).toEqual([expect.objectContaining({ severity: 'critical' })])
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true })
+    }
   })
 
   it('a scheduled rollout waits for its time, then runs', { timeout: 240_000 }, async () => {
