@@ -23,7 +23,7 @@ import { sendSignal, startWorkflow, StepFailedError, type WorkflowContext, type 
 import { componentRollout } from './create.js'
 import { notifyOperator, publishRolloutEvent, rolloutProgress } from './events.js'
 import { previousConfiguration } from './node-configuration.js'
-import { rollBackNode, type NodeUpgradeDeps } from './node-upgrade.js'
+import { rollBackNode, rollbackStepTimeoutMs, type NodeUpgradeDeps } from './node-upgrade.js'
 import { UPGRADEABLE_STATES } from './planning.js'
 import type { RolloutGroupStatus, RolloutStatus } from './states.js'
 import {
@@ -179,7 +179,13 @@ async function operatorSignals(ctx: WorkflowContext, deps: NodeUpgradeDeps, grou
 
 /** Paused until the operator resumes (or skips, or cancels). */
 async function pausedGroup(ctx: WorkflowContext, deps: NodeUpgradeDeps, groupId: string, reason: string): Promise<'go' | 'skip' | 'stop'> {
-  await ctx.step('pause', () => moveGroup(deps, groupId, 'paused', { pause_reason: reason }))
+  await ctx.step('pause', async () => {
+    // The operator may have paused the group already (paused -> paused is no move): the reason is noted.
+    const g = await requireRolloutGroup(deps.db, groupId)
+    if (g.status !== 'paused') return moveGroup(deps, groupId, 'paused', { pause_reason: reason })
+    await updateGroupFields(deps.db, groupId, { pause_reason: reason }, { now: deps.now() })
+    return g.status
+  })
   for (;;) {
     const control = await ctx.waitForSignal<GroupControlSignal>(GROUP_CONTROL_SIGNAL)
     if (!control) continue
@@ -352,10 +358,12 @@ async function onComponentFailure(ctx: WorkflowContext, deps: NodeUpgradeDeps, g
     // A stopped component still runs: its own rollback does it (-> rolled_back). One that ended
     // (failed below its threshold, or completed but failed the gate) has its succeeded nodes
     // rolled back here, as a finished component's; its status stays what it ended with.
+    // Read outside a step: a group's health wait never changes once it is created.
+    const timeoutMs = rollbackStepTimeoutMs(deps.commandTimeoutMs, (await requireRolloutGroup(deps.db, groupId)).health_wait_duration_ms)
     if (failed.paused) await endComponent(ctx, deps, groupId, failed.rolloutId, 'rollback')
-    else await ctx.step('rollback-component', (step) => rollBackComponent(deps, groupId, failed.index, () => step.heartbeat()), { timeoutMs: 2 * deps.commandTimeoutMs + 600_000, heartbeatTimeoutMs: 120_000 })
+    else await ctx.step('rollback-component', (step) => rollBackComponent(deps, groupId, failed.index, () => step.heartbeat()), { timeoutMs, heartbeatTimeoutMs: 120_000 })
     for (const index of [...done].reverse()) {
-      await ctx.step('rollback-component', (step) => rollBackComponent(deps, groupId, index, () => step.heartbeat()), { timeoutMs: 2 * deps.commandTimeoutMs + 600_000, heartbeatTimeoutMs: 120_000 })
+      await ctx.step('rollback-component', (step) => rollBackComponent(deps, groupId, index, () => step.heartbeat()), { timeoutMs, heartbeatTimeoutMs: 120_000 })
     }
     await ctx.step('rolled-back', () => moveGroup(deps, groupId, 'rolled_back', { error_message: reason }))
     return 'stop'

@@ -97,6 +97,14 @@ async function readRolloutNode(db: Queryable, id: string): Promise<RolloutNodeRo
 
 const hex = (checksum: string) => checksum.replace(/^sha256:/, '')
 
+/**
+ * How long a step rolling nodes back may take: each node may first wait to be upgradeable again
+ * (runNodeChange), then an upgrade command, its health validation, and a revert command.
+ */
+export function rollbackStepTimeoutMs(commandTimeoutMs: number, healthWaitMs: number): number {
+  return 2 * commandTimeoutMs + Math.max(60_000, 4 * healthWaitMs) + healthWaitMs + 600_000
+}
+
 /** Upgrades one node to `target` (the rollout's own nodes, batch by batch). */
 export async function upgradeNode(deps: NodeUpgradeDeps, target: UpgradeTarget, ref: RolloutNodeRef, heartbeat?: () => void): Promise<NodeUpgradeOutcome> {
   return runNodeChange(deps, target, ref, { kind: 'upgrade' }, heartbeat)

@@ -18,7 +18,7 @@ import { sendSignal, StepFailedError, type WorkflowContext, type WorkflowRegistr
 import { notifyOperator, publishRolloutEvent, rolloutProgress } from './events.js'
 import { renderConfigChanges } from './manifests.js'
 import { previousConfiguration, rpcPortOf } from './node-configuration.js'
-import { rollBackNode, upgradeNode, type NodeUpgradeDeps, type UpgradeTarget } from './node-upgrade.js'
+import { rollBackNode, rollbackStepTimeoutMs, upgradeNode, type NodeUpgradeDeps, type UpgradeTarget } from './node-upgrade.js'
 import { assignBatches, eligibleNodeIds } from './planning.js'
 import type { RolloutStatus } from './states.js'
 import { CONTROL_SIGNAL, GROUP_CONTROL_SIGNAL, GROUP_WORKFLOW, ROLLOUT_WORKFLOW, type ControlSignal, type GroupControlSignal } from './workflow-names.js'
@@ -361,8 +361,10 @@ async function rollback(ctx: WorkflowContext, deps: RolloutDeps, rolloutId: stri
       return [...new Set(succeeded.map((n) => n.batch_index))].sort((a, b) => b - a)
     }),
   )
+  // Read outside a step: a rollout's health wait never changes once it is created.
+  const timeoutMs = rollbackStepTimeoutMs(deps.commandTimeoutMs, (await requireRollout(deps.db, rolloutId)).health_wait_duration_ms)
   for (const batch of batches) {
-    await ctx.step('rollback-batch', (step) => rollBackBatch(deps, rolloutId, batch, () => step.heartbeat()), { timeoutMs: 2 * deps.commandTimeoutMs + 600_000, heartbeatTimeoutMs: 120_000, retry: { maxAttempts: 3 } })
+    await ctx.step('rollback-batch', (step) => rollBackBatch(deps, rolloutId, batch, () => step.heartbeat()), { timeoutMs, heartbeatTimeoutMs: 120_000, retry: { maxAttempts: 3 } })
   }
   await ctx.step('rollback-end', () =>
     deps.db.transaction(async (trx) => {
