@@ -310,50 +310,69 @@ export class PaymentService {
     return payment
   }
 
-  /** pending -> canceled (publishes payment.canceled); anything else is FAILED_PRECONDITION. */
+  /**
+   * pending -> canceled (publishes payment.canceled); anything else is FAILED_PRECONDITION. The
+   * session is closed at the provider first: canceled here while still open there, it could be
+   * paid and the payer charged for a canceled payment. One the payer has paid already is not
+   * canceled (FAILED_PRECONDITION; the provider's notification completes it); a provider that
+   * cannot be reached is UNAVAILABLE, and the payment stays pending.
+   */
   async cancelPayment(paymentId: string, customerId: string | null | undefined, reason: string, context: AuditContext): Promise<PaymentRecord> {
     const found = await this.getPayment(paymentId, customerId)
-    const canceled = await this.deps.db.transaction(async (trx) => {
+    const notPending = (status: string) => new PaymentPreconditionError(`payment ${found.id} is ${status}; only a pending payment can be canceled`)
+    if (found.status !== 'pending') throw notPending(found.status)
+    let closed: 'closed' | 'paid'
+    try {
+      closed = await this.closeAtProvider(found)
+    } catch (err) {
+      this.log.warn({ err, payment_id: found.id, provider: found.provider }, 'could not close the session at the provider; the payment stays pending')
+      throw new UnavailableError(`payment provider ${found.provider} could not close the payment's session`, 'the payment is still pending; try again')
+    }
+    if (closed === 'paid') throw new PaymentPreconditionError(`payment ${found.id} has been paid at its provider; it completes as soon as the provider's notification arrives`)
+    return this.deps.db.transaction(async (trx) => {
       const current = await findPaymentForUpdate(trx, found.id)
-      if (current?.status !== 'pending') {
-        throw new PaymentPreconditionError(`payment ${found.id} is ${current?.status ?? 'gone'}; only a pending payment can be canceled`)
-      }
+      if (current?.status !== 'pending') throw notPending(current?.status ?? 'gone')
       return transitionPayment(trx, { paymentId: found.id, to: 'canceled', context, failureReason: reason.slice(0, 500) || 'canceled', now: this.now() })
     })
-    await this.closeAtProvider(canceled)
-    return canceled
   }
 
   /**
    * Session expiry (spec: 30 minutes): pending payments past `expires_at` are canceled with
-   * reason "session expired". Returns how many. Run by a periodic job with a lease.
+   * reason "session expired", each once its session is closed at the provider (as cancelPayment);
+   * one paid there meanwhile is left to its notification, one whose provider cannot be reached
+   * waits for the next run. Returns how many were canceled. Run by a periodic job with a lease.
    */
   async expireSessions(limit = 100): Promise<number> {
     const now = this.now()
     const due = (await this.deps.db('payments').where({ status: 'pending' }).where('expires_at', '<=', now).orderBy('expires_at').limit(limit).select('id')) as Array<{ id: string }>
     let expired = 0
     for (const { id } of due) {
-      const payment = await this.deps.db.transaction(async (trx) => {
+      const payment = await findPayment(this.deps.db, id)
+      if (payment?.status !== 'pending') continue
+      try {
+        if ((await this.closeAtProvider(payment)) === 'paid') {
+          this.log.warn({ payment_id: id, provider: payment.provider }, 'session expired here but paid at the provider; its notification completes the payment')
+          continue
+        }
+      } catch (err) {
+        this.log.warn({ err, payment_id: id, provider: payment.provider }, 'could not close the expired session at the provider; trying again next run')
+        continue
+      }
+      const canceled = await this.deps.db.transaction(async (trx) => {
         const current = await findPaymentForUpdate(trx, id)
         if (current?.status !== 'pending') return undefined
         return transitionPayment(trx, { paymentId: id, to: 'canceled', context: { actor: 'system:session-expiry' }, failureReason: 'session expired', now })
       })
-      if (payment) {
-        expired++
-        await this.closeAtProvider(payment)
-      }
+      if (canceled) expired++
     }
     return expired
   }
 
-  private async closeAtProvider(payment: PaymentRecord): Promise<void> {
-    if (!payment.providerReference) return
+  /** The provider's cancel (nothing to close without a provider session). */
+  private async closeAtProvider(payment: PaymentRecord): Promise<'closed' | 'paid'> {
+    if (!payment.providerReference) return 'closed'
     const provider = this.deps.providers.byName(payment.provider)
-    try {
-      await provider?.cancelPayment(payment.providerReference)
-    } catch (err) {
-      this.log.warn({ err, payment_id: payment.id, provider: payment.provider }, 'could not close the session at the provider; it expires there on its own')
-    }
+    return provider ? provider.cancelPayment(payment.providerReference) : 'closed'
   }
 }
 

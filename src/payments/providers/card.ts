@@ -176,14 +176,17 @@ export class CardProvider implements PaymentProvider {
     }
   }
 
-  async cancelPayment(providerReference: string): Promise<void> {
+  async cancelPayment(providerReference: string): Promise<'closed' | 'paid'> {
     try {
       await this.stripe.checkout.sessions.expire(providerReference)
+      return 'closed'
     } catch (err) {
       if (!(err instanceof Stripe.errors.StripeInvalidRequestError)) throw err
-      // Only an open session can be expired; one already expired or complete is closed anyway.
+      // Only an open session can be expired: one already expired is closed; a complete one was
+      // paid (or its asynchronous payment is under way), and its webhook settles the payment.
       const session = await this.stripe.checkout.sessions.retrieve(providerReference)
       if (session.status === 'open') throw err
+      return session.status === 'complete' ? 'paid' : 'closed'
     }
   }
 

@@ -97,8 +97,9 @@ export class CryptoProvider implements PaymentProvider {
     return row?.status ?? 'unknown'
   }
 
-  async cancelPayment(): Promise<void> {
+  async cancelPayment(): Promise<'closed'> {
     // Nothing is held on chain per payment. A transfer arriving after the cancel is recorded as `late`.
+    return 'closed'
   }
 
   async start(): Promise<void> {

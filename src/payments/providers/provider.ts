@@ -55,8 +55,13 @@ export interface PaymentProvider {
    */
   initiatePayment(payment: PaymentRecord): Promise<ProviderSession>
   getPaymentStatus(providerReference: string): Promise<ProviderPaymentStatus>
-  /** Best effort: the session is closed at the provider when a pending payment is canceled or expires. */
-  cancelPayment(providerReference: string): Promise<void>
+  /**
+   * Closes the session at the provider before a pending payment is canceled (by its customer or
+   * its session expiry), so it can no longer be paid: `closed` (now, or it was already), or
+   * `paid` when the payer has paid already (the provider's notification completes the payment).
+   * Throws when the provider cannot be reached: the payment then stays pending.
+   */
+  cancelPayment(providerReference: string): Promise<'closed' | 'paid'>
   handleWebhook?(request: WebhookRequest): Promise<WebhookResult>
   /** Background work (the test provider's timer, the crypto watcher); stopped with `stop`. */
   start?(): Promise<void>

@@ -46,8 +46,9 @@ export class TestProvider implements PaymentProvider {
     return (row?.status as ProviderPaymentStatus | undefined) ?? 'unknown'
   }
 
-  async cancelPayment(): Promise<void> {
+  async cancelPayment(): Promise<'closed'> {
     // Nothing is held outside our database.
+    return 'closed'
   }
 
   /** Settles every pending test payment whose delay has passed; returns how many. */

@@ -12,6 +12,7 @@ import { createApiApp } from '../../../src/http/app.js'
 import { startHttpServer } from '../../../src/http/server.js'
 import { createLogger } from '../../../src/log.js'
 import { createMetrics } from '../../../src/metrics.js'
+import { PaymentPreconditionError } from '../../../src/payments/errors.js'
 import { parsePricingConfig } from '../../../src/payments/pricing.js'
 import { CardProvider } from '../../../src/payments/providers/card.js'
 import { ProviderRegistry } from '../../../src/payments/providers/registry.js'
@@ -381,10 +382,49 @@ describe.each(DIALECTS)('card provider on %s', (dialect) => {
     expect(canceled.status).toBe('canceled')
     expect(processor.session(session.id).status).toBe('expired')
     // Closing an already closed session again is not an error.
-    await expect(card.cancelPayment(session.id)).resolves.toBeUndefined()
+    await expect(card.cancelPayment(session.id)).resolves.toBe('closed')
     expect((await deliver(sign(processor.session(session.id), 'checkout.session.expired'))).body).toMatchObject({ outcome: 'ignored_state' })
     expect((await written(db, payment.id)).outbox).toEqual([{ subject: 'payment.canceled', payment_id: payment.id }])
   })
+
+  it('CancelPayment of a session the payer has already paid cancels nothing; the webhook that follows completes it', async () => {
+    const { db, processor, service, opened, sign, deliver } = await setup()
+    const { payment, session } = await opened()
+    processor.complete(session.id) // paid; the webhook has not arrived yet
+    const refused = await service.cancelPayment(payment.id, null, 'changed my mind', { actor: 'user:test' }).catch((err: unknown) => err)
+    expect(refused).toBeInstanceOf(PaymentPreconditionError)
+    expect((refused as Error).message).toBe(`payment ${payment.id} has been paid at its provider; it completes as soon as the provider's notification arrives`)
+    expect((await findPayment(db, payment.id))?.status).toBe('pending')
+    expect((await deliver(sign(processor.session(session.id), 'checkout.session.completed'))).body).toMatchObject({ outcome: 'completed' })
+    expect((await written(db, payment.id)).outbox).toEqual([{ subject: 'payment.completed', payment_id: payment.id }])
+  })
+
+  it('CancelPayment while the processor cannot be reached: UNAVAILABLE, and the payment stays pending with its session open', async () => {
+    const { db, processor, service, opened } = await setup()
+    const { payment, session } = await opened()
+    processor.failNext(3) // the call and the SDK's two retries
+    const refused = await service.cancelPayment(payment.id, null, 'changed my mind', { actor: 'user:test' }).catch((err: unknown) => err)
+    expect(refused).toBeInstanceOf(UnavailableError)
+    expect(refused).toMatchObject({ message: "payment provider card could not close the payment's session", details: 'the payment is still pending; try again' })
+    expect(await written(db, payment.id)).toMatchObject({ status: 'pending', outbox: [] })
+    expect(processor.session(session.id).status).toBe('open')
+  }, 15_000)
+
+  it('session expiry closes the session first: a paid one is left to its webhook, an unreachable processor waits for the next run', async () => {
+    const { db, processor, service, clock, initiate } = await setup()
+    const paid = (await initiate('order-paid')).payment
+    const open = (await initiate('order-open')).payment
+    processor.complete(paid.providerReference as string)
+    clock.advance(31 * 60_000)
+    processor.failNext(100)
+    expect(await service.expireSessions()).toBe(0)
+    expect([(await findPayment(db, paid.id))?.status, (await findPayment(db, open.id))?.status]).toEqual(['pending', 'pending'])
+    processor.failNext(0)
+    expect(await service.expireSessions()).toBe(1)
+    expect((await findPayment(db, open.id))?.status).toBe('canceled')
+    expect(processor.session(open.providerReference as string).status).toBe('expired')
+    expect((await findPayment(db, paid.id))?.status).toBe('pending')
+  }, 30_000)
 
   it('getPaymentStatus maps the session state', async () => {
     const { processor, card, opened } = await setup()
