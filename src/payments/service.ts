@@ -21,6 +21,7 @@ import {
   type PricedItem,
   type PricingConfig,
 } from './pricing.js'
+import type { PaymentProvider } from './providers/provider.js'
 import type { ProviderRegistry } from './providers/registry.js'
 import { PAYMENT_METHODS, type CryptoCurrency, type PaymentMethod } from './states.js'
 import {
@@ -187,7 +188,7 @@ export class PaymentService {
     const customerId = request.customer.id.toLowerCase()
 
     const existing = await findPaymentByIdempotencyKey(this.deps.db, customerId, request.idempotency_key)
-    if (existing) return this.replay(existing, request, cryptoCurrency)
+    if (existing) return this.replay(existing, request, cryptoCurrency, context)
 
     const provider = this.deps.providers.forMethod(request.method)
     const now = this.now()
@@ -229,29 +230,52 @@ export class PaymentService {
       // A concurrent identical request won the idempotency key.
       const winner = await findPaymentByIdempotencyKey(this.deps.db, customerId, request.idempotency_key)
       if (!winner) throw err
-      return this.replay(winner, request, cryptoCurrency)
+      return this.replay(winner, request, cryptoCurrency, context)
     }
 
+    return { payment: await this.setUpAtProvider(payment, provider, context), created: true }
+  }
+
+  /**
+   * The provider's part (a checkout session, crypto instructions), attached to the pending row.
+   * Idempotent per payment (the card processor is called with the payment's id as idempotency
+   * key), so a retry may run it again. A provider that fails marks the payment failed.
+   */
+  private async setUpAtProvider(payment: PaymentRecord, provider: PaymentProvider, context: AuditContext): Promise<PaymentRecord> {
     try {
       const session = await provider.initiatePayment(payment)
       await attachProviderSession(this.deps.db, payment.id, session, this.now())
     } catch (err) {
       this.log.warn({ err, payment_id: payment.id, provider: provider.name }, 'provider could not set up the payment; marked failed')
-      await this.deps.db.transaction((trx) =>
-        transitionPayment(trx, { paymentId: payment.id, to: 'failed', context, failureReason: `provider ${provider.name} could not set up the payment`, now: this.now() }),
-      )
+      await this.deps.db.transaction(async (trx) => {
+        const current = await findPaymentForUpdate(trx, payment.id)
+        if (current?.status !== 'pending') return
+        await transitionPayment(trx, { paymentId: payment.id, to: 'failed', context, failureReason: `provider ${provider.name} could not set up the payment`, now: this.now() })
+      })
       throw new UnavailableError(`payment provider ${provider.name} is unavailable`, `payment ${payment.id} was marked failed; retry with a new idempotency_key`)
     }
-    return { payment: (await findPayment(this.deps.db, payment.id)) as PaymentRecord, created: true }
+    return (await findPayment(this.deps.db, payment.id)) as PaymentRecord
   }
 
-  private replay(existing: PaymentRecord, request: z.output<typeof initiatePaymentInput>, cryptoCurrency: string | null): { payment: PaymentRecord; created: boolean } {
+  /**
+   * A retry of a request already taken: the same payment. One still pending without its provider
+   * session (the first call is still setting it up, or died before it could) gets it set up now,
+   * so a retry never answers without a checkout URL or crypto instructions.
+   */
+  private async replay(
+    existing: PaymentRecord,
+    request: z.output<typeof initiatePaymentInput>,
+    cryptoCurrency: string | null,
+    context: AuditContext,
+  ): Promise<{ payment: PaymentRecord; created: boolean }> {
     if (!sameRequest(existing, request, cryptoCurrency)) {
       throw new IdempotencyKeyReusedError(
         `idempotency_key was already used for payment ${existing.id} with a different request`,
         'a retry must repeat the request exactly; use a new idempotency_key for a new payment',
       )
     }
+    const provider = existing.status === 'pending' && existing.providerReference === null ? this.deps.providers.byName(existing.provider) : undefined
+    if (provider) return { payment: await this.setUpAtProvider(existing, provider, context), created: false }
     return { payment: existing, created: false }
   }
 

@@ -166,6 +166,17 @@ describe.each(DIALECTS)('card provider on %s', (dialect) => {
     expect(completed?.ip).toContain('127.0.0.1')
   })
 
+  it('a retry of a payment whose first call never attached its session (still setting up, or died) sets it up: a checkout url, one session', async () => {
+    const { db, processor, initiate } = await setup()
+    const first = await initiate('order-unattached')
+    // As if the first call had committed the pending row and died before attaching the session.
+    await db('payments').where({ id: first.payment.id }).update({ provider_reference: null, checkout_url: null })
+    const again = await initiate('order-unattached')
+    expect(again).toMatchObject({ created: false, payment: { id: first.payment.id, status: 'pending', providerReference: first.payment.providerReference, checkoutUrl: first.payment.checkoutUrl } })
+    expect(again.payment.checkoutUrl).toMatch(/^https?:\/\//)
+    expect(processor.sessions.size).toBe(1)
+  })
+
   it('no_payment_required counts as paid', async () => {
     const { db, processor, opened, sign, deliver } = await setup()
     const { payment, session } = await opened()
