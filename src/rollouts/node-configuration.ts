@@ -26,13 +26,15 @@ export async function previousConfiguration(
   r: RolloutRecord,
   nodeId: string,
   previousVersion: string,
+  /** The port the node's configuration was rendered with, when the caller has read it already. */
+  rpcPort?: number,
 ): Promise<Pick<UpgradeTarget, 'configFiles' | 'configVersion' | 'run'>> {
   if (!r.manifest?.config_changes) return {}
   const profile = deps.catalogue().profiles.get(r.chain_profile_id)
   if (!profile) return {}
   const changes = await installedConfigChanges(deps.db, nodeId, previousVersion, r.id)
   try {
-    const config = renderInstalledConfiguration(profile, r.node_type, { rpc_port: await rpcPortOf(deps.db, nodeId), node_id: nodeId, version: previousVersion }, changes)
+    const config = renderInstalledConfiguration(profile, r.node_type, { rpc_port: rpcPort ?? (await rpcPortOf(deps.db, nodeId)), node_id: nodeId, version: previousVersion }, changes)
     return { configFiles: config.files, configVersion: config.config_version ?? null, run: config.run }
   } catch (err) {
     deps.logger.warn({ node_id: nodeId, version: previousVersion, err: (err as Error).message }, 'rollback: cannot render the previous configuration; only the binary goes back')

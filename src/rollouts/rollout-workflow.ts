@@ -218,7 +218,8 @@ async function runBatch(deps: RolloutDeps, rolloutId: string, batch: number, hea
   const nodes = (await listRolloutNodes(deps.db, rolloutId)).filter((n) => n.batch_index <= batch && ['pending', 'in_progress', 'validating'].includes(n.status))
   await Promise.all(
     nodes.map(async (n) => {
-      const target = { ...upgradeTarget(deps, r, n, await rpcPortOf(deps.db, n.node_id)), revert: await previousConfiguration(deps, r, n.node_id, r.source_version) }
+      const rpcPort = await rpcPortOf(deps.db, n.node_id)
+      const target = { ...upgradeTarget(deps, r, n, rpcPort), revert: await previousConfiguration(deps, r, n.node_id, r.source_version, rpcPort) }
       return upgradeNode(deps, target, { id: n.id, nodeId: n.node_id }, heartbeat)
     }),
   )
@@ -386,13 +387,12 @@ async function rollBackBatch(deps: RolloutDeps, rolloutId: string, batch: number
   const r = await requireRollout(deps.db, rolloutId)
   const nodes = (await listRolloutNodes(deps.db, rolloutId)).filter((n) => n.batch_index === batch && ['succeeded', 'in_progress', 'validating'].includes(n.status))
   await Promise.all(
-    nodes.map((n) => {
-      if (!n.previous_version || !n.previous_binary_url || !n.previous_checksum) return Promise.resolve(undefined)
+    nodes.map(async (n) => {
+      if (!n.previous_version || !n.previous_binary_url || !n.previous_checksum) return undefined
       const previous = { version: n.previous_version, url: n.previous_binary_url, checksum: n.previous_checksum }
-      return previousConfiguration(deps, r, n.node_id, previous.version).then((config) => {
-        const target: UpgradeTarget = { rolloutId, chainProfileId: r.chain_profile_id, ...previous, ...config, healthWaitMs: r.health_wait_duration_ms }
-        return rollBackNode(deps, target, { id: n.id, nodeId: n.node_id }, heartbeat)
-      })
+      const config = await previousConfiguration(deps, r, n.node_id, previous.version)
+      const target: UpgradeTarget = { rolloutId, chainProfileId: r.chain_profile_id, ...previous, ...config, healthWaitMs: r.health_wait_duration_ms }
+      return rollBackNode(deps, target, { id: n.id, nodeId: n.node_id }, heartbeat)
     }),
   )
   return { nodes: nodes.length }
