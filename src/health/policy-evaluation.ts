@@ -6,6 +6,10 @@
  * machine's set-based path.
  *
  * - No report, or one older than the heartbeat timeout: `unknown` (nothing current to judge).
+ * - A report received before the node's last state move is not judged yet: the node keeps its
+ *   application_health until the next report. A node a migration or provisioning has just moved
+ *   out of `maintenance`/`provisioning` would otherwise be judged on a report of its new host taken
+ *   before the workflow started the chain (`stopped`), and raise a critical incident for one cycle.
  * - A report of a process still `starting` (not yet answering its probe, within the probe's
  *   start-up grace): `unknown` too, so a node coming up raises no application incident.
  * - A report of a chain process that is not running (`stopped`, `unconfigured`) on a judged
@@ -54,12 +58,38 @@ export function ruleResult(rule: HealthRule, value: number | undefined): Applica
 
 /** The application_health a fresh report earns under `policy`; `derived` holds metrics like block_lag. */
 export function applicationHealthFor(report: AgentReport, policy: HealthPolicy, derived: Record<string, number> = {}): ApplicationHealth {
-  if (report.process_state === 'starting') return 'unknown'
+  return judgeReport(report, policy, derived).health
+}
+
+export interface Judgement {
+  health: ApplicationHealth
+  /** What made it worse than ok, for the health event's reason: `rpc_up 0 (critical below 1)`. */
+  findings: string[]
+}
+
+export function judgeReport(report: AgentReport, policy: HealthPolicy, derived: Record<string, number> = {}): Judgement {
+  if (report.process_state === 'starting') return { health: 'unknown', findings: [] }
   // No chain process to probe: its metrics are missing, so no rule would fire.
-  if (report.process_state === 'stopped' || report.process_state === 'unconfigured') return 'critical'
-  let health: ApplicationHealth = report.process_state === 'crash_loop' ? policy.crash_loop : 'ok'
-  for (const rule of policy.rules) health = worst(health, ruleResult(rule, derived[rule.metric] ?? report.metrics[rule.metric]))
-  return health
+  if (report.process_state === 'stopped' || report.process_state === 'unconfigured') return { health: 'critical', findings: [`chain process ${report.process_state}`] }
+  let health: ApplicationHealth = 'ok'
+  const findings: string[] = []
+  if (report.process_state === 'crash_loop') {
+    health = policy.crash_loop
+    findings.push('chain process crash-looping')
+  }
+  for (const rule of policy.rules) {
+    const value = derived[rule.metric] ?? report.metrics[rule.metric]
+    const result = ruleResult(rule, value)
+    if (result === 'ok') continue
+    health = worst(health, result)
+    findings.push(`${rule.metric} ${value} (${describeBreach(rule, result, value as number)})`)
+  }
+  return { health, findings }
+}
+
+function describeBreach(rule: HealthRule, level: 'degraded' | 'critical' | 'unknown', value: number): string {
+  const below = level === 'critical' ? rule.critical_below : rule.degraded_below
+  return below !== undefined && value < below ? `${level} below ${below}` : `${level} above ${level === 'critical' ? rule.critical_above : rule.degraded_above}`
 }
 
 /** The highest head among a chain's fresh reports: block_lag's reference under `fleet`. */
@@ -93,6 +123,7 @@ interface EvaluatedNode {
   chain_profile_id: string
   application_health: ApplicationHealth
   version: number
+  state_changed_at: Date
   report: AgentReport | undefined
 }
 
@@ -101,6 +132,7 @@ interface Row {
   chain_profile_id: unknown
   application_health: unknown
   version: unknown
+  state_changed_at: unknown
   report_at: unknown
   report_metrics: unknown
   report_process_state: unknown
@@ -117,6 +149,7 @@ export async function evaluatePolicies(db: Db, options: PolicyEvaluationOptions)
       'nodes.chain_profile_id',
       'nodes.application_health',
       'nodes.version',
+      'nodes.state_changed_at',
       'agent_status.reported_at as report_at',
       'agent_status.metrics as report_metrics',
       'agent_status.process_state as report_process_state',
@@ -133,6 +166,7 @@ export async function evaluatePolicies(db: Db, options: PolicyEvaluationOptions)
       chain_profile_id: String(row.chain_profile_id),
       application_health: row.application_health as ApplicationHealth,
       version: Number(row.version),
+      state_changed_at: toDateOrNull(row.state_changed_at) ?? new Date(0),
       report,
     }
   })
@@ -147,12 +181,13 @@ export async function evaluatePolicies(db: Db, options: PolicyEvaluationOptions)
   }
   for (const [chain, reports] of byChain) heads.set(chain, referenceHead(reports))
 
-  const targets: Array<{ node: EvaluatedNode; to: ApplicationHealth }> = []
+  const targets: Array<{ node: EvaluatedNode; to: ApplicationHealth; findings: string[] }> = []
   for (const node of fleet) {
     const { report } = node
+    if (report && report.reported_at.getTime() < node.state_changed_at.getTime()) continue
     const policy = policyOf(options.catalogue, node.chain_profile_id)
-    const to = report ? applicationHealthFor(report, policy, derivedMetrics(report, policy, heads.get(node.chain_profile_id))) : 'unknown'
-    if (to !== node.application_health) targets.push({ node, to })
+    const { health: to, findings } = report ? judgeReport(report, policy, derivedMetrics(report, policy, heads.get(node.chain_profile_id))) : { health: 'unknown' as const, findings: [] }
+    if (to !== node.application_health) targets.push({ node, to, findings })
   }
 
   const result: PolicyEvaluationResult = { evaluated: fleet.length, changes: [], conflicts: 0 }
@@ -174,17 +209,17 @@ export async function evaluatePolicies(db: Db, options: PolicyEvaluationOptions)
 }
 
 /** The version the cycle read is the one checked: a node changed since is a conflict, judged again next cycle. */
-async function writeChanges(trx: Queryable, chunk: Array<{ node: EvaluatedNode; to: ApplicationHealth }>, now: Date): Promise<HealthChangesResult> {
+async function writeChanges(trx: Queryable, chunk: Array<{ node: EvaluatedNode; to: ApplicationHealth; findings: string[] }>, now: Date): Promise<HealthChangesResult> {
   const current = new Map((await findNodes(trx, chunk.map(({ node }) => node.id))).map((n) => [n.id, n]))
   const stale: HealthChangesResult['conflicts'] = []
   const changes: NodeHealthChange[] = []
-  for (const { node, to } of chunk) {
+  for (const { node, to, findings } of chunk) {
     const read = current.get(node.id)
     if (read?.version !== node.version) {
       stale.push({ nodeId: node.id, message: read ? `version ${node.version} was read, ${read.version} is current` : 'the node is gone' })
       continue
     }
-    const reason = node.report ? `health policy of ${node.chain_profile_id}` : 'no current agent report'
+    const reason = !node.report ? 'no current agent report' : `health policy of ${node.chain_profile_id}${findings.length > 0 ? `: ${findings.join(', ')}` : ''}`
     changes.push({ node: read, change: { writer: 'policy_evaluation', application_health: to }, reason })
   }
   const written = await applyHealthChanges(trx, changes, now)

@@ -28,8 +28,8 @@ describe.each(DIALECTS)('policy evaluation on %s', (dialect) => {
   const { database } = freshDatabases(dialect)
   const evaluate = (db: Db, ms = 0, chains = fleetCatalogue) => evaluatePolicies(db, { now: at(ms), catalogue: chains, reportMaxAgeMs: 60 * SECOND, logger })
 
-  async function reporting(db: Db, metrics: Record<string, number>, options: { state?: string; reportedAt?: number; processState?: string; health?: string } = {}) {
-    const id = await nodeWith(db, { state: options.state ?? 'healthy', heartbeatAt: -5 * SECOND, applicationHealth: options.health ?? 'unknown' })
+  async function reporting(db: Db, metrics: Record<string, number>, options: { state?: string; reportedAt?: number; processState?: string; health?: string; stateSince?: number } = {}) {
+    const id = await nodeWith(db, { state: options.state ?? 'healthy', heartbeatAt: -5 * SECOND, applicationHealth: options.health ?? 'unknown', ...(options.stateSince !== undefined ? { stateSince: options.stateSince } : {}) })
     await db('agent_status').insert({
       node_id: id,
       reported_at: at(options.reportedAt ?? -5 * SECOND),
@@ -81,6 +81,26 @@ describe.each(DIALECTS)('policy evaluation on %s', (dialect) => {
     const db = await database()
     const stopped = await reporting(db, {}, { processState: 'stopped', state: 'degraded', health: 'ok' })
     expect((await evaluate(db)).changes).toEqual([{ node_id: stopped, from: 'ok', to: 'critical' }])
+    expect((await healthEvents(db, stopped))[0]).toMatchObject({ reason: 'health policy of devnet: chain process stopped' })
+  })
+
+  it('names the rules a node breaks in its health event', async () => {
+    const db = await database()
+    const id = await reporting(db, { rpc_up: 0, peer_count: 1 })
+    await evaluate(db)
+    expect((await healthEvents(db, id))[0]).toMatchObject({ to: 'critical', reason: 'health policy of devnet: rpc_up 0 (critical below 1), peer_count 1 (degraded below 2)' })
+  })
+
+  it('does not judge a report received before the node\'s last state move, and judges the next one', async () => {
+    const db = await database()
+    // A migration moved the node out of maintenance 1 s ago; its new host's last report was taken
+    // before the workflow started the chain.
+    const migrated = await reporting(db, {}, { state: 'syncing', processState: 'stopped', reportedAt: -2 * SECOND, stateSince: -1 * SECOND })
+    expect((await evaluate(db)).changes).toEqual([])
+    expect(await healthEvents(db, migrated)).toEqual([])
+
+    await db('agent_status').where({ node_id: migrated }).update({ process_state: 'running', metrics: toJson({ rpc_up: 1, peer_count: 3, block_height: 10 }), reported_at: at(1 * SECOND) })
+    expect((await evaluate(db, 2 * SECOND)).changes).toEqual([{ node_id: migrated, from: 'unknown', to: 'ok' }])
   })
 
   it('leaves a node whose process is still starting unknown, and judges it once the agent reports it running', async () => {
