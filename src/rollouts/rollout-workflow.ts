@@ -251,14 +251,23 @@ async function recordProgress(deps: RolloutDeps, rolloutId: string, batch: numbe
  * until approve_canary).
  */
 async function canaryGate(ctx: WorkflowContext, deps: RolloutDeps, rolloutId: string, plan: Plan, counts: Counts): Promise<Decision> {
-  if (counts.canaryFailed) return pausedUntilDecision(ctx, deps, rolloutId, 'canary_failed')
-  await ctx.sleep(2 * plan.healthWaitMs)
-  const healthy = await ctx.step('canary-observed', () => canaryStillHealthy(deps.db, rolloutId))
-  if (!healthy.ok) {
-    await ctx.step('canary-unhealthy', () => updateRolloutFields(deps.db, rolloutId, { error_message: healthy.reason }, { now: deps.now() }).then(() => true))
-    return pausedUntilDecision(ctx, deps, rolloutId, 'canary_failed')
+  let decision: Decision = 'continue'
+  if (counts.canaryFailed) {
+    decision = await pausedUntilDecision(ctx, deps, rolloutId, 'canary_failed')
+  } else {
+    await ctx.sleep(2 * plan.healthWaitMs)
+    const healthy = await ctx.step('canary-observed', () => canaryStillHealthy(deps.db, rolloutId))
+    if (!healthy.ok) {
+      await ctx.step('canary-unhealthy', () => updateRolloutFields(deps.db, rolloutId, { error_message: healthy.reason }, { now: deps.now() }).then(() => true))
+      decision = await pausedUntilDecision(ctx, deps, rolloutId, 'canary_failed')
+    }
   }
-  if (!plan.breaking) return 'continue'
+  // Resuming after a failed canary is not an approval: a breaking migration still waits for one.
+  if (decision !== 'continue' || !plan.breaking) return decision
+  return awaitApproval(ctx, deps, rolloutId)
+}
+
+async function awaitApproval(ctx: WorkflowContext, deps: RolloutDeps, rolloutId: string): Promise<Decision> {
   await ctx.step('await-approval', () =>
     deps.db.transaction(async (trx) => {
       const now = deps.now()

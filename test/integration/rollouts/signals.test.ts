@@ -59,6 +59,38 @@ describe.each(DIALECTS)('rollout signals on real devnet nodes, %s', (dialect) =>
     await expect(signalRollout(db, rollout.id, 'approve_canary', { by: fleet.operatorId })).rejects.toThrow(/it is completed/)
   })
 
+  it('a breaking canary that fails pauses; resume is not an approval: the rest waits for approve_canary', { timeout: 240_000 }, async () => {
+    const { db, fleet } = await setUp(2)
+    const dir = tempDir()
+    try {
+      const crash = crashingArtifact(dir)
+      const rollout = await devnetRollout(db, fleet, {
+        strategy: 'canary', canary_size: 1, batch_size: 1, migration_type: 'breaking', health_wait_duration_ms: 3_000,
+        target_version: '9.9.9-crash', target_binary_url: crash.url, target_binary_checksum: crash.checksum,
+      })
+      await startRollout(db, rollout.id, { by: fleet.operatorId })
+      const paused = await untilStatus(db, rollout.id, ['paused', 'completed', 'failed'])
+      expect(paused).toMatchObject({ status: 'paused', pause_reason: 'canary_failed', failed_nodes: 1, awaiting: null })
+      await expect(signalRollout(db, rollout.id, 'approve_canary', { by: fleet.operatorId })).rejects.toThrow(/it is paused/)
+
+      await signalRollout(db, rollout.id, 'resume', { by: fleet.operatorId })
+      const waiting = await waitFor(async () => {
+        const r = await requireRollout(db, rollout.id)
+        return r.status === 'running' && r.awaiting === 'approve_canary' ? r : undefined
+      }, 'the resumed canary to wait for approval', 60_000, 100)
+      expect(waiting.pause_reason).toBeNull()
+      expect((await listRolloutNodes(db, rollout.id)).map((n) => [n.batch_index, n.status])).toEqual([[0, 'failed'], [1, 'pending']])
+
+      // Cancel instead of approving: the second node is never touched.
+      await signalRollout(db, rollout.id, 'cancel', { by: fleet.operatorId })
+      expect(await untilStatus(db, rollout.id, ['cancelled', 'completed', 'failed'])).toMatchObject({ status: 'cancelled', awaiting: null })
+      expect((await listRolloutNodes(db, rollout.id)).map((n) => n.status)).toEqual(['failed', 'pending'])
+      expect(await binaryVersions(db, fleet.nodes)).toEqual(['1.0.0', '1.0.0'])
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
   it('pause takes effect after the current batch; resume goes on; cancel lets the batch in flight finish and starts no other', { timeout: 240_000 }, async () => {
     const { db, fleet } = await setUp(3)
     const rollout = await devnetRollout(db, fleet, { batch_size: 1, health_wait_duration_ms: 2_000 })
