@@ -64,7 +64,16 @@ export async function startFleet(db: Db, size: number): Promise<Fleet> {
     }
     await waitFor(async () => {
       const states = await Promise.all(nodes.map(async (id) => (await findNode(db, id))?.state))
-      if (states.includes('failed')) throw new Error('a node failed to provision')
+      if (states.includes('failed')) {
+        // Say why: a flake here under load is otherwise undiagnosable.
+        const failed = nodes.filter((_, i) => states[i] === 'failed')
+        const errors = (await db('workflow_steps')
+          .join('workflow_runs', 'workflow_runs.id', 'workflow_steps.run_id')
+          .whereIn('workflow_runs.workflow_key', failed)
+          .whereNotNull('workflow_steps.error')
+          .select('workflow_runs.workflow_name', 'workflow_steps.step_key', 'workflow_steps.error')) as Array<{ workflow_name: string; step_key: string; error: string }>
+        throw new Error(`a node failed to provision: ${errors.map((e) => `${e.workflow_name}/${e.step_key}: ${e.error}`).join('; ') || 'no step error recorded'}`)
+      }
       return states.every((s) => s === 'healthy')
     }, 'the fleet to be provisioned and healthy', 120_000, 250)
     return { setting, worker, operatorId, nodes, stop }
