@@ -75,6 +75,10 @@ export async function runUpgrade(deps: UpgradeDeps, payload: UpgradePayload): Pr
   if (!journal) {
     const previous = readActiveDeployment(stateDir)
     if (!previous) throw new CommandError('cannot upgrade an unconfigured node: no active deployment (send configure first)')
+    // The agent supervises one chain binary: another binary's release must not replace it.
+    if (payload.binary_name !== undefined && payload.binary_name !== previous.binary_name) {
+      throw new CommandError(`this node runs ${previous.binary_name}; it has no binary ${payload.binary_name} to upgrade`)
+    }
     journal = { previous, actions_done: [], actions_skipped: [], compensated: [] }
     deps.journal.save(journal)
   }

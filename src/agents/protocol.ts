@@ -155,6 +155,8 @@ export const commandPayloads = {
   backup: z.object({ backup_id: z.string().regex(/^[A-Za-z0-9._-]{1,100}$/), store_url: fileUrl }),
   restore: z.object({ backup_id: z.string().regex(/^[A-Za-z0-9._-]{1,100}$/), store_url: fileUrl }),
   upgrade: z.object({
+    /** The binary the artifact is a release of: refused unless it is the one the node runs. */
+    binary_name: z.string().min(1).max(100).regex(/^[A-Za-z0-9._-]+$/).optional(),
     artifact: artifactSpec,
     config_files: z.array(configFile).max(100).optional(),
     /** Absent: the node keeps its config_version; null clears it (a rollback to the profile's own configuration). */

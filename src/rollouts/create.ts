@@ -13,7 +13,7 @@ import type { Queryable } from '../db/knex.js'
 import { ConflictError, ValidationError } from '../errors.js'
 import { describeIssues } from '../http/validation.js'
 import { z } from '../http/zod.js'
-import { binaryName, loadUpgradeManifest, MANIFEST_ID, MIGRATION_TYPES, versionString, type MigrationType, type UpgradeManifest } from './manifests.js'
+import { binaryName, loadUpgradeManifest, MANIFEST_ID, oneBinaryProblem, MIGRATION_TYPES, versionString, type MigrationType, type UpgradeManifest } from './manifests.js'
 import {
   findActiveGroup,
   findActiveRollout,
@@ -235,6 +235,7 @@ export async function createRollout(db: Queryable, request: unknown, options: Cr
         `body.source_version: chain ${profile.id} has no release ${body.source_version} (releases: ${profile.releases.map((r) => r.version).join(', ')}); in manual mode the nodes must be able to go back to the source version, so it must be a release of the chain profile`,
       )
     }
+    if (body.binary_name !== undefined && body.binary_name !== profile.binary_name) problems.push(oneBinaryProblem('body.binary_name', profile, body.binary_name))
     // The schema made these required in manual mode.
     target = {
       binary_name: body.binary_name as string,
@@ -298,8 +299,13 @@ export async function createRolloutGroup(db: Queryable, request: unknown, option
   for (const [i, entry] of body.component_order.entries()) {
     const at = `body.component_order[${i}]`
     checkNodeType(profile, entry.node_type, problems, `${at}.node_type`)
-    if (body.component_order.findIndex((other) => other.binary_name === entry.binary_name) !== i) {
-      problems.push(`${at}.binary_name: ${entry.binary_name} is listed twice (one component per binary)`)
+    if (entry.binary_name !== profile.binary_name) {
+      problems.push(oneBinaryProblem(`${at}.binary_name`, profile, entry.binary_name))
+      continue
+    }
+    // The same binary may step through versions (1.1.0, then 1.2.0), each its own component.
+    if (body.component_order.findIndex((o) => o.binary_name === entry.binary_name && o.node_type === entry.node_type && o.version === entry.version) !== i) {
+      problems.push(`${at}: ${entry.binary_name} ${entry.version} for ${entry.node_type} nodes is listed twice`)
       continue
     }
     if (entry.upgrade_id !== undefined) {
@@ -324,10 +330,6 @@ export async function createRolloutGroup(db: Queryable, request: unknown, option
         manifest_content_hash: manifest.manifest_content_hash,
         manifest: manifest.data,
       })
-      continue
-    }
-    if (entry.binary_name !== profile.binary_name) {
-      problems.push(`${at}.upgrade_id: ${entry.binary_name} is not ${profile.id}'s own binary (${profile.binary_name}), so it needs an upgrade manifest`)
       continue
     }
     const release = profile.releases.find((r) => r.version === entry.version)

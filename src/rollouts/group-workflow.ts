@@ -386,7 +386,7 @@ async function rollBackComponent(deps: NodeUpgradeDeps, groupId: string, index: 
       if (!n.previous_version || !n.previous_binary_url || !n.previous_checksum) return undefined
       const previous = { version: n.previous_version, url: n.previous_binary_url, checksum: n.previous_checksum }
       const config = await previousConfiguration(deps, rollout, n.node_id, previous.version)
-      return rollBackNode(deps, { rolloutId: rollout.id, chainProfileId: rollout.chain_profile_id, ...previous, ...config, healthWaitMs: rollout.health_wait_duration_ms }, { id: n.id, nodeId: n.node_id }, heartbeat)
+      return rollBackNode(deps, { rolloutId: rollout.id, chainProfileId: rollout.chain_profile_id, binaryName: rollout.binary_name, ...previous, ...config, healthWaitMs: rollout.health_wait_duration_ms }, { id: n.id, nodeId: n.node_id }, heartbeat)
     }),
   )
   return nodes.length

@@ -257,8 +257,17 @@ export function renderConfigChanges(
   return out
 }
 
+/**
+ * A node's agent supervises one chain process, the profile's binary_name; a release of another
+ * binary would be installed in its place (docs/rollouts.md, "One binary per node").
+ */
+export function oneBinaryProblem(field: string, profile: Pick<ChainProfile, 'id' | 'binary_name'>, binaryName: string): string {
+  return `${field}: ${profile.id}'s nodes run one binary, ${profile.binary_name}; ${binaryName} is not it (a node agent supervises a single chain binary)`
+}
+
 function checkAgainstProfile(profile: ChainProfile, data: z.infer<typeof manifestFileSchema>): string[] {
   const problems: string[] = []
+  if (data.binary_name !== profile.binary_name) problems.push(oneBinaryProblem('binary_name', profile, data.binary_name))
   // Two artifacts claiming the same version of the chain's own binary would make binary_version ambiguous.
   const release = data.binary_name === profile.binary_name ? profile.releases.find((r) => r.version === data.target_version) : undefined
   if (release && `sha256:${release.sha256}` !== data.checksum) {

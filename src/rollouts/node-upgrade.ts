@@ -47,6 +47,7 @@ export interface NodeUpgradeDeps {
 export interface UpgradeTarget {
   rolloutId: string
   chainProfileId: string
+  binaryName: string
   version: string
   url: string
   /** `sha256:<hex>` */
@@ -175,7 +176,7 @@ async function runNodeChange(deps: NodeUpgradeDeps, target: UpgradeTarget, ref: 
   // The previous binary with its own configuration, not the one this upgrade brought.
   const back = await sendUpgrade(
     deps,
-    { rolloutId: target.rolloutId, chainProfileId: target.chainProfileId, healthWaitMs: target.healthWaitMs, version: previousVersion, url: previous.url, checksum: `sha256:${previous.sha256}`, ...target.revert },
+    { rolloutId: target.rolloutId, chainProfileId: target.chainProfileId, binaryName: target.binaryName, healthWaitMs: target.healthWaitMs, version: previousVersion, url: previous.url, checksum: `sha256:${previous.sha256}`, ...target.revert },
     ref.nodeId,
     `${keyBase}:revert`,
   )
@@ -248,6 +249,7 @@ async function begin(deps: NodeUpgradeDeps, target: UpgradeTarget, ref: RolloutN
 
 async function sendUpgrade(deps: NodeUpgradeDeps, target: UpgradeTarget, nodeId: string, key: string): Promise<AgentCommand> {
   const payload = {
+    binary_name: target.binaryName,
     artifact: { version: target.version, url: target.url, sha256: hex(target.checksum) },
     ...(target.configFiles && target.configFiles.length > 0 ? { config_files: target.configFiles } : {}),
     ...(target.configVersion !== undefined ? { config_version: target.configVersion } : {}),

@@ -198,6 +198,7 @@ function upgradeTarget(deps: RolloutDeps, r: RolloutRecord, node: RolloutNodeRec
   return {
     rolloutId: r.id,
     chainProfileId: r.chain_profile_id,
+    binaryName: r.binary_name,
     version: r.target_version,
     url: r.target_binary_url,
     checksum: r.target_binary_checksum,
@@ -400,7 +401,7 @@ async function rollBackBatch(deps: RolloutDeps, rolloutId: string, batch: number
       if (!n.previous_version || !n.previous_binary_url || !n.previous_checksum) return undefined
       const previous = { version: n.previous_version, url: n.previous_binary_url, checksum: n.previous_checksum }
       const config = await previousConfiguration(deps, r, n.node_id, previous.version)
-      const target: UpgradeTarget = { rolloutId, chainProfileId: r.chain_profile_id, ...previous, ...config, healthWaitMs: r.health_wait_duration_ms }
+      const target: UpgradeTarget = { rolloutId, chainProfileId: r.chain_profile_id, binaryName: r.binary_name, ...previous, ...config, healthWaitMs: r.health_wait_duration_ms }
       return rollBackNode(deps, target, { id: n.id, nodeId: n.node_id }, heartbeat)
     }),
   )

@@ -112,7 +112,7 @@ describe('upgrade with the devnet-node releases', () => {
   it('upgrades 1.0.0 to 1.1.0 with new configs through all eight actions, and runs each command id once', async () => {
     const node = await runningNode()
     const before = fs.readFileSync(path.join(node.dir.dataDir, 'chain.json'), 'utf8')
-    const { result, progress } = await node.upgrade({ artifact: artifact('1.1.0'), config_files: [node.config({ peers: 7 })], config_version: 'b' })
+    const { result, progress } = await node.upgrade({ binary_name: 'devnet-node', artifact: artifact('1.1.0'), config_files: [node.config({ peers: 7 })], config_version: 'b' })
     expect(await result).toEqual({
       version: '1.1.0',
       previous_version: '1.0.0',
@@ -133,7 +133,7 @@ describe('upgrade with the devnet-node releases', () => {
     expect(fs.readdirSync(node.dir.downloadsDir)).toEqual([])
 
     const pid = supervisor?.status().pid
-    const again = await node.upgrade({ artifact: artifact('1.1.0'), config_files: [node.config({ peers: 7 })], config_version: 'b' })
+    const again = await node.upgrade({ binary_name: 'devnet-node', artifact: artifact('1.1.0'), config_files: [node.config({ peers: 7 })], config_version: 'b' })
     expect(await again.result).toMatchObject({ version: '1.1.0', phase: 'starting' })
     expect(again.progress).toEqual([])
     expect(supervisor?.status().pid).toBe(pid)
@@ -195,6 +195,18 @@ describe('upgrade with the devnet-node releases', () => {
     expect(phasesOf(progress)).toEqual(phases)
     expect(progress.filter((p) => p.message.startsWith('compensating ')).map((p) => p.message)).toEqual(compensated.map((a) => `compensating ${a}`))
     await expectRolledBackToRunningV1(node)
+  })
+
+  it('refuses a release of another binary than the node runs, before touching anything', async () => {
+    const node = await runningNode()
+    const pid = supervisor?.status().pid
+    const { result, progress } = await node.upgrade({ binary_name: 'sidecar', artifact: artifact('1.1.0') })
+    await expect(result).rejects.toThrow('this node runs devnet-node; it has no binary sidecar to upgrade')
+    expect(progress).toEqual([])
+    expect(supervisor?.status().pid).toBe(pid)
+    expect(readActiveDeployment(node.dir)).toMatchObject({ binary_name: 'devnet-node', version: '1.0.0', config_version: 'a' })
+    expect(fs.readdirSync(node.dir.backupsDir)).toEqual([])
+    expect(await clientVersion(node.port)).toBe('devnet-node/v1.0.0')
   })
 
   it('rolls back a checksum mismatch at VerifyArtifact without stopping the node', async () => {

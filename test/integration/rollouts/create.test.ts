@@ -195,6 +195,7 @@ describe.each(DIALECTS)('creating rollouts on %s', (dialect) => {
     ['a relative URL', { ...MANUAL, target_binary_url: 'releases/x.mjs' }, 'body.target_binary_url: must be an absolute URL'],
     ['an ftp URL', { ...MANUAL, target_binary_url: 'ftp://example.test/x' }, 'body.target_binary_url: must be an http://, https:// or file:// URL'],
     ['a binary name with a slash', { ...MANUAL, binary_name: '../bin' }, 'body.binary_name: must be letters, digits'],
+    ['a binary the nodes do not run', { ...MANUAL, binary_name: 'sidecar' }, "body.binary_name: devnet's nodes run one binary, devnet-node; sidecar is not it"],
     ['an unknown strategy', { ...MANUAL, strategy: 'blue_green' }, 'body.strategy: Invalid enum value'],
     ['batch_size 0', { ...MANUAL, batch_size: 0 }, 'body.batch_size: must be at least 1'],
     ['a fractional batch_size', { ...MANUAL, batch_size: 2.5 }, 'body.batch_size: must be a whole number'],
@@ -263,6 +264,17 @@ describe.each(DIALECTS)('creating rollouts on %s', (dialect) => {
 })
 
 describe.each(DIALECTS)('creating rollout groups on %s', (dialect) => {
+  it('takes the chain\'s binary more than once: one component per node type (or version), with a gate between', async () => {
+    const { db } = await fresh(dialect)
+    const group = await createRolloutGroup(
+      db,
+      { ...GROUP, component_order: [{ binary_name: 'devnet-node', node_type: 'full', version: '1.1.0' }, { binary_name: 'devnet-node', node_type: 'archive', version: '1.1.0' }] },
+      options(),
+    )
+    expect(group.component_order.map((c) => [c.binary_name, c.node_type, c.version])).toEqual([['devnet-node', 'full', '1.1.0'], ['devnet-node', 'archive', '1.1.0']])
+    expect(group.desired_versions).toEqual({ 'devnet-node': '1.1.0' })
+  })
+
   it('resolves components from a manifest or the chain release, derives desired_versions, applies defaults', async () => {
     const { db } = await fresh(dialect)
     const group = await createRolloutGroup(
@@ -314,11 +326,11 @@ describe.each(DIALECTS)('creating rollout groups on %s', (dialect) => {
     ['a component without version', { ...GROUP, component_order: [{ binary_name: 'devnet-node', node_type: 'full' }] }, 'body.component_order[0].version: Required'],
     ['a component with an unknown node type', { ...GROUP, component_order: [{ binary_name: 'devnet-node', node_type: 'light', version: '1.1.0' }] }, 'body.component_order[0].node_type: chain devnet has no node type "light"'],
     ['a version the chain has no release of', { ...GROUP, component_order: [{ binary_name: 'devnet-node', node_type: 'full', version: '2.0.0' }] }, 'body.component_order[0].version: chain devnet has no release 2.0.0'],
-    ['another binary without a manifest', { ...GROUP, component_order: [{ binary_name: 'sidecar', node_type: 'full', version: '1.0.0' }] }, "body.component_order[0].upgrade_id: sidecar is not devnet's own binary"],
+    ['another binary', { ...GROUP, component_order: [{ binary_name: 'sidecar', node_type: 'full', version: '1.0.0' }] }, "body.component_order[0].binary_name: devnet's nodes run one binary, devnet-node; sidecar is not it"],
     ['a missing manifest', { ...GROUP, component_order: [{ upgrade_id: 'nope', binary_name: 'devnet-node', node_type: 'full', version: '1.1.0' }] }, 'body.component_order[0].upgrade_id: upgrade_id: no file'],
     ['a manifest for another version', { ...GROUP, component_order: [{ upgrade_id: 'devnet-1.1.0', binary_name: 'devnet-node', node_type: 'full', version: '1.2.0' }] }, 'body.component_order[0].version: upgrade devnet-1.1.0 targets 1.1.0, not 1.2.0'],
-    ['a manifest for another binary', { ...GROUP, component_order: [{ upgrade_id: 'devnet-1.1.0', binary_name: 'sidecar', node_type: 'full', version: '1.1.0' }] }, 'body.component_order[0].binary_name: upgrade devnet-1.1.0 upgrades devnet-node, not sidecar'],
-    ['a binary twice', { ...GROUP, component_order: [GROUP.component_order[0], GROUP.component_order[0]] }, 'body.component_order[1].binary_name: devnet-node is listed twice'],
+    ['a manifest for another binary', { ...GROUP, component_order: [{ upgrade_id: 'devnet-1.1.0', binary_name: 'sidecar', node_type: 'full', version: '1.1.0' }] }, "body.component_order[0].binary_name: devnet's nodes run one binary, devnet-node; sidecar is not it"],
+    ['a binary twice', { ...GROUP, component_order: [GROUP.component_order[0], GROUP.component_order[0]] }, 'body.component_order[1]: devnet-node 1.1.0 for full nodes is listed twice'],
     ['desired_versions disagreeing', { ...GROUP, desired_versions: { 'devnet-node': '1.0.0' } }, 'body.desired_versions.devnet-node: 1.0.0, but its component upgrades to 1.1.0'],
     ['desired_versions naming another binary', { ...GROUP, desired_versions: { 'devnet-node': '1.1.0', sidecar: '2.0.0' } }, 'body.desired_versions.sidecar: no component upgrades sidecar'],
     ['desired_versions lacking a component', { ...GROUP, desired_versions: {} }, 'body.desired_versions: lacks devnet-node'],

@@ -120,6 +120,7 @@ describe('upgrade manifests', () => {
   const cases: [string, (yaml: string) => string, string][] = [
     ['an unknown field', (y) => `${y}rollback_to: "1.0.0"\n`, "Unrecognized key(s) in object: 'rollback_to'"],
     ['a missing binary_name', (y) => y.replace(/^binary_name: .*\n/m, ''), 'binary_name: Required'],
+    ['another binary than the nodes run', (y) => y.replace(/^binary_name: .*$/m, 'binary_name: sidecar'), "binary_name: devnet's nodes run one binary, devnet-node; sidecar is not it"],
     ['a numeric version', (y) => y.replace('target_version: "1.1.0"', 'target_version: 1.10'), 'target_version: must be a string'],
     ['a bare hex checksum', (y) => y.replace(checksum110, checksum110.slice(7)), 'checksum: must be sha256:<64 lowercase hex digits>'],
     ['an unknown migration_type', (y) => y.replace('non_breaking', 'hard_fork'), 'migration_type: Invalid enum value'],
