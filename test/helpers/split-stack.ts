@@ -21,6 +21,7 @@
  * hook kills whatever is left if the test process dies first.
  */
 import fs from 'node:fs'
+import os from 'node:os'
 import path from 'node:path'
 import { execa, type Result, type ResultPromise } from 'execa'
 import { devCaDir } from '../../daemons/agent-gateway.js'
@@ -28,7 +29,7 @@ import { ensureDevCertificates } from '../../src/agents/tls.js'
 import { createDatabase, type Db } from '../../src/db/knex.js'
 import { createLogger } from '../../src/log.js'
 import { LocalInfrastructureProvider } from '../../src/provisioning/infrastructure/local.js'
-import { BIN, cleanEnv, nodeplane, tempDir, type CliResult } from './cli.js'
+import { BIN, cleanEnv, nodeplane, type CliResult } from './cli.js'
 import { createTestDatabase, type TestDatabase } from './db.js'
 import { startNats, type NatsServer } from './nats.js'
 import { adminQuery, databaseUrl, startPostgres, type PostgresServer } from './postgres.js'
@@ -168,7 +169,8 @@ function tail(file: string, lines: number): string {
 
 export async function startSplitStack(options: SplitStackOptions = {}): Promise<SplitStack> {
   installExitHook()
-  const root = fs.realpathSync(tempDir('nodeplane-split-'))
+  // Not tempDir(), whose dirs go at the end of the file: stop() removes this one unless SPLIT_STACK_KEEP=1.
+  const root = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), 'nodeplane-split-')))
   const dataDir = path.join(root, 'data')
   const hostsDir = path.join(dataDir, 'hosts')
   const logDir = path.join(root, 'logs')

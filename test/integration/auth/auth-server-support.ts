@@ -3,7 +3,6 @@
  * webhook deliveries the way an identity provider (Standard Webhooks / Svix) does.
  */
 import crypto from 'node:crypto'
-import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import { Wallet } from 'ethers'
@@ -11,6 +10,7 @@ import { startAuthServer, type AuthServerSettings } from '../../../daemons/auth-
 import { signWebhook } from '../../../src/auth/webhooks.js'
 import type { Db } from '../../../src/db/knex.js'
 import { createLogger } from '../../../src/log.js'
+import { tempDir } from '../../helpers/cli.js'
 import { LogCapture, type Resources } from '../http/harness.js'
 
 /** A clock tests move by hand; starts 10 s into a minute so rate-limit windows are predictable. */
@@ -40,7 +40,7 @@ export function keyOf(secret: string): Buffer {
 let sharedKeyDir: string | undefined
 /** One RSA key for all servers of a test file (key generation is the slow part of a start). */
 export function sharedSigningKeyFile(): string {
-  sharedKeyDir ??= fs.mkdtempSync(path.join(os.tmpdir(), 'nodeplane-auth-key-'))
+  sharedKeyDir ??= tempDir('nodeplane-auth-key-')
   return path.join(sharedKeyDir, 'auth-signing-key.pem')
 }
 
