@@ -13,6 +13,7 @@ import type { Queryable } from '../db/knex.js'
 import { ConflictError, ValidationError } from '../errors.js'
 import { describeIssues } from '../http/validation.js'
 import { z } from '../http/zod.js'
+import { artifactOf } from './node-upgrade.js'
 import { binaryName, loadUpgradeManifest, MANIFEST_ID, oneBinaryProblem, MIGRATION_TYPES, versionString, type MigrationType, type UpgradeManifest } from './manifests.js'
 import {
   findActiveGroup,
@@ -226,13 +227,13 @@ export async function createRollout(db: Queryable, request: unknown, options: Cr
     }
   } else {
     // A node that fails its health validation goes back to source_version, and a full rollback
-    // upgrades the succeeded nodes back to it: both take its artifact from the chain profile's
-    // releases (node-upgrade.ts, releaseOf). Without a manifest vouching for the source, a
-    // version the catalogue does not know would leave those nodes failed_rollback/degraded, or
-    // silently on the target after a rollback; refuse it here instead.
-    if (!profile.releases.some((r) => r.version === body.source_version)) {
+    // upgrades the succeeded nodes back to it: both need its artifact, a release of the chain
+    // profile or the one a rollout installed it with (node-upgrade.ts, artifactOf). Without one,
+    // those nodes would end failed_rollback/degraded, or silently on the target after a
+    // rollback; refuse it here instead.
+    if (!(await artifactOf(db, options.catalogue, profile.id, body.source_version))) {
       problems.push(
-        `body.source_version: chain ${profile.id} has no release ${body.source_version} (releases: ${profile.releases.map((r) => r.version).join(', ')}); in manual mode the nodes must be able to go back to the source version, so it must be a release of the chain profile`,
+        `body.source_version: chain ${profile.id} has no release ${body.source_version} (releases: ${profile.releases.map((r) => r.version).join(', ')}) and no rollout installed it; in manual mode the nodes must be able to go back to the source version`,
       )
     }
     if (body.binary_name !== undefined && body.binary_name !== profile.binary_name) problems.push(oneBinaryProblem('body.binary_name', profile, body.binary_name))

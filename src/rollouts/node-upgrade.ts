@@ -81,17 +81,23 @@ interface RolloutNodeRow {
   upgrade_phase: UpgradePhase | null
   attempt_count: number
   previous_version: string | null
+  previous_binary_url: string | null
+  previous_checksum: string | null
   error_message: string | null
 }
 
 async function readRolloutNode(db: Queryable, id: string): Promise<RolloutNodeRow> {
-  const row = (await db('rollout_nodes').where({ id }).first('status', 'upgrade_phase', 'attempt_count', 'previous_version', 'error_message')) as Record<string, unknown> | undefined
+  const row = (await db('rollout_nodes').where({ id }).first('status', 'upgrade_phase', 'attempt_count', 'previous_version', 'previous_binary_url', 'previous_checksum', 'error_message')) as
+    | Record<string, unknown>
+    | undefined
   if (!row) throw new Error(`rollout node ${id} not found`)
   return {
     status: row.status as RolloutNodeStatus,
     upgrade_phase: (row.upgrade_phase as UpgradePhase | null) ?? null,
     attempt_count: Number(row.attempt_count),
     previous_version: (row.previous_version as string | null) ?? null,
+    previous_binary_url: (row.previous_binary_url as string | null) ?? null,
+    previous_checksum: (row.previous_checksum as string | null) ?? null,
     error_message: (row.error_message as string | null) ?? null,
   }
 }
@@ -170,8 +176,9 @@ async function runNodeChange(deps: NodeUpgradeDeps, target: UpgradeTarget, ref: 
   // one it just installed): the node needs a person, as when an undo fails.
   if (mode.kind === 'rollback') return endFailedRollback(deps, target, ref, event, `rollback to ${target.version}: ${reason}`, previousVersion)
   if (!previousVersion) return endFailedRollback(deps, target, ref, event, `${reason}; no previous version recorded to go back to`, previousVersion)
-  const previous = releaseOf(deps.catalogue(), target.chainProfileId, previousVersion)
-  if (!previous) return endFailedRollback(deps, target, ref, event, `${reason}; release ${previousVersion} is not in the catalogue`, previousVersion)
+  const record = await readRolloutNode(deps.db, ref.id)
+  const previous = record.previous_binary_url && record.previous_checksum ? { url: record.previous_binary_url, sha256: hex(record.previous_checksum) } : undefined
+  if (!previous) return endFailedRollback(deps, target, ref, event, `${reason}; no artifact of ${previousVersion} known to go back to (not a release of the chain profile, nor installed by a rollout)`, previousVersion)
   await deps.db.transaction((trx) => setPhase(trx, ref, 'rollbacking', 'validating', event, deps.now(), reason))
   // The previous binary with its own configuration, not the one this upgrade brought.
   const back = await sendUpgrade(
@@ -232,8 +239,8 @@ async function begin(deps: NodeUpgradeDeps, target: UpgradeTarget, ref: RolloutN
     let previousVersion = current.previous_version
     if (mode.kind === 'upgrade') {
       previousVersion = version?.binary_version ?? null
-      const release = previousVersion ? releaseOf(deps.catalogue(), target.chainProfileId, previousVersion) : undefined
-      Object.assign(fields, { previous_version: previousVersion, previous_binary_url: release?.url ?? null, previous_checksum: release ? `sha256:${release.sha256}` : null })
+      const artifact = previousVersion ? await artifactOf(trx, deps.catalogue(), target.chainProfileId, previousVersion, node.id) : undefined
+      Object.assign(fields, { previous_version: previousVersion, previous_binary_url: artifact?.url ?? null, previous_checksum: artifact ? `sha256:${artifact.sha256}` : null })
     }
     await trx('rollout_nodes').where({ id: ref.id }).update(fields)
     await applyHealthUpdate(trx, { nodeId: node.id, current: node, change: { writer: 'upgrade', state: 'maintenance' }, reason: `${mode.kind} to ${target.version} (rollout ${target.rolloutId})`, now })
@@ -357,4 +364,21 @@ async function endFailedRollback(
 
 export function releaseOf(catalogue: ChainCatalogue, chainProfileId: string, version: string): { url: string; sha256: string } | undefined {
   return catalogue.profiles.get(chainProfileId)?.releases.find((r) => r.version === version)
+}
+
+/**
+ * The artifact of `version` for a node to go back to: the chain profile's release, or else the
+ * one the rollout that installed `version` on this node used (a manifest's version the catalogue
+ * does not list), so a node upgraded past a manifest-only version can still be reverted.
+ */
+export async function artifactOf(db: Queryable, catalogue: ChainCatalogue, chainProfileId: string, version: string, nodeId?: string): Promise<{ url: string; sha256: string } | undefined> {
+  const release = releaseOf(catalogue, chainProfileId, version)
+  if (release) return release
+  const query = db('rollout_nodes')
+    .join('rollouts', 'rollouts.id', 'rollout_nodes.rollout_id')
+    .where({ 'rollouts.chain_profile_id': chainProfileId, 'rollouts.target_version': version, 'rollout_nodes.status': 'succeeded' })
+    .orderBy('rollout_nodes.completed_at', 'desc')
+  if (nodeId) query.where('rollout_nodes.node_id', nodeId)
+  const row = (await query.first('rollouts.target_binary_url', 'rollouts.target_binary_checksum')) as { target_binary_url: string; target_binary_checksum: string } | undefined
+  return row ? { url: row.target_binary_url, sha256: hex(row.target_binary_checksum) } : undefined
 }

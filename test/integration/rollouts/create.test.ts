@@ -165,7 +165,7 @@ describe.each(DIALECTS)('creating rollouts on %s', (dialect) => {
     expect(unknown).toBeInstanceOf(ValidationError)
     expect((unknown as ValidationError).message).toBe('invalid request')
     expect((unknown as ValidationError).details).toBe(
-      'body.source_version: chain devnet has no release 0.9.0 (releases: 1.0.0, 1.1.0); in manual mode the nodes must be able to go back to the source version, so it must be a release of the chain profile',
+      'body.source_version: chain devnet has no release 0.9.0 (releases: 1.0.0, 1.1.0) and no rollout installed it; in manual mode the nodes must be able to go back to the source version',
     )
     expect(await count(db, 'rollouts')).toBe(0)
     // Listed with the other problems of the same request, in one 400.

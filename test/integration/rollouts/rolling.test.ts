@@ -6,15 +6,17 @@
  */
 import fs from 'node:fs'
 import path from 'node:path'
+import { pathToFileURL } from 'node:url'
 import { afterEach, describe, expect, it } from 'vitest'
 import type { Db } from '../../../src/db/knex.js'
 import { findNode } from '../../../src/nodes/node-store.js'
 import { signalRollout, startRollout } from '../../../src/rollouts/control.js'
+import { createRollout } from '../../../src/rollouts/create.js'
 import { listRolloutNodes, requireRollout } from '../../../src/rollouts/store.js'
 import { createTestDatabase, DIALECTS, type TestDatabase } from '../../helpers/db.js'
 import { tempDir } from '../../helpers/cli.js'
 import { waitFor } from '../../helpers/ports.js'
-import { binaryVersions, crashingArtifact, devnetRollout, eventPayloads, eventSubjects, reportedVersions, startFleet, untilStatus, type Fleet } from './harness.js'
+import { binaryVersions, crashingArtifact, DEVNET_1_1_0, devnetRollout, eventPayloads, eventSubjects, reportedVersions, sha256File, startFleet, untilStatus, type Fleet } from './harness.js'
 
 /** writer:state of each state move of the node's health events, in order. */
 async function stateMoves(db: Db, nodeId: string): Promise<string[]> {
@@ -131,5 +133,32 @@ describe.each(DIALECTS)('rollouts on real devnet nodes, %s', (dialect) => {
     await waitFor(async () => (await reportedVersions(db, fleet.nodes))[0] === '1.0.0', 'the agent to report 1.0.0 again', 30_000, 200)
     expect(['syncing', 'healthy']).toContain((await findNode(db, node?.node_id as string))?.state)
     expect((await requireRollout(db, rollout.id)).failed_nodes).toBe(1)
+  })
+  it('a node on a version no release lists (a rollout installed it) is reverted to that rollout\'s artifact', { timeout: 240_000 }, async () => {
+    const { db, fleet } = await setUp(1)
+    const dir = tempDir()
+    dirs.push(dir)
+    // 1.1.1: devnet-node 1.1.0's program under a version the catalogue does not list.
+    const artifact = path.join(dir, 'devnet-node-1.1.1.mjs')
+    fs.copyFileSync(DEVNET_1_1_0, artifact)
+    const first = await devnetRollout(db, fleet, { target_version: '1.1.1', target_binary_url: pathToFileURL(artifact).href, target_binary_checksum: `sha256:${sha256File(artifact)}` })
+    await startRollout(db, first.id, { by: fleet.operatorId })
+    expect(await untilStatus(db, first.id, ['completed', 'failed', 'paused'])).toMatchObject({ status: 'completed' })
+    await waitFor(async () => (await findNode(db, fleet.nodes[0] as string))?.state === 'healthy', 'the node to be healthy on 1.1.1', 60_000, 200)
+
+    // Manual mode takes 1.1.1 as a source: a rollout installed it, so the nodes can go back to it.
+    const crash = crashingArtifact(dir)
+    const catalogue = fleet.setting.deps.chains.current()
+    const second = await createRollout(
+      db,
+      { chain_profile_id: 'devnet', node_type: 'full', binary_name: 'devnet-node', source_version: '1.1.1', target_version: '9.9.9-crash', target_binary_url: crash.url, target_binary_checksum: crash.checksum, health_wait_duration: '4s' },
+      { createdBy: fleet.operatorId, catalogue, now: new Date() },
+    )
+    await startRollout(db, second.id, { by: fleet.operatorId })
+    await untilStatus(db, second.id, ['failed', 'completed', 'paused'])
+    const [node] = await listRolloutNodes(db, second.id)
+    expect(node).toMatchObject({ status: 'failed', upgrade_phase: 'rolled_back', previous_version: '1.1.1', previous_binary_url: pathToFileURL(artifact).href })
+    expect(await binaryVersions(db, fleet.nodes)).toEqual(['1.1.1'])
+    await waitFor(async () => (await reportedVersions(db, fleet.nodes))[0] === '1.1.1', 'the agent to report 1.1.1 again', 30_000, 200)
   })
 })
