@@ -242,9 +242,10 @@ export class PaymentService {
    * key), so a retry may run it again. A provider that fails marks the payment failed.
    */
   private async setUpAtProvider(payment: PaymentRecord, provider: PaymentProvider, context: AuditContext): Promise<PaymentRecord> {
+    let orphaned: string | undefined
     try {
       const session = await provider.initiatePayment(payment)
-      await attachProviderSession(this.deps.db, payment.id, session, this.now())
+      if (!(await attachProviderSession(this.deps.db, payment.id, session, this.now()))) orphaned = session.providerReference ?? undefined
     } catch (err) {
       this.log.warn({ err, payment_id: payment.id, provider: provider.name }, 'provider could not set up the payment; marked failed')
       await this.deps.db.transaction(async (trx) => {
@@ -254,7 +255,23 @@ export class PaymentService {
       })
       throw new UnavailableError(`payment provider ${provider.name} is unavailable`, `payment ${payment.id} was marked failed; retry with a new idempotency_key`)
     }
+    if (orphaned) await this.closeOrphanedSession(payment, provider, orphaned)
     return (await findPayment(this.deps.db, payment.id)) as PaymentRecord
+  }
+
+  /**
+   * A session created for a payment canceled (or expired) while it was being created: cancel saw
+   * no session to close, so it is closed here, before anyone can pay it. Best effort: one that
+   * cannot be closed, or was paid in that instant, is logged for an operator (a refund).
+   */
+  private async closeOrphanedSession(payment: PaymentRecord, provider: PaymentProvider, reference: string): Promise<void> {
+    try {
+      if ((await provider.cancelPayment(reference)) === 'paid') {
+        this.log.error({ payment_id: payment.id, provider: provider.name }, 'a session created for a payment canceled meanwhile was paid at the provider; refund it')
+      }
+    } catch (err) {
+      this.log.error({ err, payment_id: payment.id, provider: provider.name }, 'could not close the session of a payment canceled while it was being created; it stays open at the provider until it expires')
+    }
   }
 
   /**

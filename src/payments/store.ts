@@ -231,7 +231,12 @@ export async function insertPayment(trx: Queryable, payment: NewPayment, context
 }
 
 /** What the provider learned when it set the payment up (checkout session, crypto instructions). */
-export async function attachProviderSession(trx: Queryable, paymentId: string, session: ProviderSession, now: Date): Promise<void> {
+/**
+ * Attaches the provider's session to a payment still pending; returns false when it no longer is
+ * (canceled or expired while the session was being created): then only the reference is kept, for
+ * tracing, and no checkout url or crypto instructions are handed out for it.
+ */
+export async function attachProviderSession(trx: Queryable, paymentId: string, session: ProviderSession, now: Date): Promise<boolean> {
   const values: Row = { updated_at: now }
   if (session.providerReference !== undefined) values.provider_reference = session.providerReference
   if (session.checkoutUrl !== undefined) values.checkout_url = session.checkoutUrl
@@ -240,7 +245,10 @@ export async function attachProviderSession(trx: Queryable, paymentId: string, s
     values.crypto_contract_address = session.crypto.contractAddress
     values.crypto_chain_id = session.crypto.chainId
   }
-  await trx('payments').where({ id: paymentId }).update(values)
+  const attached = await trx('payments').where({ id: paymentId, status: 'pending' }).update(values)
+  if (attached > 0) return true
+  if (session.providerReference !== undefined) await trx('payments').where({ id: paymentId }).update({ provider_reference: session.providerReference, updated_at: now })
+  return false
 }
 
 export interface PaymentTransition {

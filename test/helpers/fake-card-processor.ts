@@ -70,6 +70,7 @@ export class FakeCardProcessor {
   readonly requests: RecordedRequest[] = []
   private readonly idempotent = new Map<string, StoredReply>()
   private failures = 0
+  private held: { arrived: () => void; released: Promise<void> } | undefined
   private readonly now: () => Date
 
   private constructor(
@@ -103,6 +104,15 @@ export class FakeCardProcessor {
     this.failures = count
   }
 
+  /** The next request is held once it arrives (`arrived`) until `release()`: a call still in flight. */
+  holdNext(): { arrived: Promise<void>; release: () => void } {
+    let arrived!: () => void
+    let release!: () => void
+    const arrival = new Promise<void>((resolve) => (arrived = resolve))
+    this.held = { arrived, released: new Promise<void>((resolve) => (release = resolve)) }
+    return { arrived: arrival, release }
+  }
+
   /** The payer finished the hosted page: the session is complete, paid or (async method) still unpaid. */
   complete(sessionId: string, paymentStatus: FakeSession['payment_status'] = 'paid'): FakeSession {
     return this.update(sessionId, { status: 'complete', payment_status: paymentStatus, payment_intent: `pi_${randomId()}` })
@@ -134,6 +144,12 @@ export class FakeCardProcessor {
     const authorized = header(req, 'authorization') === `Bearer ${this.secretKey}`
     const form = parseForm(method === 'GET' ? url.search.slice(1) : raw)
     this.requests.push({ method, path: url.pathname, idempotencyKey, authorized, form })
+    const held = this.held
+    if (held) {
+      this.held = undefined
+      held.arrived()
+      await held.released
+    }
 
     const send = (status: number, payload: unknown, headers: Record<string, string> = {}) => {
       res.writeHead(status, { 'Content-Type': 'application/json', 'Request-Id': `req_${randomId()}`, ...headers })

@@ -398,6 +398,24 @@ describe.each(DIALECTS)('card provider on %s', (dialect) => {
     expect((await written(db, payment.id)).outbox).toEqual([{ subject: 'payment.canceled', payment_id: payment.id }])
   })
 
+  it('a payment canceled while its checkout session is being created: the session is closed once it exists, and no checkout url is handed out', async () => {
+    const { db, processor, service, initiate, logs } = await setup()
+    const hold = processor.holdNext()
+    const initiating = initiate('order-race')
+    await hold.arrived
+    const row = (await db('payments').where({ idempotency_key: 'order-race' }).first('id')) as { id: string }
+    // No session yet: the cancel has nothing to close at the processor.
+    expect(await service.cancelPayment(row.id, null, 'changed my mind', { actor: 'user:test' })).toMatchObject({ status: 'canceled' })
+    hold.release()
+    const { payment } = await initiating
+    expect(payment).toMatchObject({ id: row.id, status: 'canceled', checkoutUrl: null })
+    expect(processor.sessions.size).toBe(1)
+    const [session] = [...processor.sessions.values()]
+    expect(session?.status).toBe('expired')
+    expect(payment.providerReference).toBe(session?.id)
+    expect(logs.text()).not.toContain('refund')
+  })
+
   it('CancelPayment of a session the payer has already paid cancels nothing; the webhook that follows completes it', async () => {
     const { db, processor, service, opened, sign, deliver } = await setup()
     const { payment, session } = await opened()
