@@ -58,7 +58,27 @@ export async function startAgentGateway(settings: AgentGatewaySettings, deps: { 
     commandPollIntervalMs: settings.AGENT_COMMAND_POLL_INTERVAL,
     ...(deps.now ? { now: deps.now } : {}),
   })
-  const port = await gateway.listen(settings.AGENT_GATEWAY_HOST, settings.AGENT_GATEWAY_PORT, grpc.ServerCredentials.createSsl(null, [{ private_key: key, cert_chain: cert }], false))
+  const port = await gateway
+    .listen(settings.AGENT_GATEWAY_HOST, settings.AGENT_GATEWAY_PORT, grpc.ServerCredentials.createSsl(null, [{ private_key: key, cert_chain: cert }], false))
+    .catch((err: Error) => {
+      throw bindError(err, settings.AGENT_GATEWAY_HOST, settings.AGENT_GATEWAY_PORT)
+    })
   const host = settings.AGENT_GATEWAY_HOST === '0.0.0.0' || settings.AGENT_GATEWAY_HOST === '::' ? '127.0.0.1' : settings.AGENT_GATEWAY_HOST
   return { gateway, target: `${host.includes(':') ? `[${host}]` : host}:${port}`, caFile: files.caFile, stop: () => gateway.close() }
+}
+
+/**
+ * grpc-js reports a failed bind as a plain Error without a `code`, its message naming the
+ * socket error ("No address added out of total 1 resolved errors: [listen EADDRINUSE: address
+ * already in use 127.0.0.1:9090]"). A port in use or one needing privileges is a configuration
+ * error (exit 78, not retried by systemd), as the HTTP daemons report theirs; anything else (an
+ * address not there yet, a name not resolving) is passed on and retried.
+ */
+function bindError(err: Error, host: string, port: number): Error {
+  const message = err.message
+  if (message.includes('EADDRINUSE') || message.includes('EACCES')) {
+    const why = message.includes('EADDRINUSE') ? 'is already in use' : 'needs privileges this user lacks'
+    return new ConfigError([`AGENT_GATEWAY_PORT: port ${port} on ${host} ${why}; stop whatever listens there or choose another port`])
+  }
+  return err
 }
