@@ -87,6 +87,27 @@ describe('upgrade manifests', () => {
     expect(await listUpgradeIds(repoRoot, 'devnet')).toEqual(expect.arrayContaining(['devnet-1.1.0', 'devnet-1.1.0-breaking']))
   })
 
+  it('the shipped manifests name nodeplane commands as the CLI takes them: every required flag, no unknown one', async () => {
+    const commandsDir = path.join(repoRoot, 'commands')
+    const named: string[] = []
+    for (const id of await listUpgradeIds(repoRoot, 'devnet')) {
+      // A command may run over a line break, in a comment ("# ") or in the block scalar ("  ").
+      const text = fs.readFileSync(manifestPath(repoRoot, 'devnet', id), 'utf8').replace(/\n[#\s]*/g, ' ')
+      for (const [, line] of text.matchAll(/`nodeplane ([^`]+)`/g)) {
+        const words = (line as string).split(/\s+/)
+        const file = [2, 1].map((n) => path.join(commandsDir, ...words.slice(0, n)) + '.ts').find((f) => fs.existsSync(f))
+        expect(file, `${id}: nodeplane ${line}`).toBeDefined()
+        const command = ((await import(file as string)) as { default: { flags: Record<string, { required?: boolean }> } }).default
+        const given = words.filter((w) => w.startsWith('--')).map((w) => w.slice(2))
+        const required = Object.entries(command.flags).filter(([, flag]) => flag.required).map(([name]) => name)
+        expect(required.filter((f) => !given.includes(f)), `${id}: nodeplane ${line}`).toEqual([])
+        expect(given.filter((f) => !(f in command.flags)), `${id}: nodeplane ${line}`).toEqual([])
+        named.push(words.slice(0, 2).join(' '))
+      }
+    }
+    expect(named).toEqual(expect.arrayContaining(['rollout create', 'node migrate', 'rollout rollback']))
+  })
+
   it('renders config_changes per node into a valid upgrade command payload', async () => {
     const manifest = await loadUpgradeManifest(repoRoot, 'devnet', 'devnet-1.1.0', devnet)
     const rendered = renderConfigChanges(devnet, 'archive', manifest.target_version, manifest.data.config_changes, { rpc_port: 18545, node_id: 'n1' })
