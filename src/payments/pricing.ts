@@ -165,6 +165,12 @@ export function cryptoBaseUnits(config: PricingConfig, currency: CryptoCurrency,
 }
 
 /** Base units as a decimal string in whole tokens, e.g. 25000000n USDC -> "25.000000". */
+/** formatTokenAmount's inverse: "0.004500000000000000" ETH -> 4500000000000000n. */
+export function parseTokenAmount(currency: CryptoCurrency, amount: string): bigint {
+  const [whole = '0', fraction = ''] = amount.split('.')
+  return BigInt(`${whole}${fraction.padEnd(TOKEN_DECIMALS[currency], '0')}`)
+}
+
 export function formatTokenAmount(currency: CryptoCurrency, baseUnits: bigint): string {
   const decimals = TOKEN_DECIMALS[currency]
   const text = baseUnits.toString().padStart(decimals + 1, '0')

@@ -17,6 +17,7 @@ import {
   DURATIONS,
   formatTokenAmount,
   MAX_ITEMS,
+  parseTokenAmount,
   priceItems,
   type PricedItem,
   type PricingConfig,
@@ -192,11 +193,18 @@ export class PaymentService {
 
     const provider = this.deps.providers.forMethod(request.method)
     const now = this.now()
-    const priced = request.quote_id ? await this.pricedFromQuote(request.quote_id, customerId, request.items, now) : { ...priceItems(pricing, request.items), currency: pricing.currency }
+    const priced: { items: PricedItem[]; amountMinor: number; currency: string; cryptoAmounts?: Partial<Record<CryptoCurrency, string>> } = request.quote_id
+      ? await this.pricedFromQuote(request.quote_id, customerId, request.items, now)
+      : { ...priceItems(pricing, request.items), currency: pricing.currency }
     const id = uuidv7(now.getTime())
     let crypto = null
     if (cryptoCurrency) {
-      const base = cryptoBaseUnits(pricing, cryptoCurrency, priced.amountMinor)
+      // A quote holds its exchange rate for its 15 minutes: the amount it quoted, not today's.
+      const quoted = priced.cryptoAmounts?.[cryptoCurrency]
+      if (request.quote_id && quoted === undefined) {
+        throw new ValidationError(`quote ${request.quote_id.slice(0, 60)} has no ${cryptoCurrency} amount`, `ask for a quote with crypto_currency ${cryptoCurrency}, or one without crypto_currency (every currency)`)
+      }
+      const base = quoted !== undefined ? parseTokenAmount(cryptoCurrency, quoted) : cryptoBaseUnits(pricing, cryptoCurrency, priced.amountMinor)
       crypto = { currency: cryptoCurrency, amount: formatTokenAmount(cryptoCurrency, base), amountBaseUnits: base.toString(), memo: memoForPayment(id) }
     }
 
@@ -296,7 +304,12 @@ export class PaymentService {
     return { payment: existing, created: false }
   }
 
-  private async pricedFromQuote(quoteId: string, customerId: string, items: ReadonlyArray<{ chain_profile_id: string; node_type: string; duration: string }>, now: Date): Promise<{ items: PricedItem[]; amountMinor: number; currency: string }> {
+  private async pricedFromQuote(
+    quoteId: string,
+    customerId: string,
+    items: ReadonlyArray<{ chain_profile_id: string; node_type: string; duration: string }>,
+    now: Date,
+  ): Promise<{ items: PricedItem[]; amountMinor: number; currency: string; cryptoAmounts?: Partial<Record<CryptoCurrency, string>> }> {
     const quote = await this.findQuote(quoteId)
     if (!quote || (quote.customerId !== null && quote.customerId !== customerId)) throw new NotFoundError(`quote ${quoteId.slice(0, 60)} not found`)
     if (quote.expiresAt.getTime() <= now.getTime()) {
@@ -304,7 +317,7 @@ export class PaymentService {
     }
     const key = (i: { chain_profile_id: string; node_type: string; duration: string }) => `${i.chain_profile_id}/${i.node_type}/${i.duration}`
     if (quote.items.map(key).join(',') !== items.map(key).join(',')) throw new ValidationError(`quote ${quote.id} is for other items`)
-    return { items: quote.items, amountMinor: quote.amountMinor, currency: quote.currency }
+    return { items: quote.items, amountMinor: quote.amountMinor, currency: quote.currency, cryptoAmounts: quote.cryptoAmounts }
   }
 
   private async findQuote(id: string): Promise<(QuoteRecord & { customerId: string | null }) | undefined> {

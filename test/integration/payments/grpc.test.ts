@@ -30,12 +30,13 @@ import { freePort } from '../../helpers/ports.js'
 const logger = createLogger({ level: 'silent' })
 const CUSTOMER = '0193a000-0000-7000-8000-000000000001'
 const OTHER = '0193a000-0000-7000-8000-000000000002'
-const PRICING = parsePricingConfig({
+const PRICING_SOURCE = {
   currency: 'USD',
   pricing: { devnet: { full: { '1w': 500, '1m': 1500 } } },
   crypto: { supported_currencies: ['USDC', 'ETH'], exchange_rates: { USDC: '1.00', ETH: '3000.00' }, quote_validity: '15m' },
   session: { expiry: '30m' },
-})
+}
+const PRICING = parsePricingConfig(PRICING_SOURCE)
 
 let dir: string
 let pki: PaymentTlsFiles
@@ -190,6 +191,22 @@ describe.each(DIALECTS)('payment service over mTLS gRPC (%s)', (dialect) => {
     clock = new Date('2026-11-22T10:15:00.001Z')
     await expect(client.initiatePayment(request('k-q2', { quote_id: quote.id, items: [{ chain_profile_id: 'devnet', node_type: 'full', duration: '1m' }] }))).rejects.toThrow(/expired/)
     await expect(client.getQuote([{ chain_profile_id: 'devnet', node_type: 'nope', duration: '1m' }], null, CUSTOMER)).rejects.toThrow(ValidationError)
+  })
+
+  it('a crypto payment with a quote pays the quoted token amount, though the rate moved since', async () => {
+    let pricing = PRICING
+    const service = new PaymentService({ db: database.db, logger, pricing: () => pricing, providers: new ProviderRegistry([provider]), now })
+    const items = [{ chain_profile_id: 'devnet', node_type: 'full', duration: '1m' }]
+    const quote = await service.getQuote({ items, customer_id: CUSTOMER })
+    expect(quote.cryptoAmounts.ETH).toBe('0.005000000000000000')
+    const onlyUsdc = await service.getQuote({ items, crypto_currency: 'USDC', customer_id: CUSTOMER })
+    // ETH doubles: without a quote the same 15.00 USD is half the ETH.
+    pricing = parsePricingConfig({ ...PRICING_SOURCE, crypto: { ...PRICING_SOURCE.crypto, exchange_rates: { USDC: '1.00', ETH: '6000.00' } } })
+    const crypto = (key: string, extra: Record<string, unknown> = {}) => service.initiatePayment({ ...request(key, { items, method: 'crypto', crypto_currency: 'ETH', ...extra }) } as never, { actor: `user:${CUSTOMER}` })
+    expect((await crypto('k-quoted', { quote_id: quote.id })).payment.crypto).toMatchObject({ currency: 'ETH', amount: '0.005000000000000000', amountBaseUnits: '5000000000000000' })
+    expect((await crypto('k-today')).payment.crypto).toMatchObject({ amount: '0.002500000000000000', amountBaseUnits: '2500000000000000' })
+    await expect(crypto('k-other-currency', { quote_id: onlyUsdc.id })).rejects.toThrow(`quote ${onlyUsdc.id} has no ETH amount`)
+    expect(await database.db('payments').where({ idempotency_key: 'k-other-currency' }).first('id')).toBeUndefined()
   })
 
   it('a pending payment past its 30-minute session is canceled with payment.canceled', async () => {
