@@ -275,7 +275,7 @@ export const paymentClientEnv = {
   PAYMENT_SERVICE_SERVER_NAME: z.string().min(1).optional(),
   PAYMENT_CLIENT_CERT_FILE: z.string().min(1).optional(),
   PAYMENT_CLIENT_KEY_FILE: z.string().min(1).optional(),
-  PAYMENT_CALL_TIMEOUT: duration('10s'),
+  PAYMENT_CALL_TIMEOUT: duration('30s'),
 }
 
 /** Uptime (docs/uptime.md): the hourly rollup worker, run by the health-evaluator. */

@@ -65,7 +65,11 @@ export interface CardProviderOptions extends ProviderContext {
   apiUrl?: string
   /** SDK retries of a failed call (same idempotency key); the SDK's default is 2. */
   maxNetworkRetries?: number
-  /** Per-call timeout; default 20 s (the SDK's own 80 s would hold an InitiatePayment call too long). */
+  /**
+   * Per-call timeout; default 8 s. The SDK's own 80 s would hold an InitiatePayment call too long:
+   * three attempts (and their backoff) stay under the control plane's PAYMENT_CALL_TIMEOUT (30 s),
+   * so the control plane never gives up on a call that then succeeds.
+   */
   timeoutMs?: number
 }
 
@@ -74,7 +78,7 @@ const SIGNATURE_TOLERANCE_SECONDS = 300
 /** The processor refuses a session expiring sooner than 30 minutes or later than 24 hours out. */
 const MIN_SESSION_LIFETIME_MS = 31 * 60_000
 const MAX_SESSION_LIFETIME_MS = 24 * 3_600_000 - 60_000
-const DEFAULT_TIMEOUT_MS = 20_000
+const DEFAULT_TIMEOUT_MS = 8_000
 
 const ACTOR = `provider:${CARD_PROVIDER_NAME}`
 
