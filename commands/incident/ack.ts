@@ -22,7 +22,7 @@ export default class IncidentAck extends BaseCommand<typeof IncidentAck> {
   static override examples = [
     '<%= config.bin %> incident ack --id 0193a1b2-…',
     '<%= config.bin %> incident ack --id "$A" --id "$B" --json | jq ".failed"',
-    '<%= config.bin %> incident ack $(<%= config.bin %> incident list --status open --json | jq -r \'.incidents[] | "--id " + .id\')',
+    'OPEN=$(<%= config.bin %> incident list --status open --json | jq -r \'.incidents[] | "--id " + .id\'); [ -z "$OPEN" ] || <%= config.bin %> incident ack $OPEN',
   ]
   static override flags = {
     id: Flags.string({ description: 'incident id (repeatable)', required: true, multiple: true }),
