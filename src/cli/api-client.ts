@@ -22,7 +22,8 @@ import {
 import type { ApiTarget, KeySource } from './api-target.js'
 
 export const API_PREFIX = '/api/v1'
-export const DEFAULT_TIMEOUT_MS = 30_000
+/** Above the API's own longest wait (PAYMENT_CALL_TIMEOUT, 30 s, for a card checkout session). */
+export const DEFAULT_TIMEOUT_MS = 45_000
 
 /** An HTTP answer the CLI has no better class for (an unexpected 4xx, a redirect); exit 1. */
 export class ApiError extends DomainError {

@@ -167,8 +167,10 @@ export function cryptoBaseUnits(config: PricingConfig, currency: CryptoCurrency,
 /** Base units as a decimal string in whole tokens, e.g. 25000000n USDC -> "25.000000". */
 /** formatTokenAmount's inverse: "0.004500000000000000" ETH -> 4500000000000000n. */
 export function parseTokenAmount(currency: CryptoCurrency, amount: string): bigint {
-  const [whole = '0', fraction = ''] = amount.split('.')
-  return BigInt(`${whole}${fraction.padEnd(TOKEN_DECIMALS[currency], '0')}`)
+  const decimals = TOKEN_DECIMALS[currency]
+  const match = new RegExp(`^(\\d+)\\.(\\d{${decimals}})$`).exec(amount)
+  if (!match) throw new Error(`not a ${currency} amount with ${decimals} decimals: ${amount.slice(0, 40)}`)
+  return BigInt(`${match[1]}${match[2]}`)
 }
 
 export function formatTokenAmount(currency: CryptoCurrency, baseUnits: bigint): string {

@@ -253,7 +253,10 @@ export class PaymentService {
     let orphaned: string | undefined
     try {
       const session = await provider.initiatePayment(payment)
-      if (!(await attachProviderSession(this.deps.db, payment.id, session, this.now()))) orphaned = session.providerReference ?? undefined
+      const status = await attachProviderSession(this.deps.db, payment.id, session, this.now())
+      // Only a payment that can no longer be paid: one already processing or completed came
+      // through a retry that attached this same (idempotent) session, and the payer used it.
+      if (status === 'canceled' || status === 'failed') orphaned = session.providerReference ?? undefined
     } catch (err) {
       this.log.warn({ err, payment_id: payment.id, provider: provider.name }, 'provider could not set up the payment; marked failed')
       await this.deps.db.transaction(async (trx) => {
@@ -383,11 +386,15 @@ export class PaymentService {
       throw new UnavailableError(`payment provider ${found.provider} could not close the payment's session`, 'the payment is still pending; try again')
     }
     if (closed === 'paid') throw new PaymentPreconditionError(`payment ${found.id} has been paid at its provider; it completes as soon as the provider's notification arrives`)
-    return this.deps.db.transaction(async (trx) => {
+    const canceled = await this.deps.db.transaction(async (trx) => {
       const current = await findPaymentForUpdate(trx, found.id)
       if (current?.status !== 'pending') throw notPending(current?.status ?? 'gone')
+      // Its session was attached after it was read (InitiatePayment finishing meanwhile): that
+      // session is open, so start over and close it first.
+      if (current.providerReference !== found.providerReference) return undefined
       return transitionPayment(trx, { paymentId: found.id, to: 'canceled', context, failureReason: reason.slice(0, 500) || 'canceled', now: this.now() })
     })
+    return canceled ?? this.cancelPayment(paymentId, customerId, reason, context)
   }
 
   /**
@@ -414,7 +421,8 @@ export class PaymentService {
       }
       const canceled = await this.deps.db.transaction(async (trx) => {
         const current = await findPaymentForUpdate(trx, id)
-        if (current?.status !== 'pending') return undefined
+        // A session attached since it was read is still open: the next run closes it first.
+        if (current?.status !== 'pending' || current.providerReference !== payment.providerReference) return undefined
         return transitionPayment(trx, { paymentId: id, to: 'canceled', context: { actor: 'system:session-expiry' }, failureReason: 'session expired', now })
       })
       if (canceled) expired++

@@ -232,11 +232,12 @@ export async function insertPayment(trx: Queryable, payment: NewPayment, context
 
 /** What the provider learned when it set the payment up (checkout session, crypto instructions). */
 /**
- * Attaches the provider's session to a payment still pending; returns false when it no longer is
- * (canceled or expired while the session was being created): then only the reference is kept, for
- * tracing, and no checkout url or crypto instructions are handed out for it.
+ * Attaches the provider's session to a payment still pending and returns the payment's status
+ * (`pending` when attached). One no longer pending (canceled while the session was being created,
+ * or already moved on by a retry that attached the same session) keeps only the reference, for
+ * tracing: no checkout url or crypto instructions are handed out for it.
  */
-export async function attachProviderSession(trx: Queryable, paymentId: string, session: ProviderSession, now: Date): Promise<boolean> {
+export async function attachProviderSession(trx: Queryable, paymentId: string, session: ProviderSession, now: Date): Promise<string | undefined> {
   const values: Row = { updated_at: now }
   if (session.providerReference !== undefined) values.provider_reference = session.providerReference
   if (session.checkoutUrl !== undefined) values.checkout_url = session.checkoutUrl
@@ -246,9 +247,10 @@ export async function attachProviderSession(trx: Queryable, paymentId: string, s
     values.crypto_chain_id = session.crypto.chainId
   }
   const attached = await trx('payments').where({ id: paymentId, status: 'pending' }).update(values)
-  if (attached > 0) return true
-  if (session.providerReference !== undefined) await trx('payments').where({ id: paymentId }).update({ provider_reference: session.providerReference, updated_at: now })
-  return false
+  if (attached > 0) return 'pending'
+  if (session.providerReference !== undefined) await trx('payments').where({ id: paymentId }).whereNull('provider_reference').update({ provider_reference: session.providerReference, updated_at: now })
+  const row = (await trx('payments').where({ id: paymentId }).first('status')) as { status: string } | undefined
+  return row?.status
 }
 
 export interface PaymentTransition {

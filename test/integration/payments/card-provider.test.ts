@@ -416,6 +416,23 @@ describe.each(DIALECTS)('card provider on %s', (dialect) => {
     expect(logs.text()).not.toContain('refund')
   })
 
+  it('a slow first InitiatePayment finishing after its retry set the session up and the payer paid: nothing is closed, nothing flagged', async () => {
+    const { db, processor, initiate, sign, deliver, logs } = await setup()
+    const hold = processor.holdNext()
+    const first = initiate('order-slow')
+    await hold.arrived
+    const retried = await initiate('order-slow')
+    expect(retried).toMatchObject({ created: false, payment: { status: 'pending' } })
+    const session = processor.session(retried.payment.providerReference as string)
+    expect((await deliver(sign(processor.complete(session.id, 'paid'), 'checkout.session.completed'))).body).toMatchObject({ outcome: 'completed' })
+    hold.release()
+    expect((await first).payment).toMatchObject({ id: retried.payment.id, status: 'completed', providerReference: session.id })
+    expect(processor.session(session.id).status).toBe('complete')
+    expect(processor.sessions.size).toBe(1)
+    expect(logs.text()).not.toContain('refund')
+    expect((await findPayment(db, retried.payment.id))?.checkoutUrl).toBe(session.url)
+  })
+
   it('CancelPayment of a session the payer has already paid cancels nothing; the webhook that follows completes it', async () => {
     const { db, processor, service, opened, sign, deliver } = await setup()
     const { payment, session } = await opened()
