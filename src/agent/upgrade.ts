@@ -77,7 +77,9 @@ export async function runUpgrade(deps: UpgradeDeps, payload: UpgradePayload): Pr
     if (!previous) throw new CommandError('cannot upgrade an unconfigured node: no active deployment (send configure first)')
     // The agent supervises one chain binary: another binary's release must not replace it.
     if (payload.binary_name !== undefined && payload.binary_name !== previous.binary_name) {
-      throw new CommandError(`this node runs ${previous.binary_name}; it has no binary ${payload.binary_name} to upgrade`)
+      // Nothing was done, so nothing needs undoing: reported as rolled back, the node as it was.
+      const untouched: UpgradeResult = { version: payload.artifact.version, previous_version: previous.version, phase: 'rolled_back', actions_done: [], actions_skipped: [], compensated: [] }
+      throw new CommandError(`this node runs ${previous.binary_name}; it has no binary ${payload.binary_name} to upgrade`, untouched)
     }
     journal = { previous, actions_done: [], actions_skipped: [], compensated: [] }
     deps.journal.save(journal)

@@ -231,7 +231,7 @@ export async function createRollout(db: Queryable, request: unknown, options: Cr
     // profile or the one a rollout installed it with (node-upgrade.ts, artifactOf). Without one,
     // those nodes would end failed_rollback/degraded, or silently on the target after a
     // rollback; refuse it here instead.
-    if (!(await artifactOf(db, options.catalogue, profile.id, body.source_version))) {
+    if (!(await artifactOf(db, options.catalogue, profile.id, body.source_version, { nodeType: body.node_type }))) {
       problems.push(
         `body.source_version: chain ${profile.id} has no release ${body.source_version} (releases: ${profile.releases.map((r) => r.version).join(', ')}) and no rollout installed it; in manual mode the nodes must be able to go back to the source version`,
       )

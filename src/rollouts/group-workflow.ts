@@ -217,7 +217,7 @@ async function startComponent(deps: NodeUpgradeDeps, groupId: string, index: num
     if (existing) return existing.id
     const component = g.component_order[index]
     if (!component) throw new Error(`group ${groupId} has no component ${index}`)
-    const source = await currentVersion(trx, g, component.version)
+    const source = await currentVersion(trx, g.chain_profile_id, component.node_type, component.version)
     await updateGroupFields(trx, groupId, { current_component_index: index }, { now })
     if (!source) return null
     const rollout = await insertRollout(trx, componentRollout(g, index, { sourceVersion: source, reason: `component ${index} of rollout group ${groupId}` }), now)
@@ -231,11 +231,12 @@ async function startComponent(deps: NodeUpgradeDeps, groupId: string, index: num
 }
 
 /** The version most of the group's upgradeable nodes run now, other than the target. */
-async function currentVersion(db: Queryable, g: RolloutGroupRecord, target: string): Promise<string | null> {
+/** The version most of the component's nodes (its node type, not the group's) run, other than the target. */
+export async function currentVersion(db: Queryable, chainProfileId: string, nodeType: string, target: string): Promise<string | null> {
   const rows = (await db('nodes')
     .join('node_config_state', 'node_config_state.node_id', 'nodes.id')
     .join('subscriptions', 'subscriptions.id', 'nodes.subscription_id')
-    .where({ 'nodes.chain_profile_id': g.chain_profile_id, 'nodes.node_type': g.node_type, 'subscriptions.status': 'active' })
+    .where({ 'nodes.chain_profile_id': chainProfileId, 'nodes.node_type': nodeType, 'subscriptions.status': 'active' })
     .whereIn('nodes.state', UPGRADEABLE_STATES)
     .whereNot('node_config_state.binary_version', target)
     .whereNotNull('node_config_state.binary_version')

@@ -239,7 +239,7 @@ async function begin(deps: NodeUpgradeDeps, target: UpgradeTarget, ref: RolloutN
     let previousVersion = current.previous_version
     if (mode.kind === 'upgrade') {
       previousVersion = version?.binary_version ?? null
-      const artifact = previousVersion ? await artifactOf(trx, deps.catalogue(), target.chainProfileId, previousVersion, node.id) : undefined
+      const artifact = previousVersion ? await artifactOf(trx, deps.catalogue(), target.chainProfileId, previousVersion, { nodeId: node.id }) : undefined
       Object.assign(fields, { previous_version: previousVersion, previous_binary_url: artifact?.url ?? null, previous_checksum: artifact ? `sha256:${artifact.sha256}` : null })
     }
     await trx('rollout_nodes').where({ id: ref.id }).update(fields)
@@ -371,14 +371,21 @@ export function releaseOf(catalogue: ChainCatalogue, chainProfileId: string, ver
  * one the rollout that installed `version` on this node used (a manifest's version the catalogue
  * does not list), so a node upgraded past a manifest-only version can still be reverted.
  */
-export async function artifactOf(db: Queryable, catalogue: ChainCatalogue, chainProfileId: string, version: string, nodeId?: string): Promise<{ url: string; sha256: string } | undefined> {
+export async function artifactOf(
+  db: Queryable,
+  catalogue: ChainCatalogue,
+  chainProfileId: string,
+  version: string,
+  on: { nodeId?: string; nodeType?: string } = {},
+): Promise<{ url: string; sha256: string } | undefined> {
   const release = releaseOf(catalogue, chainProfileId, version)
   if (release) return release
   const query = db('rollout_nodes')
     .join('rollouts', 'rollouts.id', 'rollout_nodes.rollout_id')
     .where({ 'rollouts.chain_profile_id': chainProfileId, 'rollouts.target_version': version, 'rollout_nodes.status': 'succeeded' })
-    .orderBy('rollout_nodes.completed_at', 'desc')
-  if (nodeId) query.where('rollout_nodes.node_id', nodeId)
+    .orderBy([{ column: 'rollout_nodes.completed_at', order: 'desc', nulls: 'last' }, { column: 'rollout_nodes.id', order: 'desc' }])
+  if (on.nodeId) query.where('rollout_nodes.node_id', on.nodeId)
+  if (on.nodeType) query.where('rollouts.node_type', on.nodeType)
   const row = (await query.first('rollouts.target_binary_url', 'rollouts.target_binary_checksum')) as { target_binary_url: string; target_binary_checksum: string } | undefined
   return row ? { url: row.target_binary_url, sha256: hex(row.target_binary_checksum) } : undefined
 }

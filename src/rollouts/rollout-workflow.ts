@@ -252,19 +252,28 @@ async function recordProgress(deps: RolloutDeps, rolloutId: string, batch: numbe
  * until approve_canary).
  */
 async function canaryGate(ctx: WorkflowContext, deps: RolloutDeps, rolloutId: string, plan: Plan, counts: Counts): Promise<Decision> {
+  let paused = false
   let decision: Decision = 'continue'
   if (counts.canaryFailed) {
+    paused = true
     decision = await pausedUntilDecision(ctx, deps, rolloutId, 'canary_failed')
   } else {
     await ctx.sleep(2 * plan.healthWaitMs)
     const healthy = await ctx.step('canary-observed', () => canaryStillHealthy(deps.db, rolloutId))
     if (!healthy.ok) {
       await ctx.step('canary-unhealthy', () => updateRolloutFields(deps.db, rolloutId, { error_message: healthy.reason }, { now: deps.now() }).then(() => true))
+      paused = true
       decision = await pausedUntilDecision(ctx, deps, rolloutId, 'canary_failed')
     }
   }
-  // Resuming after a failed canary is not an approval: a breaking migration still waits for one.
   if (decision !== 'continue' || !plan.breaking) return decision
+  if (paused) {
+    // Resuming after a failed canary is not an approval: a breaking migration still waits for one.
+    // A run resumed before that rule (its journal goes on into the batches) keeps its course:
+    // this journaled check is what tells the two apart on replay.
+    const goneOn = await ctx.step('canary-resumed-fleet-started', () => fleetStarted(deps.db, rolloutId))
+    if (goneOn) return 'continue'
+  }
   return awaitApproval(ctx, deps, rolloutId)
 }
 
@@ -295,6 +304,12 @@ async function awaitApproval(ctx: WorkflowContext, deps: RolloutDeps, rolloutId:
       if (decision !== 'continue') return decision
     }
   }
+}
+
+/** Whether any node after the canary batch has been touched. */
+async function fleetStarted(db: Db, rolloutId: string): Promise<boolean> {
+  const touched = (await db('rollout_nodes').where({ rollout_id: rolloutId }).where('batch_index', '>', 0).whereNot({ status: 'pending' }).first('id')) as { id: string } | undefined
+  return touched !== undefined
 }
 
 /** After the observation: no canary node down, failed, critical or stalled. */

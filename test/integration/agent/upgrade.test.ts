@@ -201,7 +201,10 @@ describe('upgrade with the devnet-node releases', () => {
     const node = await runningNode()
     const pid = supervisor?.status().pid
     const { result, progress } = await node.upgrade({ binary_name: 'sidecar', artifact: artifact('1.1.0') })
-    await expect(result).rejects.toThrow('this node runs devnet-node; it has no binary sidecar to upgrade')
+    const failure = await upgradeFailure(result)
+    expect(failure.error.message).toBe('this node runs devnet-node; it has no binary sidecar to upgrade')
+    // Reported as undone (nothing was done), so the control plane does not degrade the node.
+    expect(failure.result).toEqual({ version: '1.1.0', previous_version: '1.0.0', phase: 'rolled_back', actions_done: [], actions_skipped: [], compensated: [] })
     expect(progress).toEqual([])
     expect(supervisor?.status().pid).toBe(pid)
     expect(readActiveDeployment(node.dir)).toMatchObject({ binary_name: 'devnet-node', version: '1.0.0', config_version: 'a' })
