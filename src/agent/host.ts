@@ -40,6 +40,14 @@ export class HostReporter implements AgentHost {
     }
     if (!this.startup || (status.pid !== undefined && status.pid !== this.startup.pid)) this.startup = { pid: status.pid, since: this.now(), answered: false }
     const report = await this.probeFor(deployment.probe).check()
+    const after = this.supervisor.status()
+    if (after.process_state !== 'running' || after.pid !== status.pid) {
+      // The process was stopped or replaced while it was probed (a restart, an upgrade): the answer
+      // describes the one before. Report the process as it is now, with nothing measured yet.
+      if (after.process_state !== 'running') this.startup = undefined
+      else this.startup = { pid: after.pid, since: this.now(), answered: false }
+      return { ...base, process_state: after.process_state === 'running' ? 'starting' : after.process_state, restarts_in_window: after.restarts_in_window, sync_status: 'unknown', metrics: {} }
+    }
     if (report.healthy) this.startup.answered = true
     const grace = deployment.probe.startup_grace_ms ?? DEFAULT_STARTUP_GRACE_MS
     const starting = !this.startup.answered && this.now() - this.startup.since < grace

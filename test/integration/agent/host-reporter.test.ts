@@ -28,10 +28,10 @@ describe('agent heartbeat host report: start-up grace', () => {
     dir = undefined
   })
 
-  async function started(): Promise<{ reporter: HostReporter; clock: ReturnType<typeof manualClock>; stateDir: StateDir; chain: ChainSupervisor }> {
+  async function started(probe = readyProbe): Promise<{ reporter: HostReporter; clock: ReturnType<typeof manualClock>; stateDir: StateDir; chain: ChainSupervisor }> {
     const stateDir = tempStateDir()
     dir = stateDir
-    activateFixture(stateDir, 'sleeper.mjs', { probe: readyProbe })
+    activateFixture(stateDir, 'sleeper.mjs', { probe })
     const chain = new ChainSupervisor({ stateDir, logger: silentLogger, settleMs: 100, stopGraceMs: 2_000 })
     supervisor = chain
     await chain.start()
@@ -60,6 +60,24 @@ describe('agent heartbeat host report: start-up grace', () => {
     ready(stateDir)
     expect((await reporter.snapshot()).process_state).toBe('running')
     notReady(stateDir)
+    expect((await reporter.snapshot()).process_state).toBe('running')
+  })
+
+  it('a process replaced while it was being probed is reported starting, without the old process\'s answer', async () => {
+    // A probe that takes a second: time enough for a restart to replace the process under it.
+    const slowProbe = probeSpec.parse({ ...readyProbe, command: [process.execPath, '-e', `setTimeout(() => process.exit(require('fs').existsSync('ready') ? 0 : 1), 1000)`] })
+    const { reporter, stateDir, chain } = await started(slowProbe)
+    ready(stateDir)
+    expect((await reporter.snapshot()).process_state).toBe('running')
+    notReady(stateDir)
+    const probing = reporter.snapshot()
+    await chain.restart()
+    const pid = chain.status().pid
+    if (pid !== undefined) pids.add(pid)
+    expect(await probing).toMatchObject({ process_state: 'starting', sync_status: 'unknown', metrics: {} })
+    // The new process gets its own grace: still starting until it answers.
+    expect((await reporter.snapshot()).process_state).toBe('starting')
+    ready(stateDir)
     expect((await reporter.snapshot()).process_state).toBe('running')
   })
 
