@@ -1,12 +1,13 @@
 import { startNodeAgent } from '../../daemons/node-agent.js'
 import { BaseCommand } from '../../src/cli/base-command.js'
+import { EXIT } from '../../src/cli/exit-codes.js'
 import { loadConfig, nodeAgentEnv } from '../../src/config/env.js'
 import { Resources } from '../../src/daemon/resources.js'
 import { installShutdown } from '../../src/daemon/shutdown.js'
 import { createLogger } from '../../src/log.js'
 
 /** EX_NOPERM: the gateway refused this agent (bad token, retired node); restarting cannot help. */
-const REFUSED_EXIT_CODE = 77
+const REFUSED_EXIT_CODE = EXIT.refused
 
 export default class DaemonNodeAgent extends BaseCommand<typeof DaemonNodeAgent> {
   static override summary = "Run the node agent on a node's host: supervises the chain process and dials the agent-gateway"

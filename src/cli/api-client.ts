@@ -3,7 +3,7 @@
  * and an `X-Request-Id` per request (the server logs it, so a failure can be found there), and
  * turns every failure into the CLI's typed errors, hence its documented exit code:
  *
- *   400/413/422 -> 2, 401 / 403 / 429 -> 1, 404 -> 3, 409 -> 4, 5xx and unreachable -> 69.
+ *   400/413/422 -> 2, 401 / 403 -> 77, 429 -> 1, 404 -> 3, 409 -> 4, 5xx and unreachable -> 69.
  *
  * The key is never part of a message, a log line or an error: errors carry the URL, the
  * server's `{error, details}` and the request id only.

@@ -1,5 +1,5 @@
 import { isConnectionFailure } from '../db/errors.js'
-import { ConfigError, ConflictError, NotFoundError, UnavailableError, ValidationError, isDomainError } from '../errors.js'
+import { ConfigError, ConflictError, ForbiddenError, NotFoundError, UnauthorizedError, UnavailableError, ValidationError, isDomainError } from '../errors.js'
 import { EXIT } from './exit-codes.js'
 
 export interface CliFailure {
@@ -24,6 +24,8 @@ export function describeFailure(err: unknown): CliFailure {
   if (err instanceof NotFoundError) return { name: err.name, message: err.message, details: err.details, exitCode: EXIT.notFound }
   if (err instanceof ConflictError) return { name: err.name, message: err.message, details: err.details, exitCode: EXIT.conflict }
   if (err instanceof ValidationError) return { name: err.name, message: err.message, details: err.details, exitCode: EXIT.usage }
+  // A script can tell "your key was refused" from "the operation failed".
+  if (err instanceof UnauthorizedError || err instanceof ForbiddenError) return { name: err.name, message: err.message, details: err.details, exitCode: EXIT.refused }
   if (isDomainError(err)) return { name: err.name, message: err.message, details: err.details, exitCode: EXIT.failure }
   if (isConnectionFailure(err)) {
     return {

@@ -9,6 +9,8 @@ export const EXIT = {
   notFound: 3,
   conflict: 4,
   unavailable: 69,
+  /** The credentials were refused (401) or lack the scope (403): EX_NOPERM. */
+  refused: 77,
   config: 78,
 } as const
 

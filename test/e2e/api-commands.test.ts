@@ -41,7 +41,7 @@ describe('commands over the API (against nodeplane up)', () => {
     fs.rmSync(dir, { recursive: true, force: true })
   })
 
-  it('creates, lists, rotates, revokes and deletes keys; a revoked key fails with exit 1 and one line', { timeout: 90_000 }, async () => {
+  it('creates, lists, rotates, revokes and deletes keys; a revoked key fails with exit 77 and one line', { timeout: 90_000 }, async () => {
     const created = await run(['api-key', 'create', '--name', 'ci', '--scopes', 'nodes:read,api-keys:manage', '--expires-in', '30d', '--json'])
     expect(created.exitCode).toBe(0)
     const ci = json<{ id: string; key: string; scopes: string[]; expires_at: string }>(created)
@@ -72,7 +72,7 @@ describe('commands over the API (against nodeplane up)', () => {
     expect(next).toMatchObject({ rotated_from_id: ci.id, scopes: ['nodes:read', 'api-keys:manage'], expires_at: ci.expires_at })
     keys.push(next.key)
     const withOld = await run(['whoami'], { env: { NODEPLANE_API_KEY: ci.key } })
-    expect(withOld.exitCode).toBe(1)
+    expect(withOld.exitCode).toBe(77)
     const withNew = await run(['whoami', '--json'], { env: { NODEPLANE_API_KEY: next.key } })
     expect(json(withNew)).toMatchObject({ api_key_id: next.id, scopes: ['nodes:read', 'api-keys:manage'], credentials_from: 'env' })
     outputs.push(withNew.stdout)
@@ -81,7 +81,7 @@ describe('commands over the API (against nodeplane up)', () => {
     expect(revoked.exitCode).toBe(0)
     expect(json(revoked)).toMatchObject({ id: next.id, status: 'revoked', revoked_at: expect.any(String) })
     const refused = await run(['whoami'], { env: { NODEPLANE_API_KEY: next.key } })
-    expect(refused.exitCode).toBe(1)
+    expect(refused.exitCode).toBe(77)
     const lines = refused.stderr.trim().split('\n')
     expect(lines[0]).toMatch(/^Error: not authenticated by http:\/\/127\.0\.0\.1:\d+: .*revoked/)
     expect(lines.length).toBeLessThanOrEqual(2)

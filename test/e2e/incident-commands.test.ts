@@ -129,9 +129,9 @@ describe('incident commands (against nodeplane up)', () => {
     expect(json<ErrorOutput>(asJson).error).toMatchObject({ name: 'NotFoundError', exit_code: 3 })
   })
 
-  it('acks several ids, resolves, and exits 4 on moves the status table forbids, 3 for an unknown id, 1 without nodes:write', { timeout: 90_000 }, async () => {
+  it('acks several ids, resolves, and exits 4 on moves the status table forbids, 3 for an unknown id, 77 without nodes:write', { timeout: 90_000 }, async () => {
     const denied = await run(['incident', 'ack', '--id', alice.down.id], readerEnv)
-    expect(denied.exitCode).toBe(1)
+    expect(denied.exitCode).toBe(77)
 
     const acked = await run(['incident', 'ack', '--id', alice.down.id, '--id', alice.stalled.id, '--json'], aliceEnv)
     expect(acked.exitCode, acked.stderr).toBe(0)

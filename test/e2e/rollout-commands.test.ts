@@ -48,7 +48,7 @@ function stopLocalHosts(dataDir: string): void {
  * Split between the dialects (one `up` and its nodes per dialect; every CLI call is a process
  * start, so the file is slow): on BOTH, the stack comes up on that database, the representative
  * journey (create, one active rollout per chain, start --watch -> exit 0, status / nodes --json,
- * the node runs 1.1.0) and a non-admin key's 403s (exit 1, one-line reason, nothing written).
+ * the node runs 1.1.0) and a non-admin key's 403s (exit 77, one-line reason, nothing written).
  * On SQLITE ONLY (it provisions a second, `archive` node for them): the flag refusals, the
  * breaking canary, rollout groups, a failing rollout (start --watch exit 6 at the failure
  * threshold, retry-node, force without --yes -> failed, exit 1), pause / resume / rollback
@@ -242,7 +242,7 @@ describe.each(DIALECTS)('rollout commands on %s (against nodeplane up with real 
     expect(none.stdout.trim()).toBe('No rollouts match these filters.')
   })
 
-  it('a key without the admin scope: exit 1 and a one-line reason for create, signals and retry-node; nothing is written', { timeout: 120_000 }, async () => {
+  it('a key without the admin scope: exit 77 and a one-line reason for create, signals and retry-node; nothing is written', { timeout: 120_000 }, async () => {
     const before = await rollouts()
     const done = before[0] as RolloutView
     expect(done.status).toBe('completed')
@@ -261,7 +261,7 @@ describe.each(DIALECTS)('rollout commands on %s (against nodeplane up with real 
     ]
     for (const args of attempts) {
       const refused = await run(args, viewer)
-      expect(refused.exitCode, args.join(' ')).toBe(1)
+      expect(refused.exitCode, args.join(' ')).toBe(77)
       expect(refused.stdout, args.join(' ')).toBe('')
       // The reason is one line (the hint under it is indented); no stack trace.
       const [reason, ...rest] = refused.stderr.trimEnd().split('\n')
@@ -270,8 +270,8 @@ describe.each(DIALECTS)('rollout commands on %s (against nodeplane up with real 
       expect(refused.stderr).not.toMatch(/^\s+at /m)
     }
     const refusedJson = await run(['rollout', 'list', '--json'], viewer)
-    expect(refusedJson.exitCode).toBe(1)
-    expect(json<ErrorOutput>(refusedJson).error).toMatchObject({ name: 'ForbiddenError', exit_code: 1, message: expect.stringMatching(/scope "admin"/) })
+    expect(refusedJson.exitCode).toBe(77)
+    expect(json<ErrorOutput>(refusedJson).error).toMatchObject({ name: 'ForbiddenError', exit_code: 77, message: expect.stringMatching(/scope "admin"/) })
     // Nothing written: the same rollouts, the refused signals left no trace on the one that exists.
     expect(await rollouts()).toEqual(before)
     expect(Number(((await db('rollout_groups').count({ n: '*' }).first()) as { n: unknown }).n)).toBe(0)

@@ -71,7 +71,7 @@ describe('nodeplane up: auth-server, local operator and its admin key', () => {
     expect(secondKey).toMatch(KEY_SHAPE)
     expect(secondKey).not.toBe(firstKey)
     const old = await nodeplane(['whoami'], { cwd: dir, env: { ...env, NODEPLANE_API_KEY: firstKey } })
-    expect(old.exitCode).toBe(1)
+    expect(old.exitCode).toBe(77)
     expect(old.stderr.split('\n')[0]).toMatch(/^Error: not authenticated by http:\/\/127\.0\.0\.1:\d+: .*revoked/)
     const users = await nodeplane(['user', 'list', '--json'], { cwd: dir, env })
     expect(JSON.parse(users.stdout).users.filter((u: { email: string }) => u.email === 'operator@localhost')).toHaveLength(1)

@@ -46,8 +46,8 @@ describe('API client', () => {
 
   it.each([
     [400, 2, 'ValidationError'],
-    [401, 1, 'UnauthorizedError'],
-    [403, 1, 'ForbiddenError'],
+    [401, 77, 'UnauthorizedError'],
+    [403, 77, 'ForbiddenError'],
     [404, 3, 'NotFoundError'],
     [409, 4, 'ConflictError'],
     [429, 1, 'RateLimitedError'],
