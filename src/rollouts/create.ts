@@ -188,6 +188,10 @@ function resolveTuning(body: { strategy?: RolloutStrategy | undefined; batch_siz
  * binary and target fields; any of them also sent must agree) or manual mode. 400 for any
  * invalid field, 409 while the chain has an active rollout or rollout group.
  */
+function noWayBack(profile: ChainProfile, sourceVersion: string): string {
+  return `body.source_version: chain ${profile.id} has no release ${sourceVersion} (releases: ${profile.releases.map((r) => r.version).join(', ')}) and no rollout installed it; the nodes must be able to go back to the source version`
+}
+
 export async function createRollout(db: Queryable, request: unknown, options: CreateOptions): Promise<RolloutRecord> {
   const body = parseBody(createRolloutRequest, request)
   const problems: string[] = []
@@ -215,6 +219,9 @@ export async function createRollout(db: Queryable, request: unknown, options: Cr
     const compatible = manifest.data.state_compatibility.compatible_source_versions
     if (!compatible.includes(body.source_version)) {
       problems.push(`body.source_version: upgrade ${manifest.upgrade_id} applies to ${compatible.join(', ')}, not ${body.source_version}`)
+    } else if (!(await artifactOf(db, options.catalogue, profile.id, body.source_version, { nodeType: body.node_type }))) {
+      // As in manual mode (below): the nodes must be able to go back.
+      problems.push(noWayBack(profile, body.source_version))
     }
     target = {
       binary_name: manifest.binary_name,
@@ -231,11 +238,7 @@ export async function createRollout(db: Queryable, request: unknown, options: Cr
     // profile or the one a rollout installed it with (node-upgrade.ts, artifactOf). Without one,
     // those nodes would end failed_rollback/degraded, or silently on the target after a
     // rollback; refuse it here instead.
-    if (!(await artifactOf(db, options.catalogue, profile.id, body.source_version, { nodeType: body.node_type }))) {
-      problems.push(
-        `body.source_version: chain ${profile.id} has no release ${body.source_version} (releases: ${profile.releases.map((r) => r.version).join(', ')}) and no rollout installed it; in manual mode the nodes must be able to go back to the source version`,
-      )
-    }
+    if (!(await artifactOf(db, options.catalogue, profile.id, body.source_version, { nodeType: body.node_type }))) problems.push(noWayBack(profile, body.source_version))
     if (body.binary_name !== undefined && body.binary_name !== profile.binary_name) problems.push(oneBinaryProblem('body.binary_name', profile, body.binary_name))
     // The schema made these required in manual mode.
     target = {

@@ -15,6 +15,7 @@ import { ConflictError, ValidationError } from '../../../src/errors.js'
 import { componentRollout, createRollout, createRolloutGroup, type CreateOptions } from '../../../src/rollouts/create.js'
 import { getRollout, getRolloutGroup, insertRollout, updateGroupStatus } from '../../../src/rollouts/store.js'
 import { createTestDatabase, DIALECTS, type TestDatabase } from '../../helpers/db.js'
+import { tempDir } from '../../helpers/cli.js'
 import { at, CHECKSUM_110, T0 } from './helpers.js'
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..')
@@ -122,6 +123,18 @@ describe.each(DIALECTS)('creating rollouts on %s', (dialect) => {
     }
     const incompatible = await rejection(createRollout(db, { ...AUTO, source_version: '0.9.0' }, options()))
     expect((incompatible as ValidationError).details).toBe('body.source_version: upgrade devnet-1.1.0 applies to 1.0.0, not 0.9.0')
+    // A manifest for a source the nodes could not go back to: no release, no rollout installed it.
+    const dir = tempDir()
+    fs.mkdirSync(path.join(dir, 'upgrades', 'devnet'), { recursive: true })
+    const manifest = fs.readFileSync(path.join(repoRoot, 'upgrades/devnet/devnet-1.1.0.yaml'), 'utf8')
+    fs.writeFileSync(
+      path.join(dir, 'upgrades/devnet/from-105.yaml'),
+      manifest.replace(/^artifact: .*$/m, `artifact: ${release110Url}`).replace('compatible_source_versions: ["1.0.0"]', 'compatible_source_versions: ["1.0.5"]'),
+    )
+    const noWayBack = await rejection(createRollout(db, { ...AUTO, upgrade_id: 'from-105', source_version: '1.0.5' }, { ...options(), configDir: dir }))
+    expect((noWayBack as ValidationError).details).toBe(
+      'body.source_version: chain devnet has no release 1.0.5 (releases: 1.0.0, 1.1.0) and no rollout installed it; the nodes must be able to go back to the source version',
+    )
     const missing = await rejection(createRollout(db, { ...AUTO, upgrade_id: 'devnet-9.9.9' }, options()))
     expect((missing as ValidationError).message).toBe('no upgrade manifest upgrades/devnet/devnet-9.9.9.yaml')
     expect(await count(db, 'rollouts')).toBe(0)
@@ -165,7 +178,7 @@ describe.each(DIALECTS)('creating rollouts on %s', (dialect) => {
     expect(unknown).toBeInstanceOf(ValidationError)
     expect((unknown as ValidationError).message).toBe('invalid request')
     expect((unknown as ValidationError).details).toBe(
-      'body.source_version: chain devnet has no release 0.9.0 (releases: 1.0.0, 1.1.0) and no rollout installed it; in manual mode the nodes must be able to go back to the source version',
+      'body.source_version: chain devnet has no release 0.9.0 (releases: 1.0.0, 1.1.0) and no rollout installed it; the nodes must be able to go back to the source version',
     )
     expect(await count(db, 'rollouts')).toBe(0)
     // Listed with the other problems of the same request, in one 400.
