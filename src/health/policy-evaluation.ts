@@ -56,38 +56,34 @@ export function ruleResult(rule: HealthRule, value: number | undefined): Applica
   return 'ok'
 }
 
-/** The application_health a fresh report earns under `policy`; `derived` holds metrics like block_lag. */
-export function applicationHealthFor(report: AgentReport, policy: HealthPolicy, derived: Record<string, number> = {}): ApplicationHealth {
-  return judgeReport(report, policy, derived).health
-}
-
-export interface Judgement {
-  health: ApplicationHealth
-  /** What made it worse than ok, for the health event's reason: `rpc_up 0 (critical below 1)`. */
-  findings: string[]
-}
-
-export function judgeReport(report: AgentReport, policy: HealthPolicy, derived: Record<string, number> = {}): Judgement {
-  if (report.process_state === 'starting') return { health: 'unknown', findings: [] }
+/**
+ * The application_health a fresh report earns under `policy`; `derived` holds metrics like
+ * block_lag. With `findings`, what made it worse than ok is pushed there for the health event's
+ * reason (`rpc_up 0 (critical below 1)`): only for a change, not on every node of every cycle.
+ */
+export function applicationHealthFor(report: AgentReport, policy: HealthPolicy, derived: Record<string, number> = {}, findings?: string[]): ApplicationHealth {
+  if (report.process_state === 'starting') return 'unknown'
   // No chain process to probe: its metrics are missing, so no rule would fire.
-  if (report.process_state === 'stopped' || report.process_state === 'unconfigured') return { health: 'critical', findings: [`chain process ${report.process_state}`] }
+  if (report.process_state === 'stopped' || report.process_state === 'unconfigured') {
+    findings?.push(`chain process ${report.process_state}`)
+    return 'critical'
+  }
   let health: ApplicationHealth = 'ok'
-  const findings: string[] = []
   if (report.process_state === 'crash_loop') {
     health = policy.crash_loop
-    findings.push('chain process crash-looping')
+    findings?.push('chain process crash-looping')
   }
   for (const rule of policy.rules) {
     const value = derived[rule.metric] ?? report.metrics[rule.metric]
     const result = ruleResult(rule, value)
     if (result === 'ok') continue
     health = worst(health, result)
-    findings.push(`${rule.metric} ${value} (${describeBreach(rule, result, value as number)})`)
+    findings?.push(`${rule.metric} ${value} (${describeBreach(rule, result, value as number)})`)
   }
-  return { health, findings }
+  return health
 }
 
-function describeBreach(rule: HealthRule, level: 'degraded' | 'critical' | 'unknown', value: number): string {
+function describeBreach(rule: HealthRule, level: ApplicationHealth, value: number): string {
   const below = level === 'critical' ? rule.critical_below : rule.degraded_below
   return below !== undefined && value < below ? `${level} below ${below}` : `${level} above ${level === 'critical' ? rule.critical_above : rule.degraded_above}`
 }
@@ -186,8 +182,12 @@ export async function evaluatePolicies(db: Db, options: PolicyEvaluationOptions)
     const { report } = node
     if (report && report.reported_at.getTime() < node.state_changed_at.getTime()) continue
     const policy = policyOf(options.catalogue, node.chain_profile_id)
-    const { health: to, findings } = report ? judgeReport(report, policy, derivedMetrics(report, policy, heads.get(node.chain_profile_id))) : { health: 'unknown' as const, findings: [] }
-    if (to !== node.application_health) targets.push({ node, to, findings })
+    const derived = report ? derivedMetrics(report, policy, heads.get(node.chain_profile_id)) : {}
+    const to = report ? applicationHealthFor(report, policy, derived) : 'unknown'
+    if (to === node.application_health) continue
+    const findings: string[] = []
+    if (report) applicationHealthFor(report, policy, derived, findings)
+    targets.push({ node, to, findings })
   }
 
   const result: PolicyEvaluationResult = { evaluated: fleet.length, changes: [], conflicts: 0 }

@@ -164,7 +164,6 @@ export function cryptoBaseUnits(config: PricingConfig, currency: CryptoCurrency,
   return (top + bottom - 1n) / bottom
 }
 
-/** Base units as a decimal string in whole tokens, e.g. 25000000n USDC -> "25.000000". */
 /** formatTokenAmount's inverse: "0.004500000000000000" ETH -> 4500000000000000n. */
 export function parseTokenAmount(currency: CryptoCurrency, amount: string): bigint {
   const decimals = TOKEN_DECIMALS[currency]
@@ -173,6 +172,7 @@ export function parseTokenAmount(currency: CryptoCurrency, amount: string): bigi
   return BigInt(`${match[1]}${match[2]}`)
 }
 
+/** Base units as a decimal string in whole tokens, e.g. 25000000n USDC -> "25.000000". */
 export function formatTokenAmount(currency: CryptoCurrency, baseUnits: bigint): string {
   const decimals = TOKEN_DECIMALS[currency]
   const text = baseUnits.toString().padStart(decimals + 1, '0')

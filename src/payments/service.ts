@@ -163,6 +163,9 @@ function sameRequest(payment: PaymentRecord, request: z.output<typeof initiatePa
   )
 }
 
+/** closeAndCancel's answer: the canceled payment, or why it was not canceled. */
+type CancelOutcome = PaymentRecord | 'paid' | 'moved' | 'reattached'
+
 export class PaymentService {
   private readonly now: () => Date
   private readonly log: Logger
@@ -378,23 +381,12 @@ export class PaymentService {
     const found = await this.getPayment(paymentId, customerId)
     const notPending = (status: string) => new PaymentPreconditionError(`payment ${found.id} is ${status}; only a pending payment can be canceled`)
     if (found.status !== 'pending') throw notPending(found.status)
-    let closed: 'closed' | 'paid'
-    try {
-      closed = await this.closeAtProvider(found)
-    } catch (err) {
-      this.log.warn({ err, payment_id: found.id, provider: found.provider }, 'could not close the session at the provider; the payment stays pending')
-      throw new UnavailableError(`payment provider ${found.provider} could not close the payment's session`, 'the payment is still pending; try again')
-    }
-    if (closed === 'paid') throw new PaymentPreconditionError(`payment ${found.id} has been paid at its provider; it completes as soon as the provider's notification arrives`)
-    const canceled = await this.deps.db.transaction(async (trx) => {
-      const current = await findPaymentForUpdate(trx, found.id)
-      if (current?.status !== 'pending') throw notPending(current?.status ?? 'gone')
-      // Its session was attached after it was read (InitiatePayment finishing meanwhile): that
-      // session is open, so start over and close it first.
-      if (current.providerReference !== found.providerReference) return undefined
-      return transitionPayment(trx, { paymentId: found.id, to: 'canceled', context, failureReason: reason.slice(0, 500) || 'canceled', now: this.now() })
-    })
-    return canceled ?? this.cancelPayment(paymentId, customerId, reason, context)
+    const outcome = await this.closeAndCancel(found, reason.slice(0, 500) || 'canceled', context)
+    if (outcome === 'paid') throw new PaymentPreconditionError(`payment ${found.id} has been paid at its provider; it completes as soon as the provider's notification arrives`)
+    if (outcome === 'moved') throw notPending((await findPayment(this.deps.db, found.id))?.status ?? 'gone')
+    // Its session was attached after it was read: start over, closing that one first.
+    if (outcome === 'reattached') return this.cancelPayment(paymentId, customerId, reason, context)
+    return outcome
   }
 
   /**
@@ -410,24 +402,41 @@ export class PaymentService {
     for (const { id } of due) {
       const payment = await findPayment(this.deps.db, id)
       if (payment?.status !== 'pending') continue
+      let outcome: CancelOutcome
       try {
-        if ((await this.closeAtProvider(payment)) === 'paid') {
-          this.log.warn({ payment_id: id, provider: payment.provider }, 'session expired here but paid at the provider; its notification completes the payment')
-          continue
-        }
+        outcome = await this.closeAndCancel(payment, 'session expired', { actor: 'system:session-expiry' })
       } catch (err) {
-        this.log.warn({ err, payment_id: id, provider: payment.provider }, 'could not close the expired session at the provider; trying again next run')
-        continue
+        if (!(err instanceof UnavailableError)) throw err
+        continue // trying again next run
       }
-      const canceled = await this.deps.db.transaction(async (trx) => {
-        const current = await findPaymentForUpdate(trx, id)
-        // A session attached since it was read is still open: the next run closes it first.
-        if (current?.status !== 'pending' || current.providerReference !== payment.providerReference) return undefined
-        return transitionPayment(trx, { paymentId: id, to: 'canceled', context: { actor: 'system:session-expiry' }, failureReason: 'session expired', now })
-      })
-      if (canceled) expired++
+      if (outcome === 'paid') this.log.warn({ payment_id: id, provider: payment.provider }, 'session expired here but paid at the provider; its notification completes the payment')
+      // 'moved' and 'reattached' (a session attached since it was read) wait for the next run.
+      if (typeof outcome === 'object') expired++
     }
     return expired
+  }
+
+  /**
+   * Closes the payment's session at its provider, then cancels the payment if it is still pending
+   * with that same session (a session attached since `payment` was read is open: `reattached`).
+   * `paid`: the payer paid already, nothing canceled. A provider that cannot be reached is an
+   * UnavailableError, the payment left pending.
+   */
+  private async closeAndCancel(payment: PaymentRecord, failureReason: string, context: AuditContext): Promise<CancelOutcome> {
+    let closed: 'closed' | 'paid'
+    try {
+      closed = await this.closeAtProvider(payment)
+    } catch (err) {
+      this.log.warn({ err, payment_id: payment.id, provider: payment.provider }, 'could not close the session at the provider; the payment stays pending')
+      throw new UnavailableError(`payment provider ${payment.provider} could not close the payment's session`, 'the payment is still pending; try again')
+    }
+    if (closed === 'paid') return 'paid'
+    return this.deps.db.transaction(async (trx) => {
+      const current = await findPaymentForUpdate(trx, payment.id)
+      if (current?.status !== 'pending') return 'moved'
+      if (current.providerReference !== payment.providerReference) return 'reattached'
+      return transitionPayment(trx, { paymentId: payment.id, to: 'canceled', context, failureReason, now: this.now() })
+    })
   }
 
   /** The provider's cancel (nothing to close without a provider session). */

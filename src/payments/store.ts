@@ -230,12 +230,12 @@ export async function insertPayment(trx: Queryable, payment: NewPayment, context
   return (await findPayment(trx, payment.id)) as PaymentRecord
 }
 
-/** What the provider learned when it set the payment up (checkout session, crypto instructions). */
 /**
- * Attaches the provider's session to a payment still pending and returns the payment's status
- * (`pending` when attached). One no longer pending (canceled while the session was being created,
- * or already moved on by a retry that attached the same session) keeps only the reference, for
- * tracing: no checkout url or crypto instructions are handed out for it.
+ * What the provider learned when it set the payment up (checkout session, crypto instructions),
+ * attached to a payment still pending; returns the payment's status (`pending` when attached).
+ * One no longer pending (canceled while the session was being created, or already moved on by a
+ * retry that attached the same session) keeps only the reference, for tracing: no checkout url
+ * or crypto instructions are handed out for it.
  */
 export async function attachProviderSession(trx: Queryable, paymentId: string, session: ProviderSession, now: Date): Promise<string | undefined> {
   const values: Row = { updated_at: now }

@@ -183,15 +183,16 @@ function resolveTuning(body: { strategy?: RolloutStrategy | undefined; batch_siz
   }
 }
 
+/** A node that fails its health validation, or a full rollback, takes it back to the source version. */
+function noWayBack(profile: ChainProfile, sourceVersion: string): string {
+  return `body.source_version: chain ${profile.id} has no release ${sourceVersion} (releases: ${profile.releases.map((r) => r.version).join(', ')}) and no rollout installed it; the nodes must be able to go back to the source version`
+}
+
 /**
  * POST /api/v1/rollouts: a `pending` rollout in auto mode (upgrade_id: the manifest fills the
  * binary and target fields; any of them also sent must agree) or manual mode. 400 for any
  * invalid field, 409 while the chain has an active rollout or rollout group.
  */
-function noWayBack(profile: ChainProfile, sourceVersion: string): string {
-  return `body.source_version: chain ${profile.id} has no release ${sourceVersion} (releases: ${profile.releases.map((r) => r.version).join(', ')}) and no rollout installed it; the nodes must be able to go back to the source version`
-}
-
 export async function createRollout(db: Queryable, request: unknown, options: CreateOptions): Promise<RolloutRecord> {
   const body = parseBody(createRolloutRequest, request)
   const problems: string[] = []

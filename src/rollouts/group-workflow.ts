@@ -22,8 +22,8 @@ import type { Db, Queryable } from '../db/knex.js'
 import { sendSignal, startWorkflow, StepFailedError, type WorkflowContext, type WorkflowRegistry } from '../workflows/index.js'
 import { componentRollout } from './create.js'
 import { notifyOperator, publishRolloutEvent, rolloutProgress } from './events.js'
-import { previousConfiguration } from './node-configuration.js'
-import { rollBackNode, rollbackStepTimeoutMs, type NodeUpgradeDeps } from './node-upgrade.js'
+import { rollBackRolloutNodes } from './node-configuration.js'
+import { rollbackStepTimeoutMs, type NodeUpgradeDeps } from './node-upgrade.js'
 import { UPGRADEABLE_STATES } from './planning.js'
 import type { RolloutGroupStatus, RolloutStatus } from './states.js'
 import {
@@ -230,7 +230,6 @@ async function startComponent(deps: NodeUpgradeDeps, groupId: string, index: num
   })
 }
 
-/** The version most of the group's upgradeable nodes run now, other than the target. */
 /** The version most of the component's nodes (its node type, not the group's) run, other than the target. */
 export async function currentVersion(db: Queryable, chainProfileId: string, nodeType: string, target: string): Promise<string | null> {
   const rows = (await db('nodes')
@@ -382,13 +381,6 @@ async function rollBackComponent(deps: NodeUpgradeDeps, groupId: string, index: 
   const rollout = (await listGroupRollouts(deps.db, groupId)).find((r) => r.component_index === index)
   if (!rollout) return 0
   const nodes = (await listRolloutNodes(deps.db, rollout.id)).filter((n) => n.status === 'succeeded' || n.status === 'in_progress' || n.status === 'validating')
-  await Promise.all(
-    nodes.map(async (n) => {
-      if (!n.previous_version || !n.previous_binary_url || !n.previous_checksum) return undefined
-      const previous = { version: n.previous_version, url: n.previous_binary_url, checksum: n.previous_checksum }
-      const config = await previousConfiguration(deps, rollout, n.node_id, previous.version)
-      return rollBackNode(deps, { rolloutId: rollout.id, chainProfileId: rollout.chain_profile_id, binaryName: rollout.binary_name, ...previous, ...config, healthWaitMs: rollout.health_wait_duration_ms }, { id: n.id, nodeId: n.node_id }, heartbeat)
-    }),
-  )
+  await rollBackRolloutNodes(deps, rollout, nodes, heartbeat)
   return nodes.length
 }

@@ -6,8 +6,9 @@ import type { Db } from '../db/knex.js'
 import type { Logger } from '../log.js'
 import type { ChainCatalogue } from '../config/chains.js'
 import { installedConfigChanges, renderInstalledConfiguration } from '../provisioning/configure.js'
-import type { UpgradeTarget } from './node-upgrade.js'
-import type { RolloutRecord } from './store.js'
+import { rollBackNode, type NodeUpgradeDeps, type UpgradeTarget } from './node-upgrade.js'
+import { fromJson } from '../db/dialect.js'
+import type { RolloutNodeRecord, RolloutRecord } from './store.js'
 
 interface ConfigurationDeps {
   db: Db
@@ -45,6 +46,22 @@ export async function previousConfiguration(
 /** The port the node's current configuration was rendered with (its latest configure). */
 export async function rpcPortOf(db: Db, nodeId: string): Promise<number> {
   const row = (await db('agent_commands').where({ node_id: nodeId, type: 'configure', status: 'completed' }).orderBy('created_at', 'desc').first('payload')) as { payload: unknown } | undefined
-  const payload = row ? (typeof row.payload === 'string' ? (JSON.parse(row.payload) as { rpc_port?: number }) : (row.payload as { rpc_port?: number })) : undefined
-  return payload?.rpc_port ?? 8545
+  return (row ? fromJson<{ rpc_port?: number }>(row.payload).rpc_port : undefined) ?? 8545
+}
+
+/**
+ * Rolls these nodes of rollout `r` back to the version each ran before it, with that version's
+ * configuration, in parallel (a full rollback's batch, a group's component). A node without a
+ * recorded previous version and artifact is left as it is.
+ */
+export async function rollBackRolloutNodes(deps: NodeUpgradeDeps, r: RolloutRecord, nodes: readonly RolloutNodeRecord[], heartbeat: () => void): Promise<void> {
+  await Promise.all(
+    nodes.map(async (n) => {
+      if (!n.previous_version || !n.previous_binary_url || !n.previous_checksum) return undefined
+      const previous = { version: n.previous_version, url: n.previous_binary_url, checksum: n.previous_checksum }
+      const config = await previousConfiguration(deps, r, n.node_id, previous.version)
+      const target: UpgradeTarget = { rolloutId: r.id, chainProfileId: r.chain_profile_id, binaryName: r.binary_name, ...previous, ...config, healthWaitMs: r.health_wait_duration_ms }
+      return rollBackNode(deps, target, { id: n.id, nodeId: n.node_id }, heartbeat)
+    }),
+  )
 }

@@ -17,8 +17,8 @@ import type { Db } from '../db/knex.js'
 import { sendSignal, StepFailedError, type WorkflowContext, type WorkflowRegistry } from '../workflows/index.js'
 import { notifyOperator, publishRolloutEvent, rolloutProgress } from './events.js'
 import { renderConfigChanges } from './manifests.js'
-import { previousConfiguration, rpcPortOf } from './node-configuration.js'
-import { rollBackNode, rollbackStepTimeoutMs, upgradeNode, type NodeUpgradeDeps, type UpgradeTarget } from './node-upgrade.js'
+import { previousConfiguration, rollBackRolloutNodes, rpcPortOf } from './node-configuration.js'
+import { rollbackStepTimeoutMs, upgradeNode, type NodeUpgradeDeps, type UpgradeTarget } from './node-upgrade.js'
 import { assignBatches, eligibleNodeIds } from './planning.js'
 import type { RolloutStatus } from './states.js'
 import { CONTROL_SIGNAL, GROUP_CONTROL_SIGNAL, GROUP_WORKFLOW, ROLLOUT_WORKFLOW, type ControlSignal, type GroupControlSignal } from './workflow-names.js'
@@ -411,15 +411,7 @@ async function rollback(ctx: WorkflowContext, deps: RolloutDeps, rolloutId: stri
 async function rollBackBatch(deps: RolloutDeps, rolloutId: string, batch: number, heartbeat: () => void): Promise<{ nodes: number }> {
   const r = await requireRollout(deps.db, rolloutId)
   const nodes = (await listRolloutNodes(deps.db, rolloutId)).filter((n) => n.batch_index === batch && ['succeeded', 'in_progress', 'validating'].includes(n.status))
-  await Promise.all(
-    nodes.map(async (n) => {
-      if (!n.previous_version || !n.previous_binary_url || !n.previous_checksum) return undefined
-      const previous = { version: n.previous_version, url: n.previous_binary_url, checksum: n.previous_checksum }
-      const config = await previousConfiguration(deps, r, n.node_id, previous.version)
-      const target: UpgradeTarget = { rolloutId, chainProfileId: r.chain_profile_id, binaryName: r.binary_name, ...previous, ...config, healthWaitMs: r.health_wait_duration_ms }
-      return rollBackNode(deps, target, { id: n.id, nodeId: n.node_id }, heartbeat)
-    }),
-  )
+  await rollBackRolloutNodes(deps, r, nodes, heartbeat)
   return { nodes: nodes.length }
 }
 
