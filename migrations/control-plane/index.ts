@@ -8,6 +8,7 @@ import * as healthEvaluation from './0006_health_evaluation.js'
 import * as incidents from './0007_incidents.js'
 import * as uptime from './0008_uptime.js'
 import * as rollouts from './0009_rollouts.js'
+import * as provisionRetries from './0010_provision_retries.js'
 
 /** In order; a released migration is never edited, a change is a new entry. */
-export const controlPlaneMigrations: readonly Migration[] = [initialSchema, authServer, agents, nodeKeys, payments, healthEvaluation, incidents, uptime, rollouts]
+export const controlPlaneMigrations: readonly Migration[] = [initialSchema, authServer, agents, nodeKeys, payments, healthEvaluation, incidents, uptime, rollouts, provisionRetries]
