@@ -27,6 +27,7 @@ import { redactDatabaseUrl } from '../src/db/url.js'
 import { ConflictError } from '../src/errors.js'
 import { openEventBus } from '../src/events/open-bus.js'
 import { createLogger } from '../src/log.js'
+import { scheduleBackupPurge } from '../src/provisioning/backup-store.js'
 import { ensureSecrets } from '../src/secrets/setup.js'
 import { paymentClientFromSettings } from '../src/payments/client.js'
 import { ensurePaymentDevCertificates, paymentsCaDir } from '../src/payments/tls.js'
@@ -80,6 +81,7 @@ export default class Up extends BaseCommand<typeof Up> {
         { db, logger: logFor('orchestrator'), masterKey: secrets.masterKey, chains },
       )
       resources.add('orchestrator', startOrchestrator(config, { db, logger: logFor('orchestrator'), registry: orchestratorWorkflows(lifecycle) }), (w) => w.stop())
+      resources.add('backup purge', scheduleBackupPurge({ db, logger: logFor('orchestrator'), storeUrl: lifecycle.backupStoreUrl }), (j) => j.stop())
       resources.add('health-evaluator', await startHealthEvaluator(config, { db, bus, logger: logFor('health-evaluator'), chains }), (h) => h.stop())
       // The payment service with its own database, and mutual TLS even here (`nodeplane certs dev` set).
       const paymentsDb = resources.add('payments database', await openDatabase(config.PAYMENTS_DATABASE_URL, 'nodeplane-up-payments', logger), (d) => d.destroy())

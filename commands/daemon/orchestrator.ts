@@ -10,6 +10,7 @@ import { openMasterKey } from '../../src/secrets/master-key.js'
 import { ensureServerKeyPair } from '../../src/secrets/server-key.js'
 import { openChainCatalogueFromSettings } from '../../src/config/chain-source.js'
 import { openEventBus } from '../../src/events/open-bus.js'
+import { scheduleBackupPurge } from '../../src/provisioning/backup-store.js'
 
 export default class DaemonOrchestrator extends BaseCommand<typeof DaemonOrchestrator> {
   static override summary = 'Run the orchestrator daemon: executes durable workflows (provisioning, migrations, rollouts) and activates paid subscriptions'
@@ -31,8 +32,9 @@ export default class DaemonOrchestrator extends BaseCommand<typeof DaemonOrchest
       // Captured chain keys come back sealed to the server key: make sure there is one.
       await ensureServerKeyPair(db, masterKey)
       const chains = resources.add('chain catalogue', await openChainCatalogueFromSettings(config, logger), (c) => c.close())
-      const registry = orchestratorWorkflows(await lifecycleDeps(config, { db, logger, masterKey, chains }))
-      const worker = resources.add('workflow worker', startOrchestrator(config, { db, logger, registry }), (w) => w.stop())
+      const lifecycle = await lifecycleDeps(config, { db, logger, masterKey, chains })
+      const worker = resources.add('workflow worker', startOrchestrator(config, { db, logger, registry: orchestratorWorkflows(lifecycle) }), (w) => w.stop())
+      resources.add('backup purge', scheduleBackupPurge({ db, logger, storeUrl: lifecycle.backupStoreUrl }), (j) => j.stop())
       // Added last: closed first, so no payment event is handled while the worker and database close.
       resources.add('payment consumer', await startPaymentActivation(config, { bus, db, logger, chains }), (s) => s.close())
       return worker.owner

@@ -10,6 +10,7 @@ import { commandPayloads, isCommandType, type CommandPayload, type CommandType }
 import { ensureInstalled, type FetchLike } from './artifacts.js'
 import { backupToStore, restoreFromStore } from './backup.js'
 import { captureKeys, injectKeys, loadOrCreateAgentKey } from './keys.js'
+import { open, type SealedBox } from '../secrets/sealed-box.js'
 import type { ChainSupervisor, SupervisorStatus } from './supervisor.js'
 import { runUpgrade, type ProgressReport, type UpgradeFaults } from './upgrade.js'
 import {
@@ -55,6 +56,21 @@ export function createExecutor(options: ExecutorOptions): Executor {
   const inFlight = new Map<string, Promise<unknown>>()
   let queue: Promise<unknown> = Promise.resolve()
 
+  /** The backup key, unsealed with this agent's key for one command and overwritten after it. */
+  async function withBackupKey<T>(sealed: SealedBox, fn: (key: Uint8Array) => Promise<T>): Promise<T> {
+    let key: Uint8Array
+    try {
+      key = open(sealed, loadOrCreateAgentKey(stateDir).secretKey)
+    } catch (err) {
+      throw new Error(`the backup key: ${(err as Error).message}; was it sealed to this agent's public key?`)
+    }
+    try {
+      return await fn(key)
+    } finally {
+      key.fill(0)
+    }
+  }
+
   const handlers: { [T in CommandType]: (id: string, payload: CommandPayload<T>, report: ProgressReport) => Promise<unknown> } = {
     configure: async (_id, p, report) => {
       assertSafeSegment(p.binary_name, 'binary_name')
@@ -95,11 +111,11 @@ export function createExecutor(options: ExecutorOptions): Executor {
     capture_keys: async (_id, p) => captureKeys(stateDir, p.paths, p.recipient_public_key),
     backup: async (_id, p, report) => {
       report.progress('backup', `writing backup ${p.backup_id}`)
-      return backupToStore(stateDir, p.store_url, p.backup_id, clock(), logger)
+      return withBackupKey(p.key, (key) => backupToStore(stateDir, p.store_url, p.backup_id, key, clock(), logger))
     },
     restore: async (_id, p, report) => {
       report.progress('restore', `restoring backup ${p.backup_id}`)
-      return restoreFromStore(stateDir, supervisor, p.store_url, p.backup_id, logger)
+      return withBackupKey(p.key, (key) => restoreFromStore(stateDir, supervisor, p.store_url, p.backup_id, key, logger))
     },
     upgrade: async (id, p, report) =>
       runUpgrade(

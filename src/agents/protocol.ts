@@ -152,8 +152,9 @@ export const commandPayloads = {
     /** X25519 public key (base64) the captured keys are sealed to. */
     recipient_public_key: z.string().min(1).max(64),
   }),
-  backup: z.object({ backup_id: z.string().regex(/^[A-Za-z0-9._-]{1,100}$/), store_url: fileUrl }),
-  restore: z.object({ backup_id: z.string().regex(/^[A-Za-z0-9._-]{1,100}$/), store_url: fileUrl }),
+  /** `key`: the backup's key (src/secrets/backup-keys.ts), sealed to the agent's X25519 key. */
+  backup: z.object({ backup_id: z.string().regex(/^[A-Za-z0-9._-]{1,100}$/), store_url: fileUrl, key: sealedBox }),
+  restore: z.object({ backup_id: z.string().regex(/^[A-Za-z0-9._-]{1,100}$/), store_url: fileUrl, key: sealedBox }),
   upgrade: z.object({
     /** The binary the artifact is a release of: refused unless it is the one the node runs. */
     binary_name: z.string().min(1).max(100).regex(/^[A-Za-z0-9._-]+$/).optional(),

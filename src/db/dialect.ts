@@ -32,6 +32,18 @@ export function toBool(value: unknown): boolean {
   return value === true || value === 1 || value === '1' || value === 't' || value === 'true'
 }
 
+/**
+ * After deleting secrets: SQLite (with `secure_delete`, src/db/knex.ts) has zeroed them in the
+ * database file, but the write-ahead log still holds the pages as they were until a checkpoint;
+ * a TRUNCATE checkpoint copies the zeroed pages back and empties the log. Best effort: a reader
+ * holding an old snapshot makes it return busy, and the next one does it. Postgres keeps dead
+ * rows until VACUUM and its WAL until recycled: documented (docs/secrets.md), not done here.
+ */
+export async function forgetDeletedRows(db: Queryable): Promise<void> {
+  if (isPostgres(db)) return
+  await db.raw('PRAGMA wal_checkpoint(TRUNCATE)')
+}
+
 /** Value to bind into a json/jsonb column. */
 export function toJson(value: unknown): string {
   return JSON.stringify(value)

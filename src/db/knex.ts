@@ -55,6 +55,9 @@ export function createDatabaseFor(target: DatabaseTarget, options: DatabaseOptio
             conn.pragma('journal_mode = WAL')
             conn.pragma('synchronous = NORMAL')
             conn.pragma('foreign_keys = ON')
+            // Deleted rows are overwritten with zeros, not left in free space: a deleted key or
+            // sealed secret must not be readable from a copy of the file (docs/secrets.md).
+            conn.pragma('secure_delete = ON')
             cachePreparedStatements(conn)
             done(null, conn)
           } catch (err) {

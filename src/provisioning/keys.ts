@@ -6,8 +6,10 @@
  */
 import { findRegistration } from '../agents/registrations.js'
 import type { ChainProfile, ProfileInput } from '../config/chains.js'
+import { toJson } from '../db/dialect.js'
 import type { Queryable } from '../db/knex.js'
 import { ValidationError } from '../errors.js'
+import { deriveBackupKey } from '../secrets/backup-keys.js'
 import { createDataKey, deleteNodeKeys, loadDataKey } from '../secrets/data-keys.js'
 import { decryptNodeKeys, generateNodeKey, storeNodeKey, type NodeKeyType } from '../secrets/node-keys.js'
 import { seal, type SealedBox } from '../secrets/sealed-box.js'
@@ -170,7 +172,36 @@ export async function markInputsApplied(db: Queryable, subscriptionId: string, r
     .update({ status: 'applied', applied_at: now, updated_at: now })
 }
 
-/** Spec: keys are deleted with the node; recovery is then impossible. */
-export async function deleteKeys(db: Queryable, nodeId: string): Promise<void> {
-  await deleteNodeKeys(db, nodeId)
+/**
+ * The key of the node's backup `backupId`, sealed to an agent's X25519 key (base64) for a backup
+ * or restore command: the command row then holds nothing that opens the backup once that host is
+ * gone. NotFoundError when the node has no data key (its keys were deleted: nothing to back up).
+ */
+export async function sealedBackupKey(deps: Pick<LifecycleDeps, 'db' | 'masterKey'>, nodeId: string, backupId: string, agentPublicKey: string): Promise<SealedBox> {
+  const dataKey = await loadDataKey(deps.db, deps.masterKey, nodeId)
+  const key = deriveBackupKey(dataKey, backupId)
+  try {
+    return seal(key, Buffer.from(agentPublicKey, 'base64'))
+  } finally {
+    key.fill(0)
+    dataKey.destroy()
+  }
+}
+
+/** Commands whose payload or result carries key material, sealed to a host's or the server's key. */
+const KEY_BEARING_COMMANDS = ['inject_keys', 'capture_keys', 'backup', 'restore']
+
+/**
+ * Spec: keys are deleted with the node; recovery is then impossible. Besides the chain keys and
+ * the data key, the node's command rows lose the sealed boxes they carried: a `capture_keys`
+ * result is sealed to the server key, which outlives the node and would still open it. Call it
+ * in one transaction.
+ */
+export async function deleteKeys(db: Queryable, nodeId: string): Promise<{ keys: number; dataKeys: number; commandsScrubbed: number }> {
+  const deleted = await deleteNodeKeys(db, nodeId)
+  const scrubbed = await db('agent_commands')
+    .where({ node_id: nodeId })
+    .whereIn('type', KEY_BEARING_COMMANDS)
+    .update({ payload: toJson({ scrubbed: 'key material deleted with the node' }), result: null })
+  return { ...deleted, commandsScrubbed: Number(scrubbed) }
 }

@@ -21,6 +21,7 @@ import { findRegistration } from '../agents/registrations.js'
 import { createAgentToken, revokeAgentToken } from '../agents/tokens.js'
 import { getProfile } from '../config/chains.js'
 import { lockRow } from '../db/dialect.js'
+import { BACKUP_FORMAT } from '../secrets/backup-keys.js'
 import type { Queryable } from '../db/knex.js'
 import { applyHealthUpdate, forceNodeState } from '../nodes/health-state-machine.js'
 import { findNode, type NodeRecord } from '../nodes/node-store.js'
@@ -30,7 +31,7 @@ import { runAgentCommand } from './agent-calls.js'
 import { configureNode, installedConfigChanges } from './configure.js'
 import { providerFor, type LifecycleDeps } from './deps.js'
 import type { Host } from './infrastructure/types.js'
-import { injectNodeKeys } from './keys.js'
+import { injectNodeKeys, sealedBackupKey } from './keys.js'
 import { recordHost } from './provision.js'
 
 export const MIGRATE_WORKFLOW = 'migrate'
@@ -198,10 +199,19 @@ export function migrateWorkflow(deps: LifecycleDeps) {
         // scratch would silently drop chain state the node may need (e.g. a validator's).
         await ctx.step(
           'restore-snapshot',
-          (step) =>
+          async (step) =>
             runAgentCommand(
               deps,
-              { nodeId, type: 'restore', payload: { backup_id: migrationBackupId(nodeId), store_url: deps.backupStoreUrl }, key: `${ctx.runId}:restore` },
+              {
+                nodeId,
+                type: 'restore',
+                payload: {
+                  backup_id: migrationBackupId(nodeId),
+                  store_url: deps.backupStoreUrl,
+                  key: await sealedBackupKey(deps, nodeId, migrationBackupId(nodeId), agent.public_key),
+                },
+                key: `${ctx.runId}:restore`,
+              },
               step.heartbeat,
             ),
           { preset: 'agentWait', timeoutMs: deps.commandTimeoutMs + 60_000, retry: { maxAttempts: 3 } },
@@ -364,7 +374,16 @@ async function backupOldHost(deps: LifecycleDeps, plan: MigrationPlan, commandKe
   try {
     const result = (await runAgentCommand(
       { ...deps, commandTimeoutMs: Math.min(deps.commandTimeoutMs, OLD_HOST_BACKUP_TIMEOUT_MS) },
-      { nodeId: plan.node.id, type: 'backup', payload: { backup_id: migrationBackupId(plan.node.id), store_url: deps.backupStoreUrl }, key: commandKey },
+      {
+        nodeId: plan.node.id,
+        type: 'backup',
+        payload: {
+          backup_id: migrationBackupId(plan.node.id),
+          store_url: deps.backupStoreUrl,
+          key: await sealedBackupKey(deps, plan.node.id, migrationBackupId(plan.node.id), registration.public_key),
+        },
+        key: commandKey,
+      },
       heartbeat,
       { abandonOnDisconnect: true },
     )) as { size_bytes: number; file_count: number }
@@ -414,7 +433,9 @@ export async function findBackup(storeUrl: string, backupId: string): Promise<Ba
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { found: false }
     throw err
   }
-  const manifest = JSON.parse(text) as { created_at?: unknown; size_bytes?: unknown; file_count?: unknown }
+  const manifest = JSON.parse(text) as { created_at?: unknown; size_bytes?: unknown; file_count?: unknown; encryption?: { format?: unknown } }
+  // A snapshot written before backups were encrypted is not restored; the purge removes it.
+  if (manifest.encryption?.format !== BACKUP_FORMAT) return { found: false }
   return {
     found: true,
     created_at: typeof manifest.created_at === 'string' ? manifest.created_at : null,

@@ -4,12 +4,15 @@
  * budget; one that still fails is recorded and skipped, so a node always ends `terminated`.
  */
 import { revokeAgentToken } from '../agents/tokens.js'
+import { forgetDeletedRows } from '../db/dialect.js'
+import { deleteSealedInputs } from '../subscriptions/inputs.js'
 import { applyHealthUpdate } from '../nodes/health-state-machine.js'
 import { findNode } from '../nodes/node-store.js'
 import { isTerminalState } from '../nodes/states.js'
 import { StepFailedError, type WorkflowContext } from '../workflows/index.js'
 import { runAgentCommand } from './agent-calls.js'
 import { providerFor, type LifecycleDeps } from './deps.js'
+import { deleteNodeBackups } from './backup-store.js'
 import { deleteKeys } from './keys.js'
 
 export const TERMINATE_WORKFLOW = 'terminate'
@@ -37,7 +40,7 @@ export function terminateWorkflow(deps: LifecycleDeps) {
       if (node.state === 'terminated') return { skip: 'node is already terminated' }
       // A failed node stays failed (terminal), but what it may still hold — a host kept by a
       // migration that failed before its new host existed, its keys — is cleaned up all the same.
-      return { provider: node.provider, host_id: node.host_id, failed: isTerminalState(node.state) }
+      return { provider: node.provider, host_id: node.host_id, failed: isTerminalState(node.state), subscription_id: node.subscription_id }
     })
     if ('skip' in target) return { node_id: input.nodeId, outcome: 'skipped', skipped_steps: [], reason: target.skip }
 
@@ -69,7 +72,19 @@ export function terminateWorkflow(deps: LifecycleDeps) {
     })
     await bestEffort('delete-keys', async () => {
       await revokeAgentToken(deps.db, input.nodeId, now())
-      await deleteKeys(deps.db, input.nodeId)
+      await deps.db.transaction(async (trx) => {
+        await deleteKeys(trx, input.nodeId)
+        // A failed node's subscription may be provisioned again (with the secrets it was given);
+        // a terminated node's secrets die with it.
+        if (!target.failed) await deleteSealedInputs(trx, [target.subscription_id])
+      })
+      await forgetDeletedRows(deps.db)
+    })
+    // The snapshot is already undecryptable (its key derives from the data key just deleted);
+    // the files go too.
+    await bestEffort('delete-backups', async () => {
+      const removed = await deleteNodeBackups(deps.backupStoreUrl, input.nodeId)
+      if (removed.length > 0) deps.logger.info({ node_id: input.nodeId, removed }, 'node backups deleted')
     })
     await bestEffort('destroy-infrastructure', async () => {
       if (target.host_id) await providerFor(deps, target.provider).destroyHost(target.host_id)

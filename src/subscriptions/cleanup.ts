@@ -11,9 +11,10 @@
  *    so the next run deletes it.
  * 2. active with expires_at <= now -> expiring, grace_period_expires_at = now + grace (nodes
  *    keep running); a `subscription_expiring` notification.
- * 3. expiring with grace_period_expires_at <= now -> terminated; every node not yet terminated
- *    gets its terminate workflow (idempotent: workflow key = node id; the workflow deletes the
- *    host and the node's keys); a `subscription_terminated` notification.
+ * 3. expiring with grace_period_expires_at <= now -> terminated; its secret provisioning inputs
+ *    are deleted; every node not yet terminated gets its terminate workflow (idempotent:
+ *    workflow key = node id; the workflow deletes the host, the node's keys and its backups); a
+ *    `subscription_terminated` notification.
  *
  * Each step is set-based: a few statements per batch of up to `batchSize` subscriptions, each
  * batch one transaction (status change, workflow starts and notifications commit together).
@@ -24,6 +25,7 @@ import { cronEvery, schedulePeriodicJob, type PeriodicJob } from '../jobs/period
 import type { Logger } from '../log.js'
 import { createNotifications } from '../notifications/notifications.js'
 import { requestTermination } from '../provisioning/triggers.js'
+import { deleteSealedInputs } from './inputs.js'
 import { transitionSubscriptionsWhere, type MovedSubscription } from './lifecycle.js'
 
 export const SUBSCRIPTION_CLEANUP_JOB = 'subscription-cleanup'
@@ -127,6 +129,9 @@ async function terminateBatch(trx: Tx, now: Date, limit: number): Promise<{ term
     limit,
   })
   if (moved.length === 0) return { terminated: 0, started: 0 }
+  // Spec: keys are deleted when the subscription terminates. Its nodes' terminate workflows
+  // delete the node keys and backups; the secrets the user gave go here, failed nodes or none.
+  await deleteSealedInputs(trx, moved.map((m) => m.id))
   // Failed nodes too: the terminate workflow cleans up what they may still hold (host, keys).
   const nodes = (await trx('nodes')
     .whereIn('subscription_id', moved.map((m) => m.id))

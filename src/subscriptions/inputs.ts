@@ -322,3 +322,14 @@ export async function missingRequiredInputs(db: Queryable, catalogue: ChainCatal
   )
   return required.filter((spec) => !provided.has(spec.name)).map((spec) => spec.name)
 }
+
+/**
+ * Deletes the subscription's secret inputs (issue 15: a user-provided secret dies with the
+ * node). The sealed boxes are sealed to the server key, which outlives every node, so only
+ * deleting them makes them unrecoverable; a later provisioning asks for them again. Returns the
+ * number deleted.
+ */
+export async function deleteSealedInputs(db: Queryable, subscriptionIds: readonly string[]): Promise<number> {
+  if (subscriptionIds.length === 0) return 0
+  return Number(await db('provisioning_inputs').whereIn('subscription_id', subscriptionIds).andWhere((q) => q.where('type', 'secret').orWhereNotNull('sealed_value')).delete())
+}

@@ -1,11 +1,14 @@
+import crypto from 'node:crypto'
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import { afterEach, describe, expect, it } from 'vitest'
 import { snapshotState } from '../../../src/agent/backup.js'
 import { createExecutor, type Executor } from '../../../src/agent/executor.js'
+import { loadOrCreateAgentKey } from '../../../src/agent/keys.js'
 import { pruneBackups, readActiveDeployment, type StateDir } from '../../../src/agent/state-dir.js'
 import { ChainSupervisor, isProcessAlive } from '../../../src/agent/supervisor.js'
+import { seal, type SealedBox } from '../../../src/secrets/sealed-box.js'
 import { activateFixture, fileUrl, killAll, removeStateDir, silentLogger, tempStateDir } from '../../fixtures/agent/helpers.js'
 
 const quiet = { progress: () => undefined }
@@ -16,6 +19,20 @@ function writeFiles(root: string, files: Record<string, string>): void {
     fs.mkdirSync(path.dirname(path.join(root, rel)), { recursive: true })
     fs.writeFileSync(path.join(root, rel), content)
   }
+}
+
+/** Every file under `root`, as bytes. */
+function readBytes(root: string): Buffer[] {
+  const out: Buffer[] = []
+  const walk = (d: string) => {
+    for (const e of fs.readdirSync(d, { withFileTypes: true })) {
+      const p = path.join(d, e.name)
+      if (e.isDirectory()) walk(p)
+      else if (e.isFile()) out.push(fs.readFileSync(p))
+    }
+  }
+  walk(root)
+  return out
 }
 
 function readTree(root: string): Record<string, string> {
@@ -60,6 +77,9 @@ describe('backup and restore', () => {
   }
 
   const chainData = { 'chain.json': '{"height":42}\n', nodekey: 'abc\n', 'db/blocks/000001.log': 'block data' }
+  // The backup key the control plane derives; each test node gets it sealed to its own agent key.
+  const backupKey = crypto.randomBytes(32)
+  const sealedFor = (dir: StateDir, key: Uint8Array = backupKey): SealedBox => seal(key, loadOrCreateAgentKey(dir).publicKey)
 
   it('backs up data/, config/ and active.json, then restores data over changed data with the process stopped', async () => {
     const { dir, supervisor, executor } = node()
@@ -69,7 +89,7 @@ describe('backup and restore', () => {
     writeFiles(dir.configDir, { 'node.json': '{"port":1}' })
     const url = storeUrl()
 
-    const backup = (await executor.execute({ id: 'backup-1', type: 'backup', payload: { backup_id: 'b-1', store_url: url } }, quiet)) as Record<string, unknown>
+    const backup = (await executor.execute({ id: 'backup-1', type: 'backup', payload: { backup_id: 'b-1', store_url: url, key: sealedFor(dir) } }, quiet)) as Record<string, unknown>
     const activeSize = fs.statSync(dir.activeFile).size
     const dataBytes = Object.values(chainData).reduce((n, c) => n + Buffer.byteLength(c), 0)
     expect(backup).toEqual({
@@ -78,8 +98,11 @@ describe('backup and restore', () => {
       file_count: 5,
       size_bytes: dataBytes + Buffer.byteLength('{"port":1}') + activeSize,
     })
-    expect(readTree(path.join(store!, 'backups', 'b-1', 'data'))).toEqual(chainData)
-    expect(readTree(path.join(store!, 'backups', 'b-1', 'config'))).toEqual({ 'node.json': '{"port":1}' })
+    // The same files, each encrypted: nothing of their content is in the store.
+    expect(Object.keys(readTree(path.join(store!, 'backups', 'b-1', 'data'))).sort()).toEqual(Object.keys(chainData).sort())
+    for (const bytes of readBytes(path.join(store!, 'backups', 'b-1'))) {
+      for (const content of [...Object.values(chainData), '{"port":1}']) expect(bytes.includes(Buffer.from(content))).toBe(false)
+    }
 
     // The chain moves on, then the node is restored while running.
     await supervisor.start()
@@ -87,7 +110,7 @@ describe('backup and restore', () => {
     pids.add(pid)
     writeFiles(dir.dataDir, { 'chain.json': '{"height":99}\n', 'db/blocks/000002.log': 'newer block' })
     writeFiles(dir.configDir, { 'node.json': '{"port":2}' })
-    const restore = await executor.execute({ id: 'restore-1', type: 'restore', payload: { backup_id: 'b-1', store_url: url } }, quiet)
+    const restore = await executor.execute({ id: 'restore-1', type: 'restore', payload: { backup_id: 'b-1', store_url: url, key: sealedFor(dir) } }, quiet)
     expect(restore).toEqual({ backup_id: 'b-1', restored: ['data'], file_count: 3, size_bytes: dataBytes })
     expect(readTree(dir.dataDir)).toEqual(chainData)
     // A configured node keeps its own configuration; restore does not start the process.
@@ -102,10 +125,10 @@ describe('backup and restore', () => {
     writeFiles(source.dir.dataDir, chainData)
     writeFiles(source.dir.configDir, { 'node.json': '{"port":1}' })
     const url = storeUrl()
-    await source.executor.execute({ id: 'backup-1', type: 'backup', payload: { backup_id: 'b-1', store_url: url } }, quiet)
+    await source.executor.execute({ id: 'backup-1', type: 'backup', payload: { backup_id: 'b-1', store_url: url, key: sealedFor(source.dir) } }, quiet)
 
     const target = node()
-    const restore = await target.executor.execute({ id: 'restore-1', type: 'restore', payload: { backup_id: 'b-1', store_url: url } }, quiet)
+    const restore = await target.executor.execute({ id: 'restore-1', type: 'restore', payload: { backup_id: 'b-1', store_url: url, key: sealedFor(target.dir) } }, quiet)
     expect(restore).toMatchObject({ restored: ['data', 'config', 'active.json'], file_count: 5 })
     expect(readTree(target.dir.dataDir)).toEqual(chainData)
     expect(readTree(target.dir.configDir)).toEqual({ 'node.json': '{"port":1}' })
@@ -117,13 +140,50 @@ describe('backup and restore', () => {
     const { dir, executor } = node()
     writeFiles(dir.dataDir, chainData)
     const url = storeUrl()
-    await expect(executor.execute({ id: 'restore-1', type: 'restore', payload: { backup_id: 'nope', store_url: url } }, quiet)).rejects.toThrow(
+    await expect(executor.execute({ id: 'restore-1', type: 'restore', payload: { backup_id: 'nope', store_url: url, key: sealedFor(dir) } }, quiet)).rejects.toThrow(
       `backup nope not found in ${path.join(store!, 'backups')}`,
     )
-    await expect(executor.execute({ id: 'restore-2', type: 'restore', payload: { backup_id: 'nope', store_url: 'https://example.com/x' } }, quiet)).rejects.toThrow(
+    await expect(executor.execute({ id: 'restore-2', type: 'restore', payload: { backup_id: 'nope', store_url: 'https://example.com/x', key: sealedFor(dir) } }, quiet)).rejects.toThrow(
       /store_url: only file:\/\/ stores are supported/,
     )
     expect(readTree(dir.dataDir)).toEqual(chainData)
+  })
+
+  it('refuses a restore under another key, from another backup id, or of a plaintext snapshot, and leaves the running chain and its data alone', async () => {
+    const source = node()
+    writeFiles(source.dir.dataDir, chainData)
+    const url = storeUrl()
+    await source.executor.execute({ id: 'backup-1', type: 'backup', payload: { backup_id: 'b-1', store_url: url, key: sealedFor(source.dir) } }, quiet)
+
+    const { dir, supervisor, executor } = node()
+    activateFixture(dir, 'sleeper.mjs')
+    supervisor.reload()
+    const own = { 'chain.json': '{"height":7}\n' }
+    writeFiles(dir.dataDir, own)
+    await supervisor.start()
+    const pid = supervisor.status().pid!
+    pids.add(pid)
+    // Another node's backup key (another data key) does not open this backup.
+    await expect(
+      executor.execute({ id: 'restore-1', type: 'restore', payload: { backup_id: 'b-1', store_url: url, key: sealedFor(dir, crypto.randomBytes(32)) } }, quiet),
+    ).rejects.toThrow(/does not authenticate under the backup key/)
+    // The right key, but the snapshot moved under another backup id: bound to its id, it does not decrypt.
+    fs.cpSync(path.join(store!, 'backups', 'b-1'), path.join(store!, 'backups', 'b-2'), { recursive: true })
+    await expect(executor.execute({ id: 'restore-2', type: 'restore', payload: { backup_id: 'b-2', store_url: url, key: sealedFor(dir) } }, quiet)).rejects.toThrow(
+      /does not authenticate under the backup key/,
+    )
+    // A key sealed to another agent does not open here.
+    await expect(
+      executor.execute({ id: 'restore-3', type: 'restore', payload: { backup_id: 'b-1', store_url: url, key: sealedFor(source.dir) } }, quiet),
+    ).rejects.toThrow(/the backup key: .*sealed to this agent's public key/)
+    // A plaintext snapshot (as written before backups were encrypted) is not restored.
+    await snapshotState(source.dir, path.join(store!, 'backups', 'b-plain'), new Date())
+    await expect(executor.execute({ id: 'restore-4', type: 'restore', payload: { backup_id: 'b-plain', store_url: url, key: sealedFor(dir) } }, quiet)).rejects.toThrow(
+      /is not encrypted/,
+    )
+    expect(readTree(dir.dataDir)).toEqual(own)
+    expect(isProcessAlive(pid)).toBe(true)
+    expect(fs.readdirSync(dir.root).filter((n) => n.startsWith('.restore-'))).toEqual([])
   })
 
   it('prunes upgrade backups once they are 24 hours old (injected clock)', async () => {

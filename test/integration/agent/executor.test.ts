@@ -1,8 +1,11 @@
+import crypto from 'node:crypto'
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import { afterEach, describe, expect, it } from 'vitest'
 import { CommandError, createExecutor, type Executor } from '../../../src/agent/executor.js'
+import { loadOrCreateAgentKey } from '../../../src/agent/keys.js'
+import { seal } from '../../../src/secrets/sealed-box.js'
 import { readActiveDeployment, readCommandJournal, releaseBinaryPath, type StateDir } from '../../../src/agent/state-dir.js'
 import { ChainSupervisor, isProcessAlive } from '../../../src/agent/supervisor.js'
 import { fileUrl, fixture, killAll, removeStateDir, sha256Of, silentLogger, tempStateDir } from '../../fixtures/agent/helpers.js'
@@ -114,7 +117,8 @@ describe('command executor', () => {
     const { dir, executor } = node()
     const { report } = recorder()
     store = fs.mkdtempSync(path.join(os.tmpdir(), 'nodeplane-store-'))
-    const backup = { id: 'backup-1', type: 'backup', payload: { backup_id: 'b-1', store_url: fileUrl(store) } }
+    const key = seal(crypto.randomBytes(32), loadOrCreateAgentKey(dir).publicKey)
+    const backup = { id: 'backup-1', type: 'backup', payload: { backup_id: 'b-1', store_url: fileUrl(store), key } }
 
     // Concurrent duplicates share one run.
     const [first, concurrent] = await Promise.all([executor.execute(backup, report), executor.execute(backup, report)])
@@ -137,7 +141,7 @@ describe('command executor', () => {
     expect((again as Error).message).toMatch(/not configured/)
     expect(supervisor?.status().process_state).toBe('stopped')
 
-    await expect(executor.execute({ ...backup, payload: { backup_id: 'b-2', store_url: fileUrl(store) } }, report)).rejects.toThrow(
+    await expect(executor.execute({ ...backup, payload: { backup_id: 'b-2', store_url: fileUrl(store), key } }, report)).rejects.toThrow(
       'command id backup-1 was already used for a different command',
     )
   })

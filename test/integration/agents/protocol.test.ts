@@ -8,6 +8,7 @@ import type { Db } from '../../../src/db/knex.js'
 import { fromJson, toDateOrNull } from '../../../src/db/dialect.js'
 import { healthEventSubject } from '../../../src/nodes/health-state-machine.js'
 import { findNode } from '../../../src/nodes/node-store.js'
+import { seal } from '../../../src/secrets/sealed-box.js'
 import { createTestDatabase, DIALECTS, type TestDatabase } from '../../helpers/db.js'
 import { insertTestNode, setNodeState } from '../../helpers/fixtures.js'
 import { freePort, waitFor } from '../../helpers/ports.js'
@@ -213,7 +214,7 @@ describe.each(DIALECTS)('agent protocol over gRPC with TLS on %s', (dialect) => 
     runner.handlers.set('restore', () => new Promise(() => {}))
     const { client } = agent(g.target, nodeId, token, runner, { progressCheckIntervalMs: 15 })
     await client.start()
-    const command = await enqueueCommand(db, { nodeId, type: 'restore', payload: { backup_id: 'b1', store_url: 'file:///tmp/backups' } })
+    const command = await enqueueCommand(db, { nodeId, type: 'restore', payload: { backup_id: 'b1', store_url: 'file:///tmp/backups', key: seal(new Uint8Array(32), new Uint8Array(32).fill(9)) } })
 
     const early = await waitFor(async () => {
       const c = await getCommand(db, command.id)
