@@ -10,7 +10,7 @@
  * deeper than that is out of scope: the watcher notices that the cursor block's hash changed,
  * logs an error and stops advancing until an operator reconciles (docs: "Reorgs").
  */
-import { getAddress, Interface, JsonRpcProvider, type Log } from 'ethers'
+import { getAddress, Interface, JsonRpcProvider, zeroPadValue, type Log } from 'ethers'
 import { lockRow } from '../db/dialect.js'
 import type { Db, Queryable } from '../db/knex.js'
 import { UnavailableError } from '../errors.js'
@@ -116,6 +116,15 @@ interface Cursor {
   hash: string | null
 }
 
+/** A transfer in full payment of a payment, in a block the watcher has not applied yet. */
+export interface UnappliedPayment {
+  txHash: string
+  blockNumber: number
+}
+
+/** Ranges a cancel reads at most for unapplied transfers (a watcher further behind is lagging). */
+const MAX_UNAPPLIED_RANGES = 10
+
 export class CryptoWatcher {
   private readonly log: Logger
   private readonly currencyByContract: Map<string, CryptoCurrency>
@@ -125,6 +134,7 @@ export class CryptoWatcher {
   private timer: NodeJS.Timeout | undefined
   private stopped = true
   private haltedReason: string | undefined
+  private appliedBlockTime: { block: number; hash: string; timestamp: Date } | undefined
 
   constructor(private readonly options: CryptoWatcherOptions) {
     this.log = options.logger.child({ component: 'crypto-watcher' })
@@ -194,6 +204,60 @@ export class CryptoWatcher {
       last = to
     }
     return { fromBlock: cursor.block + 1, toBlock: last, transfers }
+  }
+
+  /**
+   * How far in time the applied blocks reach: the timestamp of the cursor block (undefined before
+   * the first run). Block timestamps grow along the chain, so every block stamped before it has
+   * been applied, and each transfer in those blocks has already had its effect on its payment.
+   */
+  async appliedUntil(): Promise<Date | undefined> {
+    const { rpc, chain } = await this.connect()
+    const cursor = await this.readCursor(chain)
+    if (!cursor || cursor.block < 0) return undefined
+    const cached = this.appliedBlockTime
+    if (cached && cached.block === cursor.block && cached.hash === cursor.hash?.toLowerCase()) return cached.timestamp
+    const block = await rpc.getBlock(cursor.block)
+    if (!block?.hash) throw new UnavailableError(`crypto RPC has no block ${cursor.block} on ${chain}`)
+    if (cursor.hash !== null && block.hash.toLowerCase() !== cursor.hash.toLowerCase()) {
+      throw new UnavailableError(`block ${cursor.block} on ${chain} is no longer ${cursor.hash}: the watcher is halted by a deep reorg (docs/payments-crypto.md, Reorgs)`)
+    }
+    const timestamp = new Date(block.timestamp * 1000)
+    this.appliedBlockTime = { block: cursor.block, hash: block.hash.toLowerCase(), timestamp }
+    return timestamp
+  }
+
+  /**
+   * A transfer paying `payment` in full (its memo, token and our receiver) in the blocks after the
+   * cursor, confirmed or not: the watcher completes the payment when it gets there, so a cancel
+   * must not overtake it. Throws when the watcher is too far behind to look through quickly.
+   */
+  async findUnappliedPayment(payment: PaymentRecord): Promise<UnappliedPayment | undefined> {
+    const contract = payment.crypto ? this.options.contracts.get(payment.crypto.currency) : undefined
+    if (!payment.crypto || !contract) return undefined
+    const owed = BigInt(payment.crypto.amountBaseUnits)
+    const { rpc, chain } = await this.connect()
+    const head = await rpc.getBlockNumber()
+    const cursor = await this.readCursor(chain)
+    const first = (cursor?.block ?? -1) + 1
+    const maxRange = this.options.maxBlockRange ?? DEFAULT_MAX_BLOCK_RANGE
+    if (head - first + 1 > maxRange * MAX_UNAPPLIED_RANGES) {
+      throw new UnavailableError(`the crypto watcher is ${head - first + 1} blocks behind the head of ${chain}; a payment cannot be canceled until it catches up`)
+    }
+    const topics = [TRANSFER_WITH_MEMO_TOPIC, null, zeroPadValue(this.receiver, 32), payment.crypto.memo.toLowerCase()]
+    for (let from = first; from <= head; from += maxRange) {
+      const logs = await rpc.getLogs({ address: contract, topics, fromBlock: from, toBlock: Math.min(head, from + maxRange - 1) })
+      for (const log of logs) {
+        let value: bigint | undefined
+        try {
+          value = BigInt(eventInterface.parseLog({ topics: [...log.topics], data: log.data })?.args.value as bigint)
+        } catch {
+          value = undefined // not decodable: the watcher skips it too
+        }
+        if (value !== undefined && value >= owed) return { txHash: log.transactionHash.toLowerCase(), blockNumber: log.blockNumber }
+      }
+    }
+    return undefined
   }
 
   private async readCursor(chain: string): Promise<Cursor | undefined> {

@@ -77,6 +77,10 @@ export interface EvmChain {
   tokenContractsText: string
   blockNumber(): Promise<number>
   mine(blocks?: number): Promise<void>
+  /** Stamps the blocks mined from now on `seconds` later (block time only moves forward). */
+  increaseTime(seconds: number): Promise<void>
+  /** The newest block's timestamp. */
+  headTime(): Promise<Date>
   snapshot(): Promise<string>
   revert(id: string): Promise<void>
   stop(): Promise<void>
@@ -122,6 +126,14 @@ export async function startEvmChain(): Promise<EvmChain> {
     blockNumber: () => provider.getBlockNumber(),
     async mine(blocks = 1) {
       await send('evm_mine', [{ blocks }])
+    },
+    async increaseTime(seconds: number) {
+      await send('evm_increaseTime', [seconds])
+    },
+    async headTime() {
+      const block = await provider.getBlock('latest')
+      if (!block) throw new Error('ganache has no latest block')
+      return new Date(block.timestamp * 1000)
     },
     async snapshot() {
       return String(await send('evm_snapshot', []))

@@ -2,16 +2,15 @@
  * The crypto provider (payment service spec: method `crypto`; docs/payments-crypto.md).
  * InitiatePayment hands out where to pay: our receiver address, the token contract of the
  * payment's currency (for ETH the EthMemoRouter) and the chain id; the memo and the amount are
- * already on the payment. Nothing is held on chain per payment, so there is nothing to cancel
- * there: the background watcher (crypto-watcher.ts) completes the payment when the
- * `TransferWithMemo` log is confirmed.
+ * already on the payment. The background watcher (crypto-watcher.ts) completes the payment when
+ * the `TransferWithMemo` log is confirmed; cancel and session expiry wait for it (cancelPayment).
  */
 import { getAddress, isAddress } from 'ethers'
-import { ConfigError, ValidationError } from '../../errors.js'
+import { ConfigError, UnavailableError, ValidationError } from '../../errors.js'
 import { CRYPTO_PROVIDER_NAME, CryptoWatcher, type CryptoWatcherOptions } from '../crypto-watcher.js'
 import { PaymentPreconditionError } from '../errors.js'
 import { isCryptoCurrency, type CryptoCurrency } from '../states.js'
-import type { PaymentRecord } from '../store.js'
+import { findPaymentByProviderReference, type PaymentRecord } from '../store.js'
 import type { PaymentProvider, ProviderContext, ProviderPaymentStatus, ProviderSession } from './provider.js'
 
 /**
@@ -97,8 +96,27 @@ export class CryptoProvider implements PaymentProvider {
     return row?.status ?? 'unknown'
   }
 
-  async cancelPayment(): Promise<'closed'> {
-    // Nothing is held on chain per payment. A transfer arriving after the cancel is recorded as `late`.
+  /**
+   * Nothing is held on chain per payment; what a cancel must not do is overtake a transfer the
+   * watcher has not applied yet (it lags by the confirmation depth at least, more when the RPC
+   * or the service was down). Session expiry: a transfer mined before `expires_at` pays the
+   * payment, so the payment expires only once the watcher has applied every block stamped before
+   * `expires_at` (the cursor block's timestamp is at or past it); until then this throws and the
+   * payment stays pending. A cancel asked before expiry: `paid` when a transfer paying it in
+   * full is in the blocks not applied yet, confirmed or not. A transfer mined after the cancel
+   * (or in a block stamped at or after `expires_at`, once expired) is recorded as `late`.
+   */
+  async cancelPayment(providerReference: string): Promise<'closed' | 'paid'> {
+    const payment = await findPaymentByProviderReference(this.options.db, this.name, providerReference.toLowerCase())
+    if (payment?.status !== 'pending') return 'closed'
+    if (this.options.now().getTime() < payment.expiresAt.getTime()) return (await this.watcher.findUnappliedPayment(payment)) ? 'paid' : 'closed'
+    const appliedUntil = await this.watcher.appliedUntil()
+    if (!appliedUntil || appliedUntil.getTime() < payment.expiresAt.getTime()) {
+      throw new UnavailableError(
+        `payment ${payment.id} expired at ${payment.expiresAt.toISOString()} but the crypto watcher has applied the chain only up to ${appliedUntil?.toISOString() ?? 'nothing yet'}`,
+        'it expires once the watcher has applied every block stamped before its expiry (a transfer may still be in the blocks not applied yet)',
+      )
+    }
     return 'closed'
   }
 

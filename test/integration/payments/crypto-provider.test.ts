@@ -6,7 +6,7 @@
  */
 import crypto from 'node:crypto'
 import type { Contract } from 'ethers'
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { fromJson } from '../../../src/db/dialect.js'
 import type { Db } from '../../../src/db/knex.js'
 import { ConfigError, UnavailableError } from '../../../src/errors.js'
@@ -73,6 +73,9 @@ describe.each(DIALECTS)('crypto provider on %s', (dialect) => {
   let provider: CryptoProvider
   let service: PaymentService
   let options: CryptoProviderOptions
+  // The service's and the provider's clock; set by the expiry tests, wall time otherwise.
+  let fixedNow: Date | undefined
+  const now = () => fixedNow ?? new Date()
 
   beforeAll(async () => {
     tdb = await createTestDatabase(dialect, { database: 'payments' })
@@ -80,7 +83,7 @@ describe.each(DIALECTS)('crypto provider on %s', (dialect) => {
     options = {
       db,
       logger,
-      now: () => new Date(),
+      now,
       rpcUrl: chain.rpcUrl,
       receiverAddress: chain.receiverAddress,
       contracts: parseTokenContracts(chain.tokenContractsText),
@@ -90,7 +93,11 @@ describe.each(DIALECTS)('crypto provider on %s', (dialect) => {
       startBlock: (await chain.blockNumber()) + 1,
     }
     provider = new CryptoProvider(options)
-    service = new PaymentService({ db, logger, pricing: () => pricing, providers: new ProviderRegistry([provider]) })
+    service = new PaymentService({ db, logger, pricing: () => pricing, providers: new ProviderRegistry([provider]), now })
+  })
+
+  afterEach(() => {
+    fixedNow = undefined
   })
 
   afterAll(async () => {
@@ -335,6 +342,125 @@ describe.each(DIALECTS)('crypto provider on %s', (dialect) => {
     expect(resumed.halted).toBeUndefined()
     expect(resumed.toBlock).toBe((await chain.blockNumber()) - CONFIRMATIONS)
     expect(await provider.health()).toEqual({ ok: true })
+  })
+
+  describe('session expiry and cancel never overtake a transfer the watcher has not applied', () => {
+    const EXPIRY_MS = 30 * 60_000
+
+    /** A USDC payment created at the chain's current time, with the watcher up to date. */
+    async function paymentAtChainTime(): Promise<PaymentRecord> {
+      await provider.watcher.poll()
+      fixedNow = await chain.headTime()
+      const payment = await newPayment('USDC')
+      expect(payment.expiresAt.getTime()).toBe(fixedNow.getTime() + EXPIRY_MS)
+      return payment
+    }
+
+    /**
+     * Runs the expiry job with the service's clock past the payment's expiry, and past any
+     * back-off an earlier run left on it (at most an hour); the chain's blocks stay where they are.
+     */
+    async function expireLater(payment: PaymentRecord): Promise<void> {
+      fixedNow = new Date(Math.max(fixedNow?.getTime() ?? 0, payment.expiresAt.getTime()) + 2 * 3_600_000)
+      await service.expireSessions()
+    }
+
+    /** The next blocks are stamped after the payment's expiry. */
+    async function chainPastExpiry(payment: PaymentRecord): Promise<void> {
+      await chain.increaseTime(Math.ceil((payment.expiresAt.getTime() - (await chain.headTime()).getTime()) / 1000) + 60)
+    }
+
+    it('keeps a payment whose transfer was mined before expiry but not yet confirmed, and completes it on confirmation', async () => {
+      const payment = await paymentAtChainTime()
+      const paid = await payToken(chain.usdc, chain.receiverAddress, USDC_OWED, payment.crypto?.memo as string)
+      await chain.mine(CONFIRMATIONS - 1)
+      expect((await provider.watcher.poll()).transfers).toEqual([])
+
+      await expireLater(payment)
+      expect(await status(payment.id)).toBe('pending')
+
+      await chain.mine(1)
+      expect((await provider.watcher.poll()).transfers.map((t) => [t.txHash, t.outcome])).toEqual([[paid.txHash, 'matched']])
+      expect(await status(payment.id)).toBe('completed')
+      expect(await outbox(payment.id)).toEqual(['payment.completed'])
+    })
+
+    it('does not expire a payment while the watcher lags behind its expiry: a confirmed transfer it has not read yet completes it', async () => {
+      const payment = await paymentAtChainTime()
+      const paid = await payToken(chain.usdc, chain.receiverAddress, USDC_OWED, payment.crypto?.memo as string)
+      // Blocks stamped after the expiry confirm the transfer, but the watcher has not read them.
+      await chainPastExpiry(payment)
+      await chain.mine(CONFIRMATIONS + 2)
+
+      await expireLater(payment)
+      expect(await status(payment.id)).toBe('pending')
+
+      await provider.watcher.poll()
+      expect(await status(payment.id)).toBe('completed')
+      expect(await transfersOf(paid.txHash)).toMatchObject([{ outcome: 'matched', payment_id: payment.id }])
+      expect(await outbox(payment.id)).toEqual(['payment.completed'])
+    })
+
+    it('expires an unpaid payment once the watcher has applied a block stamped after its expiry; a transfer after that is late', async () => {
+      const payment = await paymentAtChainTime()
+      await expireLater(payment)
+      expect(await status(payment.id)).toBe('pending')
+
+      await chainPastExpiry(payment)
+      // Mined after the expiry, but not yet confirmed: the watcher has not applied it.
+      await chain.mine(1)
+      await provider.watcher.poll()
+      await expireLater(payment)
+      expect(await status(payment.id)).toBe('pending')
+
+      await confirmAndPoll()
+      await expireLater(payment)
+      const expired = (await findPayment(db, payment.id)) as PaymentRecord
+      expect(expired.status).toBe('canceled')
+      expect(expired.failureReason).toBe('session expired')
+
+      const paid = await payToken(chain.usdc, chain.receiverAddress, USDC_OWED, payment.crypto?.memo as string)
+      await confirmAndPoll()
+      expect(await transfersOf(paid.txHash)).toMatchObject([{ outcome: 'late', payment_id: payment.id }])
+      expect(await outbox(payment.id)).toEqual(['payment.canceled'])
+    })
+
+    it('expires a payment whose transfer, mined before its expiry, was reorganised away before its confirmations', async () => {
+      const payment = await paymentAtChainTime()
+      const snapshot = await chain.snapshot()
+      const paid = await payToken(chain.usdc, chain.receiverAddress, USDC_OWED, payment.crypto?.memo as string)
+      await chain.mine(CONFIRMATIONS - 1)
+      await provider.watcher.poll()
+      await expireLater(payment)
+      expect(await status(payment.id)).toBe('pending')
+
+      await chain.revert(snapshot)
+      await chainPastExpiry(payment)
+      await chain.mine(CONFIRMATIONS + 1)
+      await provider.watcher.poll()
+      await expireLater(payment)
+      expect(await status(payment.id)).toBe('canceled')
+      expect(await transfersOf(paid.txHash)).toEqual([])
+    })
+
+    it("refuses a customer's cancel while a transfer paying the payment waits for its confirmations, then completes it", async () => {
+      const short = await newPayment('USDC')
+      const full = await newPayment('USDC')
+      const underpaid = await payToken(chain.usdc, chain.receiverAddress, USDC_OWED - 1n, short.crypto?.memo as string)
+      const paid = await payToken(chain.usdc, chain.receiverAddress, USDC_OWED, full.crypto?.memo as string)
+      await chain.mine(CONFIRMATIONS - 2)
+      expect((await provider.watcher.poll()).transfers).toEqual([])
+
+      await expect(service.cancelPayment(full.id, null, 'changed my mind', { actor: 'user:test' })).rejects.toThrow(/has been paid at its provider/)
+      // A transfer that does not pay in full does not hold the cancel back.
+      expect((await service.cancelPayment(short.id, null, 'changed my mind', { actor: 'user:test' })).status).toBe('canceled')
+      expect(await status(full.id)).toBe('pending')
+
+      await confirmAndPoll()
+      expect(await status(full.id)).toBe('completed')
+      expect(await transfersOf(paid.txHash)).toMatchObject([{ outcome: 'matched', payment_id: full.id }])
+      expect(await transfersOf(underpaid.txHash)).toMatchObject([{ outcome: 'late', payment_id: short.id }])
+    })
   })
 
   it('fails the payment at initiation when its currency has no contract', async () => {
