@@ -2,7 +2,8 @@
  * The `health-evaluator` daemon (ARCHITECTURE.md, Processes): heartbeat and policy evaluation
  * with incident auto-resolution and the migration trigger (src/health/evaluator.ts), maintenance
  * recovery, the incident consumer on the nodes' health events, the hourly uptime rollup
- * (src/uptime/rollup.ts) and the subscription cleanup scheduler (src/subscriptions/cleanup.ts). Every job takes its own database lease and the
+ * (src/uptime/rollup.ts), the subscription cleanup scheduler (src/subscriptions/cleanup.ts) and the
+ * provisioning retries of paid subscriptions whose node failed (src/subscriptions/provision-retry.ts). Every job takes its own database lease and the
  * consumer is durable, so any number of evaluators may share one database and bus.
  */
 import type { z } from 'zod'
@@ -17,6 +18,7 @@ import { scheduleHealthEvaluation, scheduleMaintenanceRecovery, type AfterEvalua
 import type { PeriodicJob } from '../src/jobs/periodic.js'
 import type { Logger } from '../src/log.js'
 import { scheduleSubscriptionCleanup } from '../src/subscriptions/cleanup.js'
+import { DEFAULT_PROVISION_RETRY, scheduleProvisionRetries } from '../src/subscriptions/provision-retry.js'
 import { scheduleUptimeRollup } from '../src/uptime/rollup.js'
 
 export { healthEvaluatorEnv }
@@ -42,7 +44,9 @@ export type HealthEvaluatorSettings = Pick<
   | 'UPTIME_ROLLUP_INTERVAL'
   | 'UPTIME_ROLLUP_BATCH_SIZE'
   | 'UPTIME_RETENTION'
->
+> &
+  // Optional: the env schema gives defaults; a caller passing its own settings may leave them out.
+  Partial<Pick<z.infer<typeof healthEvaluatorEnv>, 'PROVISION_RETRY_INTERVAL' | 'PROVISION_RETRY_ATTEMPTS' | 'PROVISION_RETRY_BACKOFF' | 'PROVISION_RETRY_BACKOFF_MAX'>>
 
 export interface HealthEvaluatorDeps {
   db: Db
@@ -62,6 +66,8 @@ export interface HealthEvaluator {
   readonly subscriptionCleanup: PeriodicJob
   /** The hourly uptime buckets from the state log. */
   readonly uptimeRollup: PeriodicJob
+  /** Retries provisioning of paid subscriptions whose node failed to provision (src/subscriptions/provision-retry.ts). */
+  readonly provisionRetry: PeriodicJob
   /** The incident consumer (durable `health-incidents` on the nodes' health events). */
   readonly incidents: BusSubscription
   /** Stops the consumer and the schedulers; a pass in progress finishes first and the leases are released. */
@@ -121,12 +127,25 @@ export async function startHealthEvaluator(settings: HealthEvaluatorSettings, de
     retentionMs: settings.UPTIME_RETENTION,
     ...clock,
   })
-  const jobs = [healthEvaluation, maintenanceRecovery, subscriptionCleanup, uptimeRollup]
+  const provisionRetry = scheduleProvisionRetries({
+    db: deps.db,
+    logger: deps.logger,
+    intervalMs: settings.PROVISION_RETRY_INTERVAL ?? 60_000,
+    settings: {
+      maxAttempts: settings.PROVISION_RETRY_ATTEMPTS ?? DEFAULT_PROVISION_RETRY.maxAttempts,
+      backoffMs: settings.PROVISION_RETRY_BACKOFF ?? DEFAULT_PROVISION_RETRY.backoffMs,
+      maxBackoffMs: settings.PROVISION_RETRY_BACKOFF_MAX ?? DEFAULT_PROVISION_RETRY.maxBackoffMs,
+    },
+    flapping: incidentSettings.flapping,
+    ...clock,
+  })
+  const jobs = [healthEvaluation, maintenanceRecovery, subscriptionCleanup, uptimeRollup, provisionRetry]
   return {
     healthEvaluation,
     maintenanceRecovery,
     subscriptionCleanup,
     uptimeRollup,
+    provisionRetry,
     incidents,
     stop: async () => {
       await incidents.close()

@@ -296,6 +296,13 @@ export const subscriptionLifecycleEnv = {
   SUBSCRIPTION_GRACE_PERIOD: duration('24h'),
   /** How often the cleanup scheduler runs. */
   SUBSCRIPTION_CLEANUP_INTERVAL: duration('1m'),
+  /** How often the provision-retry job looks for paid subscriptions whose node failed to provision (docs/node-lifecycle.md). */
+  PROVISION_RETRY_INTERVAL: duration('1m'),
+  /** Automatic provisioning retries after the payment's own attempt failed; then an incident and a notification. */
+  PROVISION_RETRY_ATTEMPTS: z.coerce.number().int().min(1).max(20).default(3),
+  /** Wait before the first retry; it doubles for each one after, up to PROVISION_RETRY_BACKOFF_MAX. */
+  PROVISION_RETRY_BACKOFF: duration('2m'),
+  PROVISION_RETRY_BACKOFF_MAX: duration('1h'),
 }
 
 /** Health evaluation (docs/health.md), run by the health-evaluator. */

@@ -162,6 +162,8 @@ export interface IncidentOccurrence {
   description: string
   /** Trigger-specific context; on a repeat it is stored as `metadata.last_occurrence`. */
   metadata: IncidentMetadata
+  /** On a repeat, replace title and description with this occurrence's (a later, fuller account of the same failure). */
+  restate?: boolean
 }
 
 export interface RaisedIncident {
@@ -265,6 +267,7 @@ async function repeat(trx: Queryable, existing: Incident, occurrence: IncidentOc
     severity: nextSeverity,
     escalated_at: escalated ? now : existing.escalated_at === null ? null : new Date(existing.escalated_at),
     metadata: toJson({ ...existing.metadata, last_occurrence: { ...occurrence.metadata, occurred_at: occurrence.occurredAt.toISOString() } }),
+    ...(occurrence.restate ? { title: occurrence.title, description: occurrence.description } : {}),
     is_flapping: isFlapping,
     // A repeat is proof the node has not recovered: the debounce starts over.
     resolution_debounce: 0,

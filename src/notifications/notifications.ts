@@ -18,6 +18,8 @@ export const NOTIFICATION_KINDS = [
   'payment_canceled',
   'subscription_expiring',
   'subscription_terminated',
+  // docs/node-lifecycle.md, "Paid but never provisioned": the retries ran out
+  'subscription_provision_failed',
   // docs/incidents.md, "Notifications"
   'incident_opened',
   'incident_escalated',

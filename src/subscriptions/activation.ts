@@ -89,7 +89,7 @@ function storedDuration(row: { id: string; duration: string }): SubscriptionDura
 }
 
 /** One node in `provisioning` for the subscription and its provision workflow, in `trx`. */
-async function provisionNode(trx: Tx, sub: Pick<SubscriptionRow, 'id' | 'chain_profile_id' | 'node_type' | 'provider' | 'region' | 'instance_type'>, now: Date): Promise<ActivatedSubscription> {
+export async function provisionNode(trx: Tx, sub: Pick<SubscriptionRow, 'id' | 'chain_profile_id' | 'node_type' | 'provider' | 'region' | 'instance_type'>, now: Date): Promise<ActivatedSubscription> {
   const node = await insertNode(
     trx,
     { subscription_id: sub.id, chain_profile_id: sub.chain_profile_id, node_type: sub.node_type, provider: sub.provider, region: sub.region, instance_type: sub.instance_type },

@@ -3,13 +3,15 @@
  * (scope `subscriptions:write`, the spec's rules 1-4), list and read them (scope
  * `subscriptions:read`): a user their own, a caller holding `admin` every one. Another user's
  * subscription answers 404 with exactly the body of one that does not exist. provider, region
- * and instance_type are in no answer, for admins neither.
+ * and instance_type are in no answer, for admins neither. Operators (scope `admin`) re-provision
+ * an active subscription whose node failed (src/subscriptions/provision-retry.ts).
  */
 import { isUuid } from '../../db/ids.js'
 import type { ChainSource } from '../../config/chain-source.js'
 import { DURATIONS } from '../../config/chains.js'
 import type { Db } from '../../db/knex.js'
 import { NotFoundError } from '../../errors.js'
+import { reprovisionSubscription } from '../../subscriptions/provision-retry.js'
 import { createSubscription } from '../../subscriptions/subscriptions.js'
 import {
   findSubscriptionView,
@@ -68,6 +70,15 @@ const listQuery = paginationQuery.extend({
 
 // Not `.uuid()`: a malformed id answers the same 404 as an unknown one (checked in the handler).
 const idParams = z.object({ id: z.string() })
+
+const reprovisionView = z
+  .object({
+    subscription_id: z.string().uuid(),
+    node_id: z.string().uuid().openapi({ description: 'The new node, in state provisioning' }),
+    workflow_run_id: z.string().uuid().openapi({ description: 'Its provision run (`nodeplane workflow show --id`)' }),
+    previous_node_id: z.string().uuid().nullable().openapi({ description: 'The node it replaces (the newest one), null when there was none' }),
+  })
+  .openapi('Reprovision')
 
 const NOT_FOUND = (): NotFoundError => new NotFoundError('not found', 'no subscription with this id among the subscriptions you can see')
 
@@ -137,6 +148,27 @@ export function subscriptionRoutes(deps: SubscriptionRouteDeps): ApiRoute[] {
       const subscription = await findSubscriptionView(db, callerVisibility(principal), params.id.toLowerCase())
       if (!subscription) throw NOT_FOUND()
       return { status: 200, body: subscription }
+    }),
+
+    defineRoute({
+      method: 'post',
+      path: '/api/v1/subscriptions/{id}/reprovision',
+      summary: 'Operators: provision a new node for an active subscription that has none (its node failed)',
+      description:
+        'Starts a new node in provisioning and its provision workflow, and resets the automatic retry budget (docs/node-lifecycle.md, "Paid but never provisioned"). ' +
+        'An unknown or malformed id answers 404; a subscription that is not active, or already has a live node (provisioning or running), 409.',
+      tags: TAGS,
+      auth: { scope: 'admin' },
+      request: { params: idParams },
+      responses: {
+        202: reprovisionView,
+        404: errorResponse('No such subscription'),
+        409: errorResponse('The subscription is not active, or already has a live node'),
+      },
+    }).handle(async ({ params, principal, log }) => {
+      const result = await reprovisionSubscription(db, { subscriptionId: params.id, by: `user:${principal.userId}`, now: deps.now?.() ?? new Date() })
+      log.warn({ subscriptionId: result.subscription_id, nodeId: result.node_id, previousNodeId: result.previous_node_id }, 'subscription re-provisioned by an operator')
+      return { status: 202, body: result }
     }),
   ]
 }
