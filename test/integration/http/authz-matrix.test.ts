@@ -139,6 +139,7 @@ const EXPECTATIONS: Record<string, Expectation> = {
   'POST /api/v1/subscriptions': { ownership: 'none', body: { chain_profile_id: 'devnet', node_type: 'full', duration: '1m' } },
   'GET /api/v1/subscriptions': { ownership: 'none' },
   'GET /api/v1/subscriptions/{id}': { ownership: 'owner-or-admin', params: id((f) => ownedSubscription(f)) },
+  'POST /api/v1/subscriptions/{id}/reprovision': { ownership: 'none', params: randomId },
   'GET /api/v1/chains': { ownership: 'none' },
   'POST /api/v1/payments': {
     ownership: 'none',
