@@ -16,6 +16,7 @@ import {
   type MigrateResult,
 } from '../../../src/provisioning/index.js'
 import { LocalInfrastructureProvider } from '../../../src/provisioning/infrastructure/local.js'
+import { decryptBackupFile, deriveBackupKey } from '../../../src/secrets/backup-keys.js'
 import { loadDataKey } from '../../../src/secrets/data-keys.js'
 import type { MasterKey } from '../../../src/secrets/master-key.js'
 import { decryptNodeKey } from '../../../src/secrets/node-keys.js'
@@ -119,7 +120,13 @@ describe.each(DIALECTS)('the migrate workflow on the local provider on %s', (dia
     expect((await findRegistration(db, node.id))?.disconnected_at).toBeNull()
 
     // The snapshot came from the old host and the new chain continues from it, not from block 0.
-    const backedUp = JSON.parse(fs.readFileSync(path.join(store, node.id, 'data', 'chain.json'), 'utf8')) as { height: number }
+    // Encrypted in the store: read through the backup key the node's data key derives.
+    const stored = fs.readFileSync(path.join(store, node.id, 'data', 'chain.json'))
+    expect(stored.includes(Buffer.from('"height"'))).toBe(false)
+    const backupKey = deriveBackupKey(await loadDataKey(db, masterKey, node.id), node.id)
+    const plain = path.join(tempDir('nodeplane-migrate-backup-'), 'chain.json')
+    await decryptBackupFile(backupKey, node.id, 'data/chain.json', path.join(store, node.id, 'data', 'chain.json'), plain, 0o600)
+    const backedUp = JSON.parse(fs.readFileSync(plain, 'utf8')) as { height: number }
     expect(backedUp.height).toBeGreaterThanOrEqual(5)
     expect(await blockNumber(newHostId)).toBeGreaterThanOrEqual(backedUp.height)
     // Keys: the generated one injected again, sealed to the new agent; the chain's own node key
