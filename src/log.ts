@@ -1,4 +1,4 @@
-import { pino, type DestinationStream, type Logger, type LoggerOptions } from 'pino'
+import { destination, pino, type DestinationStream, type Logger, type LoggerOptions } from 'pino'
 
 export type { Logger }
 
@@ -48,5 +48,16 @@ export function createLogger(settings: LoggerSettings = {}): Logger {
     timestamp: pino.stdTimeFunctions.isoTime,
     formatters: { level: (label) => ({ level: label }) },
   }
-  return settings.destination ? pino(options, settings.destination as DestinationStream) : pino(options)
+  return pino(options, settings.destination ? (settings.destination as DestinationStream) : stdoutDestination())
+}
+
+/**
+ * Synchronous writes to fd 1. pino's default asynchronous stream flushes synchronously when the
+ * process exits and retries that flush for ever on EPIPE: with stdout's reader gone (journald
+ * restarted) a daemon never got past process.exit on SIGTERM. A synchronous stream has no exit
+ * flush, and on its first EPIPE pino turns it into a no-op: the logs are dropped, the daemon
+ * keeps working and stops when told to.
+ */
+function stdoutDestination(): DestinationStream {
+  return destination({ dest: 1, sync: true })
 }
