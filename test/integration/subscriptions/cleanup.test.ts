@@ -208,6 +208,27 @@ describe.each(DIALECTS)('subscription cleanup on %s', (dialect) => {
     expect(await runs()).toEqual([live.id, broken.id, graceNode.id].sort())
   })
 
+  it("deletes a terminated subscription's secret inputs (the sealed boxes the server key opens), its text inputs and other subscriptions' untouched", async () => {
+    const ending = await subscription(t.db, user, { status: 'expiring', expires_at: at(-GRACE), grace_period_expires_at: T0 })
+    const inGrace = await subscription(t.db, user, { status: 'expiring', expires_at: at(-HOUR), grace_period_expires_at: at(HOUR) })
+    // A failed node only: its terminate run cleans up without touching the subscription's inputs,
+    // so the subscription's own termination is what deletes them.
+    const broken = await insertNode(t.db, { subscription_id: ending, chain_profile_id: 'devnet', node_type: 'full' }, T0)
+    await setNodeState(t.db, broken.id, 'failed')
+    const input = (subscriptionId: string, name: string, type: 'secret' | 'text') => ({
+      id: crypto.randomUUID(), subscription_id: subscriptionId, name, type, phase: 'pre_provision', source: type === 'secret' ? 'user_provided' : null,
+      key_type: null, value: type === 'text' ? 'v' : null, sealed_value: type === 'secret' ? crypto.randomBytes(120) : null, status: 'applied', created_at: T0, updated_at: T0,
+    })
+    await t.db('provisioning_inputs').insert([input(ending, 'fee_recipient_key', 'secret'), input(ending, 'moniker', 'text'), input(inGrace, 'fee_recipient_key', 'secret')])
+    const names = async (subscriptionId: string) => ((await t.db('provisioning_inputs').where({ subscription_id: subscriptionId }).orderBy('name').pluck('name')) as string[])
+
+    expect(await cleanup(T0)).toMatchObject({ terminated: 1 })
+    expect(await names(ending)).toEqual(['moniker'])
+    expect(await names(inGrace)).toEqual(['fee_recipient_key'])
+    expect(await cleanup(at(HOUR))).toMatchObject({ terminated: 1 })
+    expect(await names(inGrace)).toEqual([])
+  })
+
   it('runs a full life: active, expiring, terminated, in batches smaller than the fleet', async () => {
     const ids = await Promise.all(Array.from({ length: 7 }, (_, i) => subscription(t.db, user, { status: 'active', expires_at: T0, node_type: `t${i}` })))
     for (const id of ids) await insertNode(t.db, { subscription_id: id, chain_profile_id: 'devnet', node_type: 'full' }, T0)
