@@ -11,7 +11,7 @@ import { ConfigError } from '../src/errors.js'
 import type { EventBus } from '../src/events/bus.js'
 import { createApiApp } from '../src/http/app.js'
 import { startHttpServer, type RunningHttpServer } from '../src/http/server.js'
-import { cronEvery, schedulePeriodicJob } from '../src/jobs/periodic.js'
+import { cronEvery, schedulePeriodicJob, type PeriodicJob } from '../src/jobs/periodic.js'
 import type { Logger } from '../src/log.js'
 import { createMetrics, type Metrics } from '../src/metrics.js'
 import { packageRoot } from '../src/package-root.js'
@@ -20,6 +20,9 @@ import { loadPricingConfig } from '../src/payments/pricing.js'
 import { paymentProvidersFromSettings, type PaymentProviderSettings } from '../src/payments/providers/index.js'
 import type { PaymentProvider } from '../src/payments/providers/provider.js'
 import { ProviderRegistry } from '../src/payments/providers/registry.js'
+import { providerReadiness } from '../src/payments/provider-health.js'
+import { purgeProviderEvents } from '../src/payments/provider-events.js'
+import { forgetSettledRetries } from '../src/payments/retries.js'
 import { PaymentService } from '../src/payments/service.js'
 import { PAYMENT_STATUSES } from '../src/payments/states.js'
 import { ensurePaymentDevCertificates, paymentsCaDir } from '../src/payments/tls.js'
@@ -40,6 +43,10 @@ export interface PaymentServiceSettings extends PaymentProviderSettings {
   PAYMENT_ALLOWED_CLIENTS: string[]
   PAYMENT_PRICING_FILE?: string | undefined
   PAYMENT_EXPIRY_CHECK_INTERVAL: number
+  /** Default 1 minute. */
+  PAYMENT_RECONCILE_INTERVAL?: number | undefined
+  /** Default 3 days. */
+  PAYMENT_PROVIDER_EVENT_RETENTION?: number | undefined
 }
 
 export interface RunningPaymentService {
@@ -49,8 +56,14 @@ export interface RunningPaymentService {
   httpUrl: string
   metricsUrl: string
   caFile: string
+  /** The periodic jobs (each under a database lease); `tick()` runs one now. */
+  jobs: { expiry: PeriodicJob; reconciliation: PeriodicJob; providerEventsPurge: PeriodicJob }
   stop(): Promise<void>
 }
+
+const DEFAULT_RECONCILE_INTERVAL_MS = 60_000
+const DEFAULT_PROVIDER_EVENT_RETENTION_MS = 3 * 86_400_000
+const PROVIDER_EVENTS_PURGE_INTERVAL_MS = 3_600_000
 
 export function pricingFile(settings: Pick<PaymentServiceSettings, 'PAYMENT_PRICING_FILE' | 'NODEPLANE_CONFIG_DIR'>): string {
   return settings.PAYMENT_PRICING_FILE ?? path.join(settings.NODEPLANE_CONFIG_DIR ?? packageRoot(), 'pricing.yaml')
@@ -184,6 +197,7 @@ export async function startPaymentService(
       metrics,
       bodyLimitBytes: settings.HTTP_BODY_LIMIT_BYTES,
       routes: card ? [cardWebhookRoute({ provider: card, bodyLimitBytes: settings.HTTP_BODY_LIMIT_BYTES })] : [],
+      readinessComponents: providerReadiness(providers, { now, cryptoPollIntervalMs: settings.CRYPTO_POLL_INTERVAL }),
       info: { title: 'nodeplane payment service HTTP', version: '1', description: 'Provider webhooks and health. The payment API itself is gRPC (proto/payment.proto).' },
     })
     const httpServer = await startHttpServer(app, { host: settings.HTTP_HOST, port: settings.PAYMENT_HTTP_PORT }).catch(portInUse('PAYMENT_HTTP_PORT', settings.HTTP_HOST, settings.PAYMENT_HTTP_PORT))
@@ -209,8 +223,39 @@ export async function startPaymentService(
       },
     })
     stops.push(() => expiry.stop())
+    const reconcileInterval = settings.PAYMENT_RECONCILE_INTERVAL ?? DEFAULT_RECONCILE_INTERVAL_MS
+    const reconciliation = schedulePeriodicJob({
+      name: 'payment-reconciliation',
+      cronTime: cronEvery(reconcileInterval),
+      leaseMs: Math.max(60_000, reconcileInterval * 2),
+      db: deps.db,
+      logger,
+      now,
+      run: async () => {
+        const reconciled = await service.reconcilePayments()
+        if (reconciled > 0) logger.info({ reconciled }, 'payments reconciled with their provider')
+      },
+    })
+    stops.push(() => reconciliation.stop())
+    const retention = settings.PAYMENT_PROVIDER_EVENT_RETENTION ?? DEFAULT_PROVIDER_EVENT_RETENTION_MS
+    const providerEventsPurge = schedulePeriodicJob({
+      name: 'payment-provider-events-purge',
+      cronTime: cronEvery(PROVIDER_EVENTS_PURGE_INTERVAL_MS),
+      leaseMs: 2 * PROVIDER_EVENTS_PURGE_INTERVAL_MS,
+      db: deps.db,
+      logger,
+      now,
+      run: async (at) => {
+        const purged = await purgeProviderEvents(deps.db, new Date(at.getTime() - retention))
+        const forgotten = await forgetSettledRetries(deps.db)
+        if (purged > 0 || forgotten > 0) logger.info({ purged, forgotten_retries: forgotten }, 'processed provider events past their retention purged')
+      },
+    })
+    stops.push(() => providerEventsPurge.stop())
 
     const host = ['0.0.0.0', '::'].includes(settings.PAYMENT_GRPC_HOST) ? '127.0.0.1' : settings.PAYMENT_GRPC_HOST
+    const test = providers.find((p) => p.name === 'test')
+    if (test) logger.warn({ methods: test.methods }, 'the test provider is on: payments of these methods complete without any money; never enable it in production')
     logger.info({ providers: providers.map((p) => p.name), methods: registry.methods(), grpc_port: grpcPort }, 'payment service started')
     return {
       service,
@@ -218,6 +263,7 @@ export async function startPaymentService(
       httpUrl: httpServer.url,
       metricsUrl: `${metricsServer.url}/metrics`,
       caFile: tls.caFile,
+      jobs: { expiry, reconciliation, providerEventsPurge },
       stop: stopAll,
     }
   } catch (err) {

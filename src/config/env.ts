@@ -8,6 +8,7 @@ import { z } from 'zod'
 import { ConfigError } from '../errors.js'
 import { parseDatabaseUrl } from '../db/url.js'
 import { parseDuration } from './duration.js'
+import { isPaymentMethod, PAYMENT_METHODS } from '../payments/states.js'
 
 export type Env = Record<string, string | undefined>
 
@@ -244,7 +245,18 @@ export const paymentServiceOnlyEnv = {
   PAYMENT_PRICING_FILE: z.string().min(1).optional(),
   /** How often expired payment sessions are looked for. */
   PAYMENT_EXPIRY_CHECK_INTERVAL: duration('30s'),
+  /** How often pending payments past expiry are checked with their provider (a lost webhook). */
+  PAYMENT_RECONCILE_INTERVAL: duration('1m'),
+  /** How long processed webhook event ids are kept to recognise a redelivery; at least the 5 minute signature window. */
+  PAYMENT_PROVIDER_EVENT_RETENTION: duration('3d').refine((ms) => ms >= 5 * 60_000, 'must be at least 5m (the webhook signature window)'),
   PAYMENT_TEST_PROVIDER_ENABLED: bool('false'),
+  /** The methods the test provider takes (comma-separated card, crypto); default both. */
+  PAYMENT_TEST_PROVIDER_METHODS: z
+    .string()
+    .optional()
+    .transform((v) => (v === undefined ? undefined : v.split(',').map((s) => s.trim()).filter((s) => s.length > 0)))
+    .refine((list) => list === undefined || (list.length > 0 && list.every(isPaymentMethod)), `must name one or more of ${PAYMENT_METHODS.join(', ')}, comma-separated`)
+    .transform((list) => (list === undefined ? undefined : [...new Set(list.filter(isPaymentMethod))])),
   PAYMENT_TEST_PROVIDER_DELAY: duration('2s'),
   PAYMENT_TEST_PROVIDER_FAILURE_RATE: z.coerce.number().min(0, 'must be between 0 and 1').max(1, 'must be between 0 and 1').default(0),
   CARD_PROVIDER_ENABLED: bool('false'),
@@ -414,8 +426,12 @@ export const upEnv = z.object({
   ...healthEvaluationEnv,
   ...uptimeEnv,
   ...incidentEnv,
-  // On a laptop nothing real can take a payment: the test provider is on unless turned off.
-  PAYMENT_TEST_PROVIDER_ENABLED: bool('true'),
+  // On a laptop nothing real can take a payment: unset, the test provider is on while neither the
+  // card nor the crypto provider is (src/payments/providers/index.ts, testProviderEnabled).
+  PAYMENT_TEST_PROVIDER_ENABLED: z
+    .enum(['true', 'false', '1', '0'], { message: 'must be true or false' })
+    .optional()
+    .transform((v) => (v === undefined ? undefined : v === 'true' || v === '1')),
 })
 
 export type DatabaseCommandConfig = ResolvedPaths<z.infer<typeof databaseCommandEnv>>

@@ -22,7 +22,7 @@ import type { ApiContext, ApiMiddleware, ApiState } from './context.js'
 import { errorMapping } from './error-mapping.js'
 import { httpMetrics } from './http-metrics.js'
 import { buildOpenApiDocument, type ApiInfo, type OpenApiDocument } from './openapi.js'
-import { createReadinessCheck, DEFAULT_READINESS_TIMEOUT_MS } from './readiness.js'
+import { createReadinessCheck, DEFAULT_READINESS_TIMEOUT_MS, type ComponentCheck } from './readiness.js'
 import { correlationId } from './request-id.js'
 import type { ApiRoute } from './route.js'
 import { systemRoutes } from './system-routes.js'
@@ -44,6 +44,8 @@ export interface ApiAppOptions {
   /** The domain routes: `defineRoute(...)` results, usually from one factory per domain. */
   routes?: readonly ApiRoute[]
   readinessTimeoutMs?: number
+  /** Components /readyz checks besides the database and bus (the payment service's providers). */
+  readinessComponents?: Record<string, ComponentCheck>
   info?: ApiInfo
   /**
    * Behind a reverse proxy that sets X-Forwarded-For: log the client's address rather than

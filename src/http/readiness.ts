@@ -1,6 +1,7 @@
 /**
  * Readiness (GET /readyz): a server can serve only with its database and, where it has one, its
- * event bus (the auth server has none, and reports no bus component). Each
+ * event bus (the auth server has none, and reports no bus component), plus any component of its
+ * own (the payment service: each enabled payment provider). Each
  * component is checked with a short deadline, all at once; a hung dependency makes the probe
  * fail fast instead of hanging the prober. Concurrent probes share one check in flight, so a
  * flood of probes against a hanging database does not pile up connection attempts.
@@ -11,21 +12,41 @@ import type { EventBus } from '../events/bus.js'
 export interface ComponentStatus {
   status: 'up' | 'down'
   error?: string
+  /** Something an operator must know even when up (the test provider completes payments without money). */
+  warning?: string
+  /** Payment providers: the methods they take. */
+  methods?: string[]
 }
+
+/** A server's own component: up (with what to report) or throws / answers down with the reason. */
+export type ComponentCheck = () => Promise<ComponentStatus>
 
 export interface Readiness {
   ready: boolean
-  components: { database: ComponentStatus; bus?: ComponentStatus }
+  components: { database: ComponentStatus; bus?: ComponentStatus } & Record<string, ComponentStatus>
 }
 
 export const DEFAULT_READINESS_TIMEOUT_MS = 2_000
 /** Driver messages can be long (a whole connection string's worth); the probe needs the gist. */
 const MAX_ERROR_LENGTH = 200
 
-export function createReadinessCheck(deps: { db: Db; bus?: EventBus }, timeoutMs = DEFAULT_READINESS_TIMEOUT_MS): () => Promise<Readiness> {
+export function createReadinessCheck(
+  deps: { db: Db; bus?: EventBus; readinessComponents?: Record<string, ComponentCheck> },
+  timeoutMs = DEFAULT_READINESS_TIMEOUT_MS,
+): () => Promise<Readiness> {
   let inFlight: Promise<Readiness> | undefined
   const bus = deps.bus
+  const own = Object.entries(deps.readinessComponents ?? {})
   const check = async (): Promise<Readiness> => {
+    const ownStatus = Promise.all(
+      own.map(async ([name, component]) => {
+        let answer: ComponentStatus | undefined
+        const status = await probe(timeoutMs, async () => {
+          answer = await component()
+        })
+        return [name, status.status === 'down' ? status : (answer as ComponentStatus)] as const
+      }),
+    )
     const [database, busStatus] = await Promise.all([
       probe(timeoutMs, async () => {
         await deps.db.raw('select 1').timeout(timeoutMs, { cancel: false })
@@ -37,8 +58,9 @@ export function createReadinessCheck(deps: { db: Db; bus?: EventBus }, timeoutMs
           })
         : undefined,
     ])
-    const ready = database.status === 'up' && (busStatus === undefined || busStatus.status === 'up')
-    return { ready, components: busStatus ? { database, bus: busStatus } : { database } }
+    const others = Object.fromEntries(await ownStatus)
+    const ready = database.status === 'up' && (busStatus === undefined || busStatus.status === 'up') && Object.values(others).every((c) => c.status === 'up')
+    return { ready, components: { ...(busStatus ? { database, bus: busStatus } : { database }), ...others } }
   }
   return () => {
     inFlight ??= check().finally(() => {

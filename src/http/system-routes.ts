@@ -16,13 +16,18 @@ const componentStatus = z
   .object({
     status: z.enum(['up', 'down']),
     error: z.string().optional().openapi({ description: 'Why the component is down' }),
+    warning: z.string().optional().openapi({ description: 'What an operator must know even when it is up' }),
+    methods: z.array(z.string()).optional().openapi({ description: 'A payment provider: the methods it takes' }),
   })
   .openapi('ComponentStatus')
+
+/** database, bus, and a server's own components (the payment service's `provider:<name>`). */
+const components = z.object({ database: componentStatus, bus: componentStatus.optional() }).catchall(componentStatus)
 
 const readyBody = z
   .object({
     status: z.literal('ready'),
-    components: z.object({ database: componentStatus, bus: componentStatus.optional() }),
+    components,
   })
   .openapi('Ready')
 
@@ -31,7 +36,7 @@ const notReadyBody = z
     status: z.literal('not_ready'),
     error: z.literal('not ready'),
     details: z.string().openapi({ description: 'Each failing component and its error' }),
-    components: z.object({ database: componentStatus, bus: componentStatus.optional() }),
+    components,
   })
   .openapi('NotReady')
 
@@ -56,7 +61,7 @@ export function systemRoutes(deps: SystemRouteDeps): ApiRoute[] {
     defineRoute({
       method: 'get',
       path: '/readyz',
-      summary: 'Readiness: database and event bus reachable',
+      summary: 'Readiness: database, event bus and the server\'s own dependencies (payment providers) reachable',
       tags: ['system'],
       auth: 'none',
       responses: {

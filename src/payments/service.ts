@@ -22,8 +22,9 @@ import {
   type PricedItem,
   type PricingConfig,
 } from './pricing.js'
-import type { PaymentProvider } from './providers/provider.js'
+import type { PaymentProvider, ReconcileOutcome } from './providers/provider.js'
 import type { ProviderRegistry } from './providers/registry.js'
+import { clearRetry, notBackingOff, recordRetry, type RetryJob } from './retries.js'
 import { PAYMENT_METHODS, type CryptoCurrency, type PaymentMethod } from './states.js'
 import {
   attachProviderSession,
@@ -38,6 +39,8 @@ import {
 } from './store.js'
 
 const MAX_URL_LENGTH = 2_000
+/** Reconciliation leaves a younger payment to its provider's notification ("older than a few minutes"). */
+export const RECONCILE_MIN_AGE_MS = 5 * 60_000
 const MAX_SUBSCRIPTIONS = 20
 
 const httpUrl = (field: string) =>
@@ -391,29 +394,115 @@ export class PaymentService {
 
   /**
    * Session expiry (spec: 30 minutes): pending payments past `expires_at` are canceled with
-   * reason "session expired", each once its session is closed at the provider (as cancelPayment);
-   * one paid there meanwhile is left to its notification, one whose provider cannot be reached
-   * waits for the next run. Returns how many were canceled. Run by a periodic job with a lease.
+   * reason "session expired", each once its session is closed at the provider (as cancelPayment).
+   * Every due payment is visited, a page of `pageSize` at a time (keyset on the id), so payments
+   * that cannot be expired never hold up the ones behind them. One paid at the provider
+   * meanwhile is reconciled at once (its notification did not arrive); one whose provider
+   * cannot be reached, or that is still not settled, backs off (retries.ts). Returns how many
+   * were canceled. Run by a periodic job with a lease.
    */
-  async expireSessions(limit = 100): Promise<number> {
+  async expireSessions(pageSize = 100): Promise<number> {
     const now = this.now()
-    const due = (await this.deps.db('payments').where({ status: 'pending' }).where('expires_at', '<=', now).orderBy('expires_at').limit(limit).select('id')) as Array<{ id: string }>
     let expired = 0
-    for (const { id } of due) {
-      const payment = await findPayment(this.deps.db, id)
-      if (payment?.status !== 'pending') continue
-      let outcome: CancelOutcome
-      try {
-        outcome = await this.closeAndCancel(payment, 'session expired', { actor: 'system:session-expiry' })
-      } catch (err) {
-        if (!(err instanceof UnavailableError)) throw err
-        continue // trying again next run
-      }
-      if (outcome === 'paid') this.log.warn({ payment_id: id, provider: payment.provider }, 'session expired here but paid at the provider; its notification completes the payment')
-      // 'moved' and 'reattached' (a session attached since it was read) wait for the next run.
-      if (typeof outcome === 'object') expired++
+    let after: string | undefined
+    for (;;) {
+      const page = (await this.deps.db('payments')
+        .where({ status: 'pending' })
+        .where('expires_at', '<=', now)
+        .modify(notBackingOff('expiry', now))
+        .modify((qb) => (after === undefined ? qb : qb.where('id', '>', after)))
+        .orderBy('id')
+        .limit(pageSize)
+        .select('id')) as Array<{ id: string }>
+      for (const { id } of page) if (await this.expireOne(id)) expired++
+      if (page.length < pageSize) return expired
+      after = (page.at(-1) as { id: string }).id
     }
-    return expired
+  }
+
+  private async expireOne(id: string): Promise<boolean> {
+    const payment = await findPayment(this.deps.db, id)
+    if (payment?.status !== 'pending') return false
+    let outcome: CancelOutcome
+    try {
+      outcome = await this.closeAndCancel(payment, 'session expired', { actor: 'system:session-expiry' })
+    } catch (err) {
+      await this.backOff(payment, 'expiry', err)
+      return false
+    }
+    if (outcome === 'paid') {
+      this.log.warn({ payment_id: id, provider: payment.provider }, 'session expired here but paid at the provider; reconciling it now')
+      const reconciled = await this.reconcileOne(payment)
+      if (reconciled === 'unchanged') await this.backOff(payment, 'expiry', 'paid at the provider, not settled yet')
+      else if (reconciled !== 'error') await clearRetry(this.deps.db, id, 'expiry')
+      return false
+    }
+    // 'moved' and 'reattached' (a session attached since it was read) are looked at again next run.
+    if (typeof outcome !== 'object') return false
+    await clearRetry(this.deps.db, id, 'expiry')
+    return true
+  }
+
+  /**
+   * Reconciliation (issue 15: a paid card session whose webhook never arrived stayed pending
+   * forever): every pending or processing payment at least RECONCILE_MIN_AGE_MS old and past
+   * its expiry, of a provider that can be asked (`reconcile`), is looked up there and moved by
+   * what the provider says, through the provider's own notification rules, in one transaction
+   * with the row locked: a notification arriving meanwhile moves it once, and the other finds
+   * nothing left to do. Pages through all of them; one with nothing new, or whose provider
+   * cannot be reached, backs off (retries.ts). Returns how many moved.
+   */
+  async reconcilePayments(pageSize = 100): Promise<number> {
+    const now = this.now()
+    const providers = this.deps.providers.providers.filter((p) => p.reconcile).map((p) => p.name)
+    if (providers.length === 0) return 0
+    let moved = 0
+    let after: string | undefined
+    for (;;) {
+      const page = (await this.deps.db('payments')
+        .whereIn('status', ['pending', 'processing'])
+        .whereIn('provider', providers)
+        .whereNotNull('provider_reference')
+        .where('expires_at', '<=', now)
+        .where('created_at', '<=', new Date(now.getTime() - RECONCILE_MIN_AGE_MS))
+        .modify(notBackingOff('reconciliation', now))
+        .modify((qb) => (after === undefined ? qb : qb.where('id', '>', after)))
+        .orderBy('id')
+        .limit(pageSize)
+        .select('id')) as Array<{ id: string }>
+      for (const { id } of page) {
+        const payment = await findPayment(this.deps.db, id)
+        if (!payment || (payment.status !== 'pending' && payment.status !== 'processing')) continue
+        const outcome = await this.reconcileOne(payment)
+        if (outcome === 'unchanged') await this.backOff(payment, 'reconciliation', 'the provider reports nothing new')
+        else if (outcome !== 'error') moved++
+      }
+      if (page.length < pageSize) return moved
+      after = (page.at(-1) as { id: string }).id
+    }
+  }
+
+  /** One payment asked of its provider; `error` (logged, backed off) when the provider could not answer. */
+  private async reconcileOne(payment: PaymentRecord): Promise<ReconcileOutcome | 'error'> {
+    const provider = this.deps.providers.byName(payment.provider)
+    if (!provider?.reconcile) return 'unchanged'
+    try {
+      const outcome = await provider.reconcile(payment, { actor: 'system:reconciliation' })
+      if (outcome !== 'unchanged') await clearRetry(this.deps.db, payment.id, 'reconciliation')
+      return outcome
+    } catch (err) {
+      await this.backOff(payment, 'reconciliation', err)
+      return 'error'
+    }
+  }
+
+  private async backOff(payment: PaymentRecord, job: RetryJob, cause: unknown): Promise<void> {
+    const error = cause instanceof Error ? cause.message : String(cause)
+    const { attempts, retryAt } = await recordRetry(this.deps.db, payment.id, job, error, this.now())
+    this.log.warn(
+      { payment_id: payment.id, provider: payment.provider, job, attempts, retry_at: retryAt.toISOString(), ...(cause instanceof Error ? { err: cause } : { reason: error }) },
+      `${job === 'expiry' ? 'could not expire the payment' : 'could not reconcile the payment'}; trying again later`,
+    )
   }
 
   /**

@@ -68,6 +68,8 @@ const MAX_EXPIRY_S = 24 * 3600
 export class FakeCardProcessor {
   readonly sessions = new Map<string, FakeSession>()
   readonly requests: RecordedRequest[] = []
+  /** Sessions whose requests answer 500 (a processor failing for some sessions only), until removed. */
+  readonly failingSessions = new Set<string>()
   private readonly idempotent = new Map<string, StoredReply>()
   private failures = 0
   private held: { arrived: () => void; released: Promise<void> } | undefined
@@ -159,8 +161,9 @@ export class FakeCardProcessor {
       const type = 'invalid_request_error'
       return send(401, { error: { type, message: 'Invalid API Key provided: sk_test_****' } })
     }
-    if (this.failures > 0) {
-      this.failures--
+    const named = /^\/v1\/checkout\/sessions\/([^/]+)/.exec(url.pathname)?.[1]
+    if (this.failures > 0 || (named !== undefined && this.failingSessions.has(decodeURIComponent(named)))) {
+      if (this.failures > 0) this.failures--
       return send(500, { error: { type: 'api_error', message: 'An unknown error occurred' } })
     }
     if (method === 'POST' && idempotencyKey) {

@@ -26,7 +26,7 @@ import {
   type AuditContext,
   type PaymentRecord,
 } from '../store.js'
-import type { PaymentProvider, ProviderContext, ProviderPaymentStatus, ProviderSession, WebhookRequest, WebhookResult } from './provider.js'
+import type { PaymentProvider, ProviderContext, ProviderPaymentStatus, ProviderSession, ReconcileOutcome, WebhookRequest, WebhookResult } from './provider.js'
 
 export const CARD_PROVIDER_NAME = 'card'
 
@@ -73,8 +73,14 @@ export interface CardProviderOptions extends ProviderContext {
   timeoutMs?: number
 }
 
-/** How far a webhook's signed timestamp may be from our clock (the SDK's default). */
-const SIGNATURE_TOLERANCE_SECONDS = 300
+/**
+ * How far a webhook's signed timestamp may be from our clock, either way. The SDK checks only
+ * the past (a timestamp in the future passes it), so the future is checked here.
+ */
+export const SIGNATURE_TOLERANCE_SECONDS = 300
+/** The readiness probe asks for a session that cannot exist: a 404 proves the processor answers and takes our key. */
+const PROBE_SESSION_ID = 'cs_nodeplane_readiness_probe'
+const PROBE_TIMEOUT_MS = 2_000
 /** The processor refuses a session expiring sooner than 30 minutes or later than 24 hours out. */
 const MIN_SESSION_LIFETIME_MS = 31 * 60_000
 const MAX_SESSION_LIFETIME_MS = 24 * 3_600_000 - 60_000
@@ -180,6 +186,21 @@ export class CardProvider implements PaymentProvider {
     }
   }
 
+  /** Readiness: the processor answers and accepts our secret key (no retries, a short deadline). */
+  async health(): Promise<{ ok: true } | { ok: false; error: string }> {
+    try {
+      await this.stripe.checkout.sessions.retrieve(PROBE_SESSION_ID, {}, { maxNetworkRetries: 0, timeout: PROBE_TIMEOUT_MS })
+      return { ok: true }
+    } catch (err) {
+      if (err instanceof Stripe.errors.StripeInvalidRequestError && err.statusCode === 404) return { ok: true }
+      // The SDK's messages are not echoed: a processor's message could quote what we sent.
+      if (err instanceof Stripe.errors.StripeAuthenticationError) return { ok: false, error: 'the card processor refused the secret key (CARD_PROVIDER_SECRET_KEY)' }
+      if (err instanceof Stripe.errors.StripeConnectionError) return { ok: false, error: `the card processor is unreachable (no answer within ${PROBE_TIMEOUT_MS} ms)` }
+      const status = err instanceof Stripe.errors.StripeError && err.statusCode !== undefined ? ` (HTTP ${err.statusCode})` : ''
+      return { ok: false, error: `the card processor answered with an error${status}` }
+    }
+  }
+
   async cancelPayment(providerReference: string): Promise<'closed' | 'paid'> {
     try {
       await this.stripe.checkout.sessions.expire(providerReference)
@@ -221,6 +242,12 @@ export class CardProvider implements PaymentProvider {
       return { status: 400, outcome: 'malformed_payload' }
     }
 
+    const signedAt = signedTimestamp(request.signature)
+    if (signedAt === undefined || Math.abs(this.options.now().getTime() / 1000 - signedAt) > SIGNATURE_TOLERANCE_SECONDS) {
+      log.warn({ reason: 'timestamp more than 5 minutes from our clock' }, 'card webhook with an invalid signature refused')
+      return { status: 401, outcome: 'invalid_signature' }
+    }
+
     const event = eventSchema.safeParse(raw)
     if (!event.success) {
       log.warn('signed card webhook is not an event object')
@@ -248,7 +275,7 @@ export class CardProvider implements PaymentProvider {
 
     try {
       const outcome = await this.options.db.transaction((trx) =>
-        this.apply(trx, { eventId, type: type as CardWebhookEvent, session: session.data, paymentId: payment.id, context, log: eventLog }),
+        this.apply(trx, { eventId, type: type as CardWebhookEvent, session: session.data, paymentId: payment.id, context, log: eventLog, details: { event_id: eventId, event_type: type, session_id: session.data.id } }),
       )
       eventLog.info({ payment_id: payment.id, outcome }, 'card webhook processed')
       return { status: 200, outcome, paymentId: payment.id }
@@ -268,21 +295,48 @@ export class CardProvider implements PaymentProvider {
     return payment?.provider === this.name ? payment : undefined
   }
 
+  /**
+   * Reconciliation: the session as the processor has it now, applied as the webhook that would
+   * have reported it (same plan, amount check and state table). Nothing new at the processor
+   * (an open session, an asynchronous payment still under way) writes nothing.
+   */
+  async reconcile(payment: PaymentRecord, context: AuditContext): Promise<ReconcileOutcome> {
+    if (!payment.providerReference) return 'unchanged'
+    const session = sessionSchema.parse(await this.stripe.checkout.sessions.retrieve(payment.providerReference))
+    const type = eventTypeForSession(session)
+    if (!type) return 'unchanged'
+    const log = this.log.child({ payment_id: payment.id, session_id: session.id })
+    const details = { source: 'reconciliation', session_id: session.id, session_status: session.status ?? null, payment_status: session.payment_status }
+    const outcome = await this.options.db.transaction((trx) => this.apply(trx, { type, session, paymentId: payment.id, context, log, details }))
+    if (outcome === 'completed' || outcome === 'processing' || outcome === 'failed' || outcome === 'canceled') {
+      log.info({ outcome }, 'card payment reconciled with the processor (its webhook did not arrive)')
+      return outcome
+    }
+    if (outcome === 'amount_mismatch') return 'failed'
+    return 'unchanged'
+  }
+
+  /**
+   * Moves the payment as an event asks. A webhook (`eventId`) is recorded in `provider_events`
+   * first and writes `webhook.ignored` when it moves nothing; reconciliation (no event id)
+   * records nothing when nothing moves, since it asks again later.
+   */
   private async apply(
     trx: Queryable,
-    input: { eventId: string; type: CardWebhookEvent; session: SessionFields; paymentId: string; context: AuditContext; log: Logger },
+    input: { eventId?: string; type: CardWebhookEvent; session: SessionFields; paymentId: string; context: AuditContext; log: Logger; details: Record<string, unknown> },
   ): Promise<CardWebhookOutcome> {
-    const { eventId, type, session, paymentId, context, log } = input
+    const { eventId, type, session, paymentId, context, log, details } = input
     const now = this.options.now()
-    const seen = await trx('provider_events').where({ provider: this.name, event_id: eventId }).first('event_id')
-    if (seen) return 'duplicate'
-    // Inserted first: a concurrent delivery of the same event waits on this row, then fails as a duplicate.
-    await trx('provider_events').insert({ provider: this.name, event_id: eventId, event_type: type, payment_id: paymentId, processed_at: now })
+    if (eventId !== undefined) {
+      const seen = await trx('provider_events').where({ provider: this.name, event_id: eventId }).first('event_id')
+      if (seen) return 'duplicate'
+      // Inserted first: a concurrent delivery of the same event waits on this row, then fails as a duplicate.
+      await trx('provider_events').insert({ provider: this.name, event_id: eventId, event_type: type, payment_id: paymentId, processed_at: now })
+    }
 
     const payment = (await findPaymentForUpdate(trx, paymentId)) as PaymentRecord
-    const details = { event_id: eventId, event_type: type, session_id: session.id }
     const ignore = async (reason: string, outcome: CardWebhookOutcome): Promise<CardWebhookOutcome> => {
-      await recordPaymentEvent(trx, payment.id, 'webhook.ignored', context, { ...details, status: payment.status, reason }, now)
+      if (eventId !== undefined) await recordPaymentEvent(trx, payment.id, 'webhook.ignored', context, { ...details, status: payment.status, reason }, now)
       return outcome
     }
 
@@ -328,6 +382,20 @@ function planFor(type: CardWebhookEvent, session: SessionFields, payment: Paymen
   if (session.payment_status === 'paid' || session.payment_status === 'no_payment_required') return { steps: completionSteps(payment.status), outcome: 'completed' }
   if (session.payment_status === 'unpaid') return { steps: ['processing'], outcome: 'processing' }
   return { steps: [], outcome: 'ignored' }
+}
+
+/** The webhook event a session's current state would have been reported by; none while open. */
+function eventTypeForSession(session: SessionFields): CardWebhookEvent | undefined {
+  if (session.status === 'expired') return 'checkout.session.expired'
+  if (session.status === 'complete') return 'checkout.session.completed'
+  return undefined
+}
+
+/** `t=` of a `Provider-Signature` header (verified by then), in unix seconds. */
+function signedTimestamp(header: string): number | undefined {
+  const item = header.split(',').find((part) => part.trim().startsWith('t='))
+  const seconds = item === undefined ? Number.NaN : Number(item.trim().slice(2))
+  return Number.isSafeInteger(seconds) ? seconds : undefined
 }
 
 function completionSteps(status: PaymentStatus): PaymentStatus[] {

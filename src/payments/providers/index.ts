@@ -4,13 +4,21 @@
  */
 import { ConfigError } from '../../errors.js'
 import type { PricingConfig } from '../pricing.js'
+import { PAYMENT_METHODS, type PaymentMethod } from '../states.js'
 import { CardProvider } from './card.js'
 import { CryptoProvider, parseTokenContracts } from './crypto.js'
 import type { PaymentProvider, ProviderContext } from './provider.js'
 import { TestProvider } from './test.js'
 
 export interface PaymentProviderSettings {
-  PAYMENT_TEST_PROVIDER_ENABLED: boolean
+  /**
+   * Unset (only `nodeplane up` leaves it unset): on when neither the card nor the crypto
+   * provider is, so a configuration with a real provider never runs the test provider unless
+   * it is enabled explicitly.
+   */
+  PAYMENT_TEST_PROVIDER_ENABLED?: boolean | undefined
+  /** The methods the test provider takes; default every method. */
+  PAYMENT_TEST_PROVIDER_METHODS?: readonly PaymentMethod[] | undefined
   PAYMENT_TEST_PROVIDER_DELAY: number
   PAYMENT_TEST_PROVIDER_FAILURE_RATE: number
   CARD_PROVIDER_ENABLED: boolean
@@ -69,9 +77,29 @@ export function paymentProvidersFromSettings(settings: PaymentProviderSettings, 
       )
     }
   }
-  if (problems.length > 0) throw new ConfigError(problems)
-  if (settings.PAYMENT_TEST_PROVIDER_ENABLED) {
-    providers.push(new TestProvider({ ...context, delayMs: settings.PAYMENT_TEST_PROVIDER_DELAY, failureRate: settings.PAYMENT_TEST_PROVIDER_FAILURE_RATE }))
+  if (testProviderEnabled(settings)) {
+    const methods = settings.PAYMENT_TEST_PROVIDER_METHODS ?? PAYMENT_METHODS
+    const real: Array<[boolean, PaymentMethod, string]> = [
+      [settings.CARD_PROVIDER_ENABLED, 'card', 'CARD_PROVIDER_ENABLED'],
+      [settings.CRYPTO_PROVIDER_ENABLED, 'crypto', 'CRYPTO_PROVIDER_ENABLED'],
+    ]
+    for (const [enabled, method, variable] of real) {
+      if (enabled && methods.includes(method)) {
+        problems.push(
+          `PAYMENT_TEST_PROVIDER_METHODS: ${method} is taken by the ${method} provider (${variable}=true); ` +
+            `list only methods no real provider takes${methods.length > 1 ? `, e.g. PAYMENT_TEST_PROVIDER_METHODS=${methods.filter((m) => m !== method).join(',')}` : ''}, or turn the test provider off`,
+        )
+      }
+    }
+    if (problems.length === 0) {
+      providers.push(new TestProvider({ ...context, methods, delayMs: settings.PAYMENT_TEST_PROVIDER_DELAY, failureRate: settings.PAYMENT_TEST_PROVIDER_FAILURE_RATE }))
+    }
   }
+  if (problems.length > 0) throw new ConfigError(problems)
   return providers
+}
+
+/** PAYMENT_TEST_PROVIDER_ENABLED, or (unset) whether no real provider is on. */
+export function testProviderEnabled(settings: Pick<PaymentProviderSettings, 'PAYMENT_TEST_PROVIDER_ENABLED' | 'CARD_PROVIDER_ENABLED' | 'CRYPTO_PROVIDER_ENABLED'>): boolean {
+  return settings.PAYMENT_TEST_PROVIDER_ENABLED ?? (!settings.CARD_PROVIDER_ENABLED && !settings.CRYPTO_PROVIDER_ENABLED)
 }

@@ -1,13 +1,13 @@
 /**
  * The provider adapter contract (payment service spec, "Provider adapter operations"): Name,
  * InitiatePayment, GetPaymentStatus and CancelPayment by provider reference, HandleWebhook with
- * the payload bytes and signature. Providers are chosen by method (registry.ts); the test
- * provider accepts any method.
+ * the payload bytes and signature. Providers are chosen by method (registry.ts): each takes only
+ * the methods it is configured for, and no method has two providers.
  */
 import type { Db } from '../../db/knex.js'
 import type { Logger } from '../../log.js'
 import type { PaymentMethod } from '../states.js'
-import type { PaymentRecord } from '../store.js'
+import type { AuditContext, PaymentRecord } from '../store.js'
 
 /** What the payer needs, returned by InitiatePayment and stored on the payment. */
 export interface ProviderSession {
@@ -20,6 +20,9 @@ export interface ProviderSession {
 
 /** A provider's own view of a payment, by reference (for reconciliation and operators). */
 export type ProviderPaymentStatus = 'pending' | 'processing' | 'completed' | 'failed' | 'canceled' | 'unknown'
+
+/** What reconciliation did: the payment's new status, or `unchanged` (the provider has nothing new). */
+export type ReconcileOutcome = 'processing' | 'completed' | 'failed' | 'canceled' | 'unchanged'
 
 export interface WebhookRequest {
   /** The raw body, exactly as received: signatures are over these bytes. */
@@ -47,8 +50,8 @@ export interface ProviderContext {
 
 export interface PaymentProvider {
   readonly name: string
-  /** The methods this provider takes; `any` only for the test provider. */
-  readonly methods: readonly PaymentMethod[] | 'any'
+  /** The methods this provider takes (the test provider's come from PAYMENT_TEST_PROVIDER_METHODS). */
+  readonly methods: readonly PaymentMethod[]
   /**
    * Sets up the payment with the provider (a hosted checkout session, crypto instructions).
    * Called after the `pending` row is committed; throwing marks the payment failed.
@@ -63,6 +66,14 @@ export interface PaymentProvider {
    */
   cancelPayment(providerReference: string): Promise<'closed' | 'paid'>
   handleWebhook?(request: WebhookRequest): Promise<WebhookResult>
+  /**
+   * Reconciliation (a notification that never arrived): asks the provider about the payment and
+   * moves it by the same rules as the provider's notification, in one transaction with the row
+   * locked, so a notification arriving meanwhile moves it only once. Throws when the provider
+   * cannot be reached. Providers that learn of payments by themselves (crypto watcher, test
+   * timer) have none.
+   */
+  reconcile?(payment: PaymentRecord, context: AuditContext): Promise<ReconcileOutcome>
   /** Background work (the test provider's timer, the crypto watcher); stopped with `stop`. */
   start?(): Promise<void>
   stop?(): Promise<void>

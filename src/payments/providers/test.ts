@@ -1,15 +1,20 @@
 /**
  * The test provider (spec: "accepts any method with configurable delay and failure rate"): the
- * default of `nodeplane up`. A payment it holds settles `delay` after creation: pending ->
+ * default of `nodeplane up` while no real provider is on. It takes only the methods it is given
+ * (PAYMENT_TEST_PROVIDER_METHODS), never one it was not asked to handle: a payment it takes is
+ * completed without any money moving. A payment it holds settles `delay` after creation: pending ->
  * processing -> completed, or -> failed for a share of payments given by the failure rate. The
  * choice is a hash of the payment id, so it is the same on every replica and after a restart
  * (rate 0: never fails; 1: always).
  */
 import crypto from 'node:crypto'
+import { PAYMENT_METHODS, type PaymentMethod } from '../states.js'
 import { findPaymentForUpdate, transitionPayment, type PaymentRecord } from '../store.js'
 import type { PaymentProvider, ProviderContext, ProviderPaymentStatus, ProviderSession } from './provider.js'
 
 export interface TestProviderOptions extends ProviderContext {
+  /** The methods it takes; default every method. */
+  methods?: readonly PaymentMethod[]
   delayMs: number
   /** 0.0 - 1.0 */
   failureRate: number
@@ -27,11 +32,13 @@ export function failsAtRate(paymentId: string, failureRate: number): boolean {
 
 export class TestProvider implements PaymentProvider {
   readonly name = 'test'
-  readonly methods = 'any' as const
+  readonly methods: readonly PaymentMethod[]
   private timer: NodeJS.Timeout | undefined
   private running: Promise<number> | undefined
 
-  constructor(private readonly options: TestProviderOptions) {}
+  constructor(private readonly options: TestProviderOptions) {
+    this.methods = [...new Set(options.methods ?? PAYMENT_METHODS)]
+  }
 
   async initiatePayment(payment: PaymentRecord): Promise<ProviderSession> {
     return {
@@ -63,7 +70,8 @@ export class TestProvider implements PaymentProvider {
   private async settle(limit: number): Promise<number> {
     const { db, now } = this.options
     const cutoff = new Date(now().getTime() - this.options.delayMs)
-    const due = (await db('payments').where({ provider: this.name, status: 'pending' }).where('created_at', '<=', cutoff).orderBy('created_at').limit(limit).select('id')) as Array<{ id: string }>
+    // Only its methods: a payment of another method (left by an earlier configuration) is not settled for free.
+    const due = (await db('payments').where({ provider: this.name, status: 'pending' }).whereIn('method', this.methods).where('created_at', '<=', cutoff).orderBy('created_at').limit(limit).select('id')) as Array<{ id: string }>
     let settled = 0
     for (const { id } of due) {
       const done = await db.transaction(async (trx) => {

@@ -43,7 +43,7 @@ describe.each(DIALECTS)('card provider on %s', (dialect) => {
   const resources = new Resources()
   afterEach(() => resources.cleanup())
 
-  async function setup(options: { bodyLimitBytes?: number } = {}) {
+  async function setup(options: { bodyLimitBytes?: number; maxNetworkRetries?: number } = {}) {
     const t = await createTestDatabase(dialect, { database: 'payments' })
     resources.add(() => t.destroy())
     const clock = new Clock()
@@ -51,7 +51,15 @@ describe.each(DIALECTS)('card provider on %s', (dialect) => {
     resources.add(() => processor.close())
     const logs = new LogCapture()
     const logger = createLogger({ destination: logs, level: 'debug' })
-    const card = new CardProvider({ db: t.db, logger, now: clock.now, secretKey: SECRET_KEY, webhookSecret: WEBHOOK_SECRET, apiUrl: processor.url })
+    const card = new CardProvider({
+      db: t.db,
+      logger,
+      now: clock.now,
+      secretKey: SECRET_KEY,
+      webhookSecret: WEBHOOK_SECRET,
+      apiUrl: processor.url,
+      ...(options.maxNetworkRetries !== undefined ? { maxNetworkRetries: options.maxNetworkRetries } : {}),
+    })
     const service = new PaymentService({ db: t.db, logger, pricing: () => pricing, providers: new ProviderRegistry([card]), now: clock.now })
     const app = createApiApp({
       db: t.db,
@@ -90,6 +98,12 @@ describe.each(DIALECTS)('card provider on %s', (dialect) => {
       return { status: res.status, body: (res.headers.get('content-type')?.includes('json') ? JSON.parse(text) : text) as Record<string, unknown> }
     }
     return { db: t.db, url: server.url, clock, processor, logs, card, service, initiate, opened, sign, deliver }
+  }
+
+  /** The subjects of the outbox rows of one payment, oldest first. */
+  async function outboxOf(db: Db, paymentId: string): Promise<string[]> {
+    const rows = (await db('outbox').orderBy('created_at').select('subject', 'payload')) as Array<{ subject: string; payload: unknown }>
+    return rows.filter((row) => fromJson<{ payment_id: string }>(row.payload).payment_id === paymentId).map((row) => row.subject)
   }
 
   /** Everything a webhook can write, to show that a refused one wrote nothing. */
@@ -456,7 +470,7 @@ describe.each(DIALECTS)('card provider on %s', (dialect) => {
     expect(processor.session(session.id).status).toBe('open')
   }, 15_000)
 
-  it('session expiry closes the session first: a paid one is left to its webhook, an unreachable processor waits for the next run', async () => {
+  it('session expiry closes the session first: a paid one (webhook lost) is reconciled to completed, an unreachable processor is tried again after a minute', async () => {
     const { db, processor, service, clock, initiate } = await setup()
     const paid = (await initiate('order-paid')).payment
     const open = (await initiate('order-open')).payment
@@ -466,11 +480,179 @@ describe.each(DIALECTS)('card provider on %s', (dialect) => {
     expect(await service.expireSessions()).toBe(0)
     expect([(await findPayment(db, paid.id))?.status, (await findPayment(db, open.id))?.status]).toEqual(['pending', 'pending'])
     processor.failNext(0)
+    clock.advance(60_000)
     expect(await service.expireSessions()).toBe(1)
     expect((await findPayment(db, open.id))?.status).toBe('canceled')
     expect(processor.session(open.providerReference as string).status).toBe('expired')
-    expect((await findPayment(db, paid.id))?.status).toBe('pending')
+    expect(await written(db, paid.id)).toMatchObject({ status: 'completed', providerEvents: 0 })
+    expect(await outboxOf(db, paid.id)).toEqual(['payment.completed'])
+    expect(Number(((await db('payment_retries').count({ n: '*' }).first()) as { n: number | string }).n)).toBe(0)
   }, 30_000)
+
+  describe('signed timestamp (issue 15, item 9)', () => {
+    it('more than 5 minutes off in either direction is 401 invalid_signature and writes nothing: +6 min, +1 day, +1 year, -6 min', async () => {
+      const { db, clock, processor, logs, opened, deliver } = await setup()
+      const { payment, session } = await opened()
+      const before = await written(db, payment.id)
+      processor.complete(session.id)
+      for (const offset of [6 * 60, 86_400, 365 * 86_400, -6 * 60]) {
+        const delivery = signedDelivery(processor.session(session.id), 'checkout.session.completed', { secret: WEBHOOK_SECRET, timestamp: clock.seconds + offset })
+        const res = await deliver(delivery)
+        expect({ offset, ...res }).toEqual({ offset, status: 401, body: { error: 'invalid signature', details: expect.stringContaining('more than 5 minutes off') } })
+        expect(logs.text()).not.toContain(delivery.signature)
+      }
+      expect(await written(db, payment.id)).toEqual(before)
+    })
+
+    it('within 5 minutes either way is accepted: +4 min completes the payment', async () => {
+      const { db, clock, processor, opened, deliver } = await setup()
+      const { payment, session } = await opened()
+      const ahead = signedDelivery(processor.complete(session.id), 'checkout.session.completed', { secret: WEBHOOK_SECRET, timestamp: clock.seconds + 4 * 60 })
+      expect((await deliver(ahead)).body).toEqual({ status: 'ok', outcome: 'completed' })
+      expect((await findPayment(db, payment.id))?.status).toBe('completed')
+    })
+  })
+
+  describe('session expiry pages and backs off (issue 15, item 5)', () => {
+    const expireRequests = (processor: FakeCardProcessor) => processor.requests.filter((r) => r.method === 'POST' && r.path.endsWith('/expire')).length
+
+    it('payments it cannot expire do not hold up newer ones: 101 stuck before one that can go, in pages of 100', async () => {
+      const { db, processor, service, clock, initiate } = await setup({ maxNetworkRetries: 0 })
+      const stuck: string[] = []
+      for (let i = 0; i < 101; i++) {
+        const { payment } = await initiate(`order-stuck-${i}`)
+        stuck.push(payment.id)
+        processor.failingSessions.add(payment.providerReference as string)
+      }
+      clock.advance(1_000)
+      const newest = (await initiate('order-newest')).payment
+      clock.advance(31 * 60_000)
+      expect(await service.expireSessions()).toBe(1)
+      expect((await findPayment(db, newest.id))?.status).toBe('canceled')
+      const statuses = (await db('payments').whereIn('id', stuck).select('status')) as Array<{ status: string }>
+      expect(new Set(statuses.map((r) => r.status))).toEqual(new Set(['pending']))
+      // One attempt each: 101 failed closes and the one that worked.
+      expect(expireRequests(processor)).toBe(102)
+      expect(Number(((await db('payment_retries').where({ job: 'expiry' }).count({ n: '*' }).first()) as { n: number | string }).n)).toBe(101)
+    }, 60_000)
+
+    it('a payment whose session cannot be closed is retried after 1, 2, 4 minutes, not on every run; once closed, it is canceled and its back-off forgotten', async () => {
+      const { db, processor, service, clock, opened } = await setup({ maxNetworkRetries: 0 })
+      const { payment, session } = await opened()
+      processor.failingSessions.add(session.id)
+      clock.advance(31 * 60_000)
+      const calls: number[] = []
+      const run = async (advanceMs: number) => {
+        clock.advance(advanceMs)
+        await service.expireSessions()
+        calls.push(expireRequests(processor))
+      }
+      await run(0) // attempt 1 fails: next in 1 minute
+      await run(0)
+      await run(59_000)
+      await run(1_000) // attempt 2 fails: next in 2 minutes
+      await run(60_000)
+      await run(60_000) // attempt 3 fails: next in 4 minutes
+      await run(3 * 60_000)
+      expect(calls).toEqual([1, 1, 1, 2, 2, 3, 3])
+      const retry = (await db('payment_retries').where({ payment_id: payment.id, job: 'expiry' }).first()) as { attempts: number; last_error: string }
+      expect(Number(retry.attempts)).toBe(3)
+      expect(retry.last_error).toBe("payment provider card could not close the payment's session")
+      processor.failingSessions.delete(session.id)
+      await run(60_000)
+      expect(calls.at(-1)).toBe(4)
+      expect((await findPayment(db, payment.id))?.status).toBe('canceled')
+      expect(await db('payment_retries').where({ payment_id: payment.id })).toEqual([])
+    })
+  })
+
+  describe('reconciliation (issue 15, item 4): the webhook was dropped', () => {
+    const retrieves = (processor: FakeCardProcessor) => processor.requests.filter((r) => r.method === 'GET').length
+
+    it('a paid session is completed once past expiry, through the webhook rules; a webhook arriving later changes nothing', async () => {
+      const { db, clock, processor, service, opened, sign, deliver } = await setup()
+      const { payment, session } = await opened()
+      processor.complete(session.id, 'paid')
+      clock.advance(10 * 60_000)
+      // Not yet past expiry: left to the webhook, the processor is not asked.
+      expect(await service.reconcilePayments()).toBe(0)
+      expect(retrieves(processor)).toBe(0)
+      clock.advance(21 * 60_000)
+      expect(await service.reconcilePayments()).toBe(1)
+      expect(await written(db, payment.id)).toMatchObject({
+        status: 'completed',
+        audit: ['payment.created', 'payment.processing', 'payment.completed'],
+        outbox: [{ subject: 'payment.completed', payment_id: payment.id }],
+      })
+      expect((await paymentEvents(db, payment.id)).at(-1)).toMatchObject({
+        actor: 'system:reconciliation',
+        details: expect.objectContaining({ source: 'reconciliation', session_id: session.id, to: 'completed' }),
+      })
+      expect((await deliver(sign(processor.session(session.id), 'checkout.session.completed'))).body).toMatchObject({ outcome: 'ignored_state' })
+      expect(await service.reconcilePayments()).toBe(0)
+      expect((await written(db, payment.id)).outbox).toEqual([{ subject: 'payment.completed', payment_id: payment.id }])
+    })
+
+    it('a webhook arriving while reconciliation asks the processor: completed once', async () => {
+      const { db, clock, processor, service, opened, sign, deliver } = await setup()
+      const { payment, session } = await opened()
+      processor.complete(session.id, 'paid')
+      clock.advance(31 * 60_000)
+      const hold = processor.holdNext()
+      const reconciling = service.reconcilePayments()
+      await hold.arrived
+      expect((await deliver(sign(processor.session(session.id), 'checkout.session.completed'))).body).toMatchObject({ outcome: 'completed' })
+      hold.release()
+      expect(await reconciling).toBe(0)
+      expect(await written(db, payment.id)).toMatchObject({
+        status: 'completed',
+        audit: ['payment.created', 'payment.processing', 'payment.completed'],
+        outbox: [{ subject: 'payment.completed', payment_id: payment.id }],
+      })
+    })
+
+    it('expired at the processor -> canceled; complete but unpaid -> processing, then paid -> completed; a wrong amount -> failed', async () => {
+      const { db, clock, processor, service, initiate } = await setup()
+      const expired = (await initiate('order-expired')).payment
+      const slow = (await initiate('order-async')).payment
+      const wrong = (await initiate('order-wrong')).payment
+      processor.update(expired.providerReference as string, { status: 'expired', url: null })
+      processor.complete(slow.providerReference as string, 'unpaid')
+      processor.update(processor.complete(wrong.providerReference as string).id, { amount_total: 1 })
+      clock.advance(31 * 60_000)
+      expect(await service.reconcilePayments()).toBe(3)
+      expect(await findPayment(db, expired.id)).toMatchObject({ status: 'canceled', failureReason: 'session expired at the card processor' })
+      expect(await findPayment(db, slow.id)).toMatchObject({ status: 'processing' })
+      expect(await findPayment(db, wrong.id)).toMatchObject({ status: 'failed', failureReason: expect.stringMatching(/^amount mismatch/) })
+      processor.update(slow.providerReference as string, { payment_status: 'paid' })
+      expect(await service.reconcilePayments()).toBe(1)
+      expect((await findPayment(db, slow.id))?.status).toBe('completed')
+      expect(await outboxOf(db, slow.id)).toEqual(['payment.completed'])
+    })
+
+    it('nothing new at the processor (still open), or the processor down: asked again with growing delay, not on every run', async () => {
+      const { db, clock, processor, service, opened } = await setup({ maxNetworkRetries: 0 })
+      const { payment, session } = await opened()
+      clock.advance(31 * 60_000)
+      expect(await service.reconcilePayments()).toBe(0)
+      expect(retrieves(processor)).toBe(1)
+      expect(await service.reconcilePayments()).toBe(0)
+      expect(retrieves(processor)).toBe(1)
+      processor.failingSessions.add(session.id)
+      clock.advance(60_000)
+      expect(await service.reconcilePayments()).toBe(0)
+      expect(retrieves(processor)).toBe(2)
+      clock.advance(60_000)
+      expect(await service.reconcilePayments()).toBe(0)
+      expect(retrieves(processor)).toBe(2)
+      processor.failingSessions.delete(session.id)
+      processor.complete(session.id)
+      clock.advance(60_000)
+      expect(await service.reconcilePayments()).toBe(1)
+      expect((await findPayment(db, payment.id))?.status).toBe('completed')
+      expect(await db('payment_retries').where({ payment_id: payment.id })).toEqual([])
+    })
+  })
 
   it('getPaymentStatus maps the session state', async () => {
     const { processor, card, opened } = await setup()
