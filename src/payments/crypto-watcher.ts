@@ -134,6 +134,7 @@ export class CryptoWatcher {
   private timer: NodeJS.Timeout | undefined
   private stopped = true
   private haltedReason: string | undefined
+  private lastPollAt: Date | undefined
   private appliedBlockTime: { block: number; hash: string; timestamp: Date } | undefined
 
   constructor(private readonly options: CryptoWatcherOptions) {
@@ -165,10 +166,20 @@ export class CryptoWatcher {
 
   /** Reads every newly confirmed block once; concurrent calls share one run. */
   poll(): Promise<PollResult> {
-    this.running ??= this.pollOnce().finally(() => {
-      this.running = undefined
-    })
+    this.running ??= this.pollOnce()
+      .then((result) => {
+        this.lastPollAt = this.options.now()
+        return result
+      })
+      .finally(() => {
+        this.running = undefined
+      })
     return this.running
+  }
+
+  /** When a poll last finished without an error (readiness: is the watcher keeping up?). */
+  get lastSuccessfulPollAt(): Date | undefined {
+    return this.lastPollAt
   }
 
   private async pollOnce(): Promise<PollResult> {
