@@ -1,11 +1,15 @@
 import crypto from 'node:crypto'
+import fs from 'node:fs'
+import path from 'node:path'
 import { afterEach, describe, expect, it } from 'vitest'
 import { ConflictError, NotFoundError } from '../../../src/errors.js'
+import { BackupDecryptionError, decryptBackupFile, deriveBackupKey, encryptBackupFile } from '../../../src/secrets/backup-keys.js'
 import { createDataKey, DataKey, deleteNodeKeys, hasDataKey, loadDataKey } from '../../../src/secrets/data-keys.js'
 import { KeyMaterialError } from '../../../src/secrets/errors.js'
 import { LocalFileMasterKey } from '../../../src/secrets/master-key.js'
 import { decryptKeyMaterial, decryptNodeKey, decryptNodeKeys, generateNodeKey, listNodeKeys, storeNodeKey } from '../../../src/secrets/node-keys.js'
 import { ensureServerKeyPair } from '../../../src/secrets/server-key.js'
+import { tempDir } from '../../helpers/cli.js'
 import { createTestDatabase, DIALECTS, type TestDatabase } from '../../helpers/db.js'
 import { insertTestNode } from '../../helpers/fixtures.js'
 
@@ -131,7 +135,7 @@ describe.each(DIALECTS)('key hierarchy on %s', (dialect) => {
     expect(await decryptNodeKey(db, keyA, 'validator')).toHaveLength(32)
   })
 
-  it('deleting the keys makes recovery impossible with anything the system holds', async () => {
+  it('deleting the keys makes recovery impossible with anything the system holds: the node keys and every backup of the node', async () => {
     const { db } = await database(dialect)
     const masterKeyBytes = crypto.randomBytes(32)
     const mk = LocalFileMasterKey.fromBytes(masterKeyBytes)
@@ -143,9 +147,20 @@ describe.each(DIALECTS)('key hierarchy on %s', (dialect) => {
     await generateNodeKey(db, { nodeId: node.id, name: 'signer', keyType: 'secp256k1' }, dataKey)
     const survivorKey = await createDataKey(db, mk, survivor.id)
     await generateNodeKey(db, { nodeId: survivor.id, name: 'validator', keyType: 'ed25519' }, survivorKey)
-    // An attacker (or a careless backup) kept the node's ciphertexts aside.
+    // An attacker (or a careless backup) kept the node's ciphertexts aside, and a copy of a
+    // migration backup file (encrypted under the backup key the data key derives).
     const keptAside = (await db('node_keys').where({ node_id: node.id }).select('name', 'ciphertext')) as { name: string; ciphertext: string }[]
     expect(keptAside).toHaveLength(2)
+    const dir = tempDir('nodeplane-key-store-')
+    const chainKey = crypto.randomBytes(64)
+    fs.writeFileSync(path.join(dir, 'nodekey'), chainKey)
+    const backupKey = deriveBackupKey(dataKey, node.id)
+    await encryptBackupFile(backupKey, node.id, 'data/nodekey', path.join(dir, 'nodekey'), path.join(dir, 'nodekey.backup'), 0o600)
+    expect(fs.readFileSync(path.join(dir, 'nodekey.backup')).includes(chainKey)).toBe(false)
+    // While the data key exists, it opens.
+    await decryptBackupFile(backupKey, node.id, 'data/nodekey', path.join(dir, 'nodekey.backup'), path.join(dir, 'restored'), 0o600)
+    expect(fs.readFileSync(path.join(dir, 'restored'))).toEqual(chainKey)
+    backupKey.fill(0)
     dataKey.destroy()
 
     expect(await deleteNodeKeys(db, node.id)).toEqual({ keys: 2, dataKeys: 1 })
@@ -170,6 +185,13 @@ describe.each(DIALECTS)('key hierarchy on %s', (dialect) => {
     expect(candidates.length).toBe(4)
     for (const { name, ciphertext } of keptAside) {
       for (const candidate of candidates) expect(() => decryptKeyMaterial(candidate, name, ciphertext)).toThrow(KeyMaterialError)
+    }
+    // Nor does any backup key they derive, nor the candidates used as a backup key directly.
+    for (const [i, candidate] of candidates.entries()) {
+      for (const [j, key] of [deriveBackupKey(candidate, node.id), candidate.bytes].entries()) {
+        await expect(decryptBackupFile(key, node.id, 'data/nodekey', path.join(dir, 'nodekey.backup'), path.join(dir, `try-${i}-${j}`), 0o600)).rejects.toThrow(BackupDecryptionError)
+        expect(fs.existsSync(path.join(dir, `try-${i}-${j}`))).toBe(false)
+      }
     }
     // The other node's keys are untouched.
     expect(await decryptNodeKey(db, await loadDataKey(db, mk, survivor.id), 'validator')).toHaveLength(32)
