@@ -3,10 +3,12 @@
  * with incident auto-resolution and the migration trigger (src/health/evaluator.ts), maintenance
  * recovery, the incident consumer on the nodes' health events, the hourly uptime rollup
  * (src/uptime/rollup.ts), the subscription cleanup scheduler (src/subscriptions/cleanup.ts) and the
- * provisioning retries of paid subscriptions whose node failed (src/subscriptions/provision-retry.ts). Every job takes its own database lease and the
+ * provisioning retries of paid subscriptions whose node failed (src/subscriptions/provision-retry.ts),
+ * and the node metrics purge (src/agents/metrics-retention.ts). Every job takes its own database lease and the
  * consumer is durable, so any number of evaluators may share one database and bus.
  */
 import type { z } from 'zod'
+import { scheduleNodeMetricsPurge } from '../src/agents/metrics-retention.js'
 import type { ChainSource } from '../src/config/chain-source.js'
 import { healthEvaluatorEnv } from '../src/config/env.js'
 import type { Db } from '../src/db/knex.js'
@@ -68,6 +70,8 @@ export interface HealthEvaluator {
   readonly uptimeRollup: PeriodicJob
   /** Retries provisioning of paid subscriptions whose node failed to provision (src/subscriptions/provision-retry.ts). */
   readonly provisionRetry: PeriodicJob
+  /** Hourly: agents' reports (node metrics) older than the spec's 30 days are deleted. */
+  readonly nodeMetricsPurge: PeriodicJob
   /** The incident consumer (durable `health-incidents` on the nodes' health events). */
   readonly incidents: BusSubscription
   /** Stops the consumer and the schedulers; a pass in progress finishes first and the leases are released. */
@@ -139,13 +143,15 @@ export async function startHealthEvaluator(settings: HealthEvaluatorSettings, de
     flapping: incidentSettings.flapping,
     ...clock,
   })
-  const jobs = [healthEvaluation, maintenanceRecovery, subscriptionCleanup, uptimeRollup, provisionRetry]
+  const nodeMetricsPurge = scheduleNodeMetricsPurge({ db: deps.db, logger: deps.logger, ...clock })
+  const jobs = [healthEvaluation, maintenanceRecovery, subscriptionCleanup, uptimeRollup, provisionRetry, nodeMetricsPurge]
   return {
     healthEvaluation,
     maintenanceRecovery,
     subscriptionCleanup,
     uptimeRollup,
     provisionRetry,
+    nodeMetricsPurge,
     incidents,
     stop: async () => {
       await incidents.close()
