@@ -1,12 +1,11 @@
 /** What the payment commands share: rendering a payment and money amounts. */
+import { formatMinorUnits } from '../payments/currency.js'
 import { shortTime } from './display.js'
 import type { PaymentView } from '../subscriptions/payment-requests.js'
 
-/** 1500 USD -> "15.00 USD" (prices are integer minor units). */
+/** 1500 USD -> "15.00 USD", 1500 JPY -> "1500 JPY" (prices are integer minor units of their currency). */
 export function formatMoney(amountMinor: number, currency: string): string {
-  const sign = amountMinor < 0 ? '-' : ''
-  const abs = Math.abs(amountMinor)
-  return `${sign}${Math.floor(abs / 100)}.${String(abs % 100).padStart(2, '0')} ${currency}`
+  return formatMinorUnits(amountMinor, currency)
 }
 
 export function describePayment(p: PaymentView): string {

@@ -2,11 +2,11 @@
  * The pricing configuration (payment service spec, "Pricing configuration shape"), read from a
  * YAML file (default `<config dir>/pricing.yaml`; docs/payments.md):
  *
- *   currency: USD                       # the fiat currency of every price (2-decimal minor units)
+ *   currency: USD                       # the ISO 4217 currency of every price
  *   pricing:
  *     <chain_profile_id>:
  *       <node_type>:
- *         <duration>: <integer minor units>
+ *         <duration>: <integer minor units>   # of `currency`: cents for USD, yen for JPY, fils for KWD
  *   crypto:
  *     supported_currencies: [USDC, USDT, ETH]
  *     exchange_rates: { USDC: "1.00", ETH: "3000.00" }   # fiat per one whole token
@@ -19,6 +19,7 @@ import { parse as parseYaml } from 'yaml'
 import { z } from 'zod'
 import { parseDuration } from '../config/duration.js'
 import { ConfigError, ValidationError } from '../errors.js'
+import { currencyExponent, isKnownCurrency } from './currency.js'
 import { CRYPTO_CURRENCIES, type CryptoCurrency } from './states.js'
 
 export const DURATIONS = ['1w', '2w', '1m', '3m', '6m'] as const
@@ -27,7 +28,7 @@ export const DURATIONS = ['1w', '2w', '1m', '3m', '6m'] as const
 export const TOKEN_DECIMALS: Readonly<Record<CryptoCurrency, number>> = { USDC: 6, USDT: 6, ETH: 18 }
 
 const identifier = z.string().regex(/^[a-z0-9][a-z0-9_-]{0,99}$/, 'must be lower-case letters, digits, - or _')
-const minorUnits = z.number().int('must be whole minor units (cents)').positive().max(Number.MAX_SAFE_INTEGER)
+const minorUnits = z.number().int('must be whole minor units of the currency (cents for USD)').positive().max(Number.MAX_SAFE_INTEGER)
 const durationText = (fallback: string) =>
   z
     .string()
@@ -44,7 +45,11 @@ const rate = z.string().regex(/^\d{1,12}(\.\d{1,18})?$/, 'must be a positive dec
 
 const pricingSchema = z
   .object({
-    currency: z.string().regex(/^[A-Z]{3}$/, 'must be an ISO 4217 code such as USD').default('USD'),
+    currency: z
+      .string()
+      .regex(/^[A-Z]{3}$/, 'must be an ISO 4217 code such as USD')
+      .refine(isKnownCurrency, (code) => ({ message: `"${code}" is not an ISO 4217 currency code (such as USD, EUR, JPY, KWD)` }))
+      .default('USD'),
     pricing: z.record(identifier, z.record(identifier, z.record(z.enum(DURATIONS), minorUnits))),
     crypto: z
       .object({
@@ -152,15 +157,17 @@ function decimalToFraction(text: string): { numerator: bigint; scale: bigint } {
 }
 
 /**
- * The crypto amount owed for `amountMinor` fiat minor units, in the token's base units, rounded
- * up (the payer never pays less than the price): base = ceil(minor / 100 / rate * 10^decimals).
+ * The crypto amount owed for `amountMinor` minor units of the pricing currency, in the token's
+ * base units, rounded up (the payer never pays less than the price):
+ * base = ceil(minor / 10^exponent / rate * 10^decimals), the exponent being the currency's
+ * (ISO 4217: USD 2, JPY 0, KWD 3).
  */
 export function cryptoBaseUnits(config: PricingConfig, currency: CryptoCurrency, amountMinor: number): bigint {
   const rateText = config.exchangeRates[currency]
   if (!rateText) throw new ValidationError(`no exchange rate for ${currency}`)
   const { numerator, scale } = decimalToFraction(rateText)
   const top = BigInt(amountMinor) * 10n ** BigInt(TOKEN_DECIMALS[currency]) * scale
-  const bottom = 100n * numerator
+  const bottom = 10n ** BigInt(currencyExponent(config.currency)) * numerator
   return (top + bottom - 1n) / bottom
 }
 

@@ -86,7 +86,7 @@ const paymentView = z
     status: z.enum(PAYMENT_STATUSES),
     method: z.enum(PAYMENT_METHODS),
     provider: z.string().openapi({ example: 'card' }),
-    amount_minor: z.number().int().openapi({ description: 'Total in minor units of currency (cents)' }),
+    amount_minor: z.number().int().openapi({ description: 'Total in minor units of currency (ISO 4217 exponent: cents for USD, yen for JPY, fils for KWD)' }),
     currency: z.string().openapi({ example: 'USD' }),
     items: z.array(pricedItem),
     subscription_ids: z.array(z.string().uuid()),

@@ -463,6 +463,48 @@ describe.each(DIALECTS)('crypto provider on %s', (dialect) => {
     })
   })
 
+  // What 25 USDC (0.01 ETH) is worth, in currencies with 0, 2 and 3 decimals (ISO 4217).
+  it.each([
+    { currency: 'JPY', price: 3_750, usdc: '150.00', eth: '375000.00' },
+    { currency: 'USD', price: 2_500, usdc: '1.00', eth: '2500.00' },
+    { currency: 'KWD', price: 7_700, usdc: '0.308', eth: '770.000' },
+  ])('prices in $currency minor units: the quote, the payment and the transfer that completes it agree', async ({ currency, price, usdc, eth }) => {
+    const local = parsePricingConfig({ currency, pricing: { 'eth-mainnet': { full: { '1m': price } } }, crypto: { supported_currencies: ['USDC', 'ETH'], exchange_rates: { USDC: usdc, ETH: eth } } })
+    const priced = new PaymentService({ db, logger, pricing: () => local, providers: new ProviderRegistry([provider]), now })
+    const items = [{ chain_profile_id: 'eth-mainnet', node_type: 'full', duration: '1m' }]
+    const pay = (cryptoCurrency: CryptoCurrency, quoteId?: string) =>
+      priced.initiatePayment(
+        {
+          customer: { id: crypto.randomUUID() },
+          items,
+          method: 'crypto',
+          crypto_currency: cryptoCurrency,
+          idempotency_key: crypto.randomUUID(),
+          return_url: 'https://app.example/return',
+          cancel_url: 'https://app.example/cancel',
+          ...(quoteId ? { quote_id: quoteId } : {}),
+        },
+        { actor: 'user:test' },
+      )
+
+    const quote = await priced.getQuote({ items })
+    expect(quote).toMatchObject({ amountMinor: price, currency, cryptoAmounts: { USDC: '25.000000', ETH: '0.010000000000000000' } })
+    const quoted = (await pay('USDC', quote.id)).payment
+    expect(quoted).toMatchObject({ amountMinor: price, currency, crypto: { currency: 'USDC', amount: '25.000000', amountBaseUnits: USDC_OWED.toString() } })
+    const unquoted = (await pay('ETH')).payment
+    expect(unquoted).toMatchObject({ amountMinor: price, currency, crypto: { currency: 'ETH', amount: '0.010000000000000000', amountBaseUnits: ETH_OWED.toString() } })
+
+    await payToken(chain.usdc, chain.receiverAddress, USDC_OWED, quoted.crypto?.memo as string)
+    await payEth(chain.receiverAddress, ETH_OWED, unquoted.crypto?.memo as string)
+    await confirmAndPoll()
+    expect(await status(quoted.id)).toBe('completed')
+    expect(await status(unquoted.id)).toBe('completed')
+    for (const id of [quoted.id, unquoted.id]) {
+      const completed = (await paymentEvents(db, id)).find((e) => e.eventType === 'payment.completed')
+      expect(completed?.details.overpaid_base_units).toBeUndefined()
+    }
+  })
+
   it('fails the payment at initiation when its currency has no contract', async () => {
     const usdcOnly = new CryptoProvider({ ...options, contracts: parseTokenContracts(`USDC=${String(chain.usdc.target)}`) })
     const strict = new PaymentService({ db, logger, pricing: () => pricing, providers: new ProviderRegistry([usdcOnly]) })
