@@ -119,4 +119,35 @@ describe('subscription commands (against nodeplane up)', () => {
     expect(json<{ error: { name: string; exit_code: number } }>(asJson).error).toMatchObject({ name: 'NotFoundError', exit_code: 3 })
     expect((await run(['subscription', 'show', '--id', strangers, '--json'])).exitCode).toBe(0)
   })
+
+  it('reprovision (operators): a new node for a paid subscription without one; a live node exits 4, unknown 3, a non-admin key 77', { timeout: 90_000 }, async () => {
+    // Paid and active, its only node failed to provision (as the provision workflow leaves it).
+    const now = new Date()
+    const paid = await insertSubscription(db, await insertUser(db), now)
+    const failedNode = '00000000-0000-4000-8000-0000000000f1'
+    await db('nodes').insert({ id: failedNode, subscription_id: paid, chain_profile_id: 'devnet', node_type: 'full', state: 'failed', sync_status: 'unknown', application_health: 'unknown', consecutive_failures: 0, state_changed_at: now, version: 1, created_at: now, updated_at: now })
+
+    const refused = await run(['subscription', 'reprovision', '--id', paid], aliceEnv)
+    expect(refused.exitCode, refused.stderr).toBe(77)
+    expect(refused.stderr.trim().split('\n')[0]).toMatch(/^Error: missing scope: /)
+
+    const started = await run(['subscription', 'reprovision', '--id', paid, '--json'])
+    expect(started.exitCode, started.stderr).toBe(0)
+    const result = json<{ subscription_id: string; node_id: string; workflow_run_id: string; previous_node_id: string }>(started)
+    expect(result).toMatchObject({ subscription_id: paid, previous_node_id: failedNode })
+    expect(await db('nodes').where({ subscription_id: paid }).whereNot({ id: failedNode }).pluck('id')).toEqual([result.node_id])
+
+    const again = await run(['subscription', 'reprovision', '--id', paid])
+    expect(again.exitCode).toBe(4)
+    expect(again.stderr.trim().split('\n')[0]).toMatch(new RegExp(`^Error: subscription ${paid} already has a live node ${result.node_id} \\((provisioning|syncing|healthy)\\)`))
+    const againJson = await run(['subscription', 'reprovision', '--id', paid, '--json'])
+    expect(json<{ error: { name: string; exit_code: number } }>(againJson).error).toMatchObject({ name: 'ConflictError', exit_code: 4 })
+
+    for (const id of ['00000000-0000-4000-8000-000000000000', 'not-an-id']) {
+      const missing = await run(['subscription', 'reprovision', '--id', id])
+      expect(missing.exitCode, id).toBe(3)
+      expect(missing.stderr.trim().split('\n')[0]).toBe(`Error: no subscription ${id}`)
+    }
+    expect((await run(['subscription', 'reprovision'])).exitCode).toBe(2)
+  })
 })
