@@ -215,49 +215,115 @@ export async function requestPayment(deps: RequestPaymentDeps, caller: Caller, b
     await refreshPaymentRequest(db, payment, deps.now())
     return { payment: paymentViewFromWire(payment), created }
   }
+  let activatedMeanwhile = false
   try {
-    await db.transaction(async (trx) => {
-      const now = deps.now()
-      for (const id of ids) {
-        const sub = (await lockRow(trx, trx('subscriptions').where({ id }).first('status', 'payment_id', 'version'))) as { status: string; payment_id: string | null; version: number } | undefined
-        if (!sub || sub.status !== 'pending_payment') {
-          // Only a payment that already completed can have moved it on (activation); anything else lost a race.
-          if (sub && payment.status === 'completed' && sub.payment_id === payment.id) continue
-          throw new ConflictError(`subscription ${id} changed while the payment was being set up`, 'the payment was canceled; try again')
-        }
-        if (sub.payment_id === payment.id) continue
-        // Another request may have linked it since checkLinks read it.
-        if (sub.payment_id) await refuseOpenLink(trx, id, sub.payment_id)
-        await trx('subscriptions').where({ id, version: sub.version }).update({ payment_id: payment.id, version: sub.version + 1, updated_at: now })
-      }
-      await trx('payment_requests')
-        .insert({
-          id: payment.id,
-          user_id: caller.id,
-          idempotency_key: body.idempotency_key,
-          method: payment.method,
-          crypto_currency: payment.crypto?.currency ?? null,
-          status: payment.status,
-          amount_minor: payment.amount_minor,
-          currency: payment.currency,
-          subscription_ids: toJson(payment.subscription_ids),
-          failure_reason: payment.failure_reason || null,
-          completed_at: payment.completed_at ? new Date(payment.completed_at) : null,
-          created_at: new Date(payment.created_at),
-          updated_at: now,
-        })
-        .onConflict('id')
-        .ignore()
-    })
+    activatedMeanwhile = await linkAndMirror(db, caller, body, ids, payment, deps.now())
   } catch (err) {
-    if (err instanceof ConflictError && payment.status === 'pending') {
-      await deps.client
-        .cancelPayment(payment.id, caller.id, 'a linked subscription changed while the payment was set up', { request_id: context.requestId, ip: context.ip, actor: `user:${caller.id}` })
-        .catch((cancelErr: unknown) => deps.logger.warn({ err: cancelErr, payment_id: payment.id }, 'could not cancel the payment; it expires on its own'))
-    }
-    throw err
+    if (!(err instanceof ConflictError)) throw err
+    const live = await settleLostLink(deps, caller, payment, context)
+    if (live?.status !== 'completed') throw new ConflictError(err.message, lostLinkAdvice(live, payment))
+    // The payment completed while its links were being written: its event activated the
+    // subscriptions (linked or matched, or the line-item fallback when one was gone), so the
+    // money is not lost and the answer is the completed payment, not a refusal.
+    deps.logger.warn({ payment_id: payment.id, reason: err.message }, 'payment completed before its subscriptions were linked; answered with the completed payment')
+    await insertMirror(db, caller, body, live, deps.now())
+    await refreshPaymentRequest(db, live, deps.now())
+    return { payment: paymentViewFromWire(live), created }
   }
-  return { payment: paymentViewFromWire(payment), created }
+  if (!activatedMeanwhile) return { payment: paymentViewFromWire(payment), created }
+  // Its event activated a subscription before the link: the answer and the mirror follow the live payment.
+  const live = await deps.client.getPayment(payment.id, caller.id).catch((err: unknown) => {
+    deps.logger.warn({ err, payment_id: payment.id }, 'could not read the payment back after its subscriptions were activated')
+    return payment
+  })
+  await refreshPaymentRequest(db, live, deps.now())
+  return { payment: paymentViewFromWire(live), created }
+}
+
+/**
+ * Links the subscriptions to the payment and writes the mirror row, in one transaction. Returns
+ * whether a subscription had already been activated by this very payment (its payment.completed
+ * arrived first, through the "matched" path). A subscription moved on by anything else, or linked
+ * to another open payment meanwhile, is a ConflictError: the caller settles the payment.
+ */
+async function linkAndMirror(db: Db, caller: Caller, body: PaymentRequestBody, ids: readonly string[], payment: WirePayment, now: Date): Promise<boolean> {
+  return db.transaction(async (trx) => {
+    let activatedMeanwhile = false
+    for (const id of ids) {
+      const sub = (await lockRow(trx, trx('subscriptions').where({ id }).first('status', 'payment_id', 'version'))) as { status: string; payment_id: string | null; version: number } | undefined
+      if (!sub || sub.status !== 'pending_payment') {
+        // `payment.status` is as initiated (pending): the payment may have completed since.
+        if (sub && sub.payment_id === payment.id) {
+          activatedMeanwhile = true
+          continue
+        }
+        throw new ConflictError(`subscription ${id} changed while the payment was being set up`)
+      }
+      if (sub.payment_id === payment.id) continue
+      // Another request may have linked it since checkLinks read it.
+      if (sub.payment_id) await refuseOpenLink(trx, id, sub.payment_id)
+      await trx('subscriptions').where({ id, version: sub.version }).update({ payment_id: payment.id, version: sub.version + 1, updated_at: now })
+    }
+    await insertMirror(trx, caller, body, payment, now)
+    return activatedMeanwhile
+  })
+}
+
+async function insertMirror(db: Queryable, caller: Caller, body: PaymentRequestBody, payment: WirePayment, now: Date): Promise<void> {
+  await db('payment_requests')
+    .insert({
+      id: payment.id,
+      user_id: caller.id,
+      idempotency_key: body.idempotency_key,
+      method: payment.method,
+      crypto_currency: payment.crypto?.currency ?? null,
+      status: payment.status,
+      amount_minor: payment.amount_minor,
+      currency: payment.currency,
+      subscription_ids: toJson(payment.subscription_ids),
+      failure_reason: payment.failure_reason || null,
+      completed_at: payment.completed_at ? new Date(payment.completed_at) : null,
+      created_at: new Date(payment.created_at),
+      updated_at: now,
+    })
+    .onConflict('id')
+    .ignore()
+}
+
+/**
+ * A payment whose links could not be written: cancel it while it is open, and return the
+ * payment as it is afterwards (undefined when the payment service cannot say). A cancel that
+ * fails because the payment completed in the meantime shows up as `completed` here.
+ */
+async function settleLostLink(deps: RequestPaymentDeps, caller: Caller, payment: WirePayment, context: { requestId: string; ip: string }): Promise<WirePayment | undefined> {
+  const ctx = { request_id: context.requestId, ip: context.ip, actor: `user:${caller.id}` }
+  if (OPEN_STATUSES.includes(payment.status)) {
+    try {
+      return await deps.client.cancelPayment(payment.id, caller.id, 'a linked subscription changed while the payment was set up', ctx)
+    } catch (err) {
+      deps.logger.warn({ err, payment_id: payment.id }, 'could not cancel the payment; reading its status')
+    }
+  }
+  return deps.client.getPayment(payment.id, caller.id).catch((err: unknown) => {
+    deps.logger.warn({ err, payment_id: payment.id }, 'could not read the payment; it expires on its own')
+    return undefined
+  })
+}
+
+/** What the 409 of a lost link says happened to the payment (never "canceled" unless it was). */
+function lostLinkAdvice(live: WirePayment | undefined, initiated: WirePayment): string {
+  const expires = `it expires at ${(live ?? initiated).expires_at}`
+  switch (live?.status) {
+    case 'canceled':
+      return `payment ${initiated.id} was canceled and nothing was charged; try again`
+    case 'failed':
+      return `payment ${initiated.id} failed${live.failure_reason ? ` (${live.failure_reason})` : ''}; try again`
+    case 'pending':
+    case 'processing':
+      return `payment ${initiated.id} could not be canceled and is still open (${expires}): do not pay it; try again with a new payment`
+    default:
+      return `the state of payment ${initiated.id} is unknown (the payment service did not answer): check it with \`nodeplane payment show --id ${initiated.id}\` before paying again; if open, ${expires}`
+  }
 }
 
 /** Follows the live payment into the mirror (GET /payments/{id}, cancel). Never moves a terminal status back. */

@@ -8,15 +8,20 @@ import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
+import { staticChainSource } from '../../../src/config/chain-source.js'
+import { defaultConfigDir, loadChainCatalogue } from '../../../src/config/chains.js'
+import { fromJson } from '../../../src/db/dialect.js'
 import type { Db } from '../../../src/db/knex.js'
 import { createLogger } from '../../../src/log.js'
 import { PaymentClient } from '../../../src/payments/client.js'
+import { paymentEventSchema } from '../../../src/payments/events.js'
 import { PaymentGrpcServer } from '../../../src/payments/grpc-server.js'
 import { parsePricingConfig } from '../../../src/payments/pricing.js'
 import { ProviderRegistry } from '../../../src/payments/providers/registry.js'
 import { TestProvider } from '../../../src/payments/providers/test.js'
 import { PaymentService } from '../../../src/payments/service.js'
 import { CONTROL_PLANE_CLIENT_NAME, ensurePaymentDevCertificates, type PaymentTlsFiles } from '../../../src/payments/tls.js'
+import { activatePayment } from '../../../src/subscriptions/activation.js'
 import { createTestDatabase, DIALECTS } from '../../helpers/db.js'
 import { Resources } from '../http/harness.js'
 import { newKey, newUser, startAuthApi, type AuthApi } from '../auth/api-harness.js'
@@ -80,7 +85,7 @@ async function paymentStack(dialect: (typeof DIALECTS)[number]) {
     bob: (await newKey(db, bob.id, { scopes: ['*'] })).key,
     admin: (await newKey(db, root.id, { scopes: ['*', 'admin'], admin: true })).key,
   }
-  return { db, paymentsDb: payments.db, provider, api, alice, bob, keys, closeServer }
+  return { db, paymentsDb: payments.db, provider, paymentClient, api, alice, bob, keys, closeServer }
 }
 
 async function subscribe(api: AuthApi, key: string, body: Record<string, string> = { chain_profile_id: 'devnet', node_type: 'full', duration: '1m' }): Promise<string> {
@@ -153,6 +158,64 @@ describe.each(DIALECTS)('payments API on %s', (dialect) => {
     // Losers that reached the payment service were canceled there; none can complete.
     const open = await t.paymentsDb('payments').whereIn('status', ['pending', 'processing']).pluck('id')
     expect(open).toEqual([winner.id])
+  })
+
+  describe('a payment that completes before POST /payments has linked its subscription (issue 15, item 12)', () => {
+    /** The provider settles and the control plane consumes payment.completed between InitiatePayment and the link. */
+    async function completeBeforeLink(t: Awaited<ReturnType<typeof paymentStack>>, beforeSettle: () => Promise<void> = async () => {}) {
+      const chains = staticChainSource(await loadChainCatalogue(defaultConfigDir()))
+      const initiate = t.paymentClient.initiatePayment.bind(t.paymentClient)
+      t.paymentClient.initiatePayment = async (request) => {
+        const answer = await initiate(request)
+        expect(answer.payment.status).toBe('pending')
+        await beforeSettle()
+        expect(await t.provider.settleDue()).toBe(1)
+        const row = (await t.paymentsDb('outbox').where({ subject: 'payment.completed' }).first('payload')) as { payload: unknown }
+        await t.db.transaction((trx) => activatePayment(trx, paymentEventSchema.parse(fromJson(row.payload)), { logger, chains }, new Date()))
+        return answer
+      }
+    }
+
+    it('matched path: answers with the completed payment (not "canceled"), the subscription active and the mirror completed', async () => {
+      const t = await paymentStack(dialect)
+      const sub = await subscribe(t.api, t.keys.alice)
+      await completeBeforeLink(t)
+      const res = await t.api.call('POST', '/api/v1/payments', { bearer: t.keys.alice, body: payBody([sub], 'early') })
+      expect(res).toMatchObject({ status: 201, body: { status: 'completed', subscription_ids: [sub] } })
+      const payment = res.body as Payment
+      expect(await t.db('subscriptions').where({ id: sub }).first('status', 'payment_id')).toEqual({ status: 'active', payment_id: payment.id })
+      expect(await t.db('payment_requests').where({ id: payment.id }).first('status')).toEqual({ status: 'completed' })
+      expect(await t.paymentsDb('payments').where({ id: payment.id }).first('status')).toEqual({ status: 'completed' })
+    })
+
+    it('fallback path (the subscription was removed meanwhile): answers with the completed payment and its new subscription is active', async () => {
+      const t = await paymentStack(dialect)
+      const sub = await subscribe(t.api, t.keys.alice)
+      // The cleanup removed the unpaid subscription before the event arrived: activation falls back to the line items.
+      await completeBeforeLink(t, async () => {
+        await t.db('subscriptions').where({ id: sub }).del()
+      })
+      const res = await t.api.call('POST', '/api/v1/payments', { bearer: t.keys.alice, body: payBody([sub], 'early-fallback') })
+      expect(res).toMatchObject({ status: 201, body: { status: 'completed' } })
+      const payment = res.body as Payment
+      expect(await t.db('subscriptions').where({ payment_id: payment.id }).select('status', 'user_id')).toEqual([{ status: 'active', user_id: t.alice.id }])
+      expect(await t.db('payment_requests').where({ id: payment.id }).first('status')).toEqual({ status: 'completed' })
+    })
+
+    it('a payment still open when its link is lost is canceled, and the 409 says so', async () => {
+      const t = await paymentStack(dialect)
+      const sub = await subscribe(t.api, t.keys.alice)
+      const initiate = t.paymentClient.initiatePayment.bind(t.paymentClient)
+      t.paymentClient.initiatePayment = async (request) => {
+        const answer = await initiate(request)
+        await t.db('subscriptions').where({ id: sub }).del()
+        return answer
+      }
+      const res = await t.api.call('POST', '/api/v1/payments', { bearer: t.keys.alice, body: payBody([sub], 'lost') })
+      expect(res).toMatchObject({ status: 409, body: { error: `subscription ${sub} changed while the payment was being set up`, details: expect.stringMatching(/was canceled and nothing was charged; try again$/) } })
+      expect(await t.paymentsDb('payments').pluck('status')).toEqual(['canceled'])
+      expect(Number(((await t.db('payment_requests').count({ n: '*' })) as Array<{ n: number | string }>)[0]?.n)).toBe(0)
+    })
   })
 
   it('refuses invalid links and bodies with the spec statuses, writing nothing', async () => {
