@@ -18,7 +18,7 @@ import type { MasterKey } from '../../../src/secrets/master-key.js'
 import { decryptNodeKey, listNodeKeys } from '../../../src/secrets/node-keys.js'
 import { sealBlob } from '../../../src/secrets/sealed-blob.js'
 import { activeServerPublicKey } from '../../../src/secrets/server-key.js'
-import { getRun, type WorkflowRun, type WorkflowWorker } from '../../../src/workflows/index.js'
+import { getRun, NonRetryableStepError, type WorkflowRun, type WorkflowWorker } from '../../../src/workflows/index.js'
 import { createTestDatabase, DIALECTS, type TestDatabase } from '../../helpers/db.js'
 import { insertTestNode } from '../../helpers/fixtures.js'
 import { waitFor } from '../../helpers/ports.js'
@@ -127,6 +127,8 @@ describe.each(DIALECTS)('node lifecycle workflows on the local provider on %s', 
     // Keys and the data key are gone: nothing the system holds can decrypt the node's keys any more.
     expect(await db('node_keys').where({ node_id: node.id })).toEqual([])
     expect(await db('node_data_keys').where({ node_id: node.id })).toEqual([])
+    // The user's secret, still sealed to the server key, is gone with them.
+    expect(await db('provisioning_inputs').where({ subscription_id: node.subscription_id })).toEqual([])
     const token = await db('agent_tokens').where({ node_id: node.id }).first()
     expect(toDateOrNull(token.revoked_at)).not.toBeNull()
     // A second termination request finds the same run.
@@ -158,7 +160,8 @@ describe.each(DIALECTS)('node lifecycle workflows on the local provider on %s', 
     const faulty: LifecycleDeps = {
       ...deps,
       injectFault: (step, nodeId) => {
-        if (faults.get(nodeId) === step) throw new Error(`injected failure at ${step}`)
+        // Failed for good: the compensation is under test here, the retries in the engine's tests.
+        if (faults.get(nodeId) === step) throw new NonRetryableStepError(`injected failure at ${step}`)
       },
     }
     const nodes: { id: string; step: string; runId: string }[] = []
@@ -238,6 +241,12 @@ describe.each(DIALECTS)('node lifecycle workflows on the local provider on %s', 
       agent: { ...deps.agentBootstrap, token: await createAgentToken(db, node.id) },
     })
     await createDataKey(db, masterKey, node.id)
+    // The subscription may be provisioned again: the secrets its user gave stay for that.
+    const now = new Date()
+    await db('provisioning_inputs').insert({
+      id: crypto.randomUUID(), subscription_id: node.subscription_id, name: 'fee_recipient_key', type: 'secret', phase: 'pre_provision', source: 'user_provided',
+      key_type: 'secp256k1', value: null, sealed_value: crypto.randomBytes(120), status: 'pending', created_at: now, updated_at: now,
+    })
     await db('nodes').where({ id: node.id }).update({ state: 'failed', provider: 'local', host_id: host.host_id })
     const run = await finished((await requestTermination(db, node.id, 'cleanup')).run.id)
     expect(run.status, run.error ?? '').toBe('completed')
@@ -245,6 +254,7 @@ describe.each(DIALECTS)('node lifecycle workflows on the local provider on %s', 
     expect((await findNode(db, node.id))?.state).toBe('failed')
     expect(fs.existsSync(provider.hostDir(host.host_id))).toBe(false)
     expect(await db('node_data_keys').where({ node_id: node.id })).toEqual([])
+    expect(await db('provisioning_inputs').where({ subscription_id: node.subscription_id }).pluck('name')).toEqual(['fee_recipient_key'])
   })
 
   it('provisioning a node that is not in state provisioning is skipped, and unknown nodes are refused', async () => {
