@@ -115,7 +115,9 @@ describe.each(DIALECTS)('payment service daemon on %s', (dialect: Dialect) => {
     it('as `nodeplane up` leaves it (PAYMENT_TEST_PROVIDER_ENABLED unset), the card provider on: no test provider; crypto is refused and nothing is written', async () => {
       const clock = new Clock()
       const fake = await processor(clock)
-      const { db, service } = await start({ PAYMENT_TEST_PROVIDER_ENABLED: undefined, ...card(fake) }, clock)
+      // What `nodeplane up` parses from an environment that turns the card provider on.
+      const up = loadConfig(upEnv, { NODEPLANE_DATA_DIR: tempDir('nodeplane-payment-env-'), CARD_PROVIDER_ENABLED: 'true' })
+      const { db, service } = await start({ PAYMENT_TEST_PROVIDER_ENABLED: up.PAYMENT_TEST_PROVIDER_ENABLED, ...card(fake) }, clock)
       expect(service.service.methods()).toEqual(['card'])
       const refused = await service.service.initiatePayment(request('crypto', 'crypto-1'), { actor: 'test' }).catch((err: unknown) => err)
       expect(refused).toBeInstanceOf(PaymentPreconditionError)
