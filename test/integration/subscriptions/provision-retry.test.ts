@@ -6,6 +6,7 @@
  * `failed`); time moves only through the injected clock.
  */
 import crypto from 'node:crypto'
+import fs from 'node:fs'
 import { afterEach, describe, expect, it } from 'vitest'
 import { fromJson } from '../../../src/db/dialect.js'
 import type { Db } from '../../../src/db/knex.js'
@@ -13,13 +14,17 @@ import { raiseIncident } from '../../../src/health/incident-store.js'
 import { DEFAULT_INCIDENT_SETTINGS } from '../../../src/health/incident-rules.js'
 import { createLogger } from '../../../src/log.js'
 import { applyHealthUpdate } from '../../../src/nodes/health-state-machine.js'
+import type { LifecycleDeps } from '../../../src/provisioning/index.js'
 import { PROVISION_WORKFLOW } from '../../../src/provisioning/provision.js'
 import { provisionNode } from '../../../src/subscriptions/activation.js'
 import { runProvisionRetries, type ProvisionRetrySettings } from '../../../src/subscriptions/provision-retry.js'
+import { getRun } from '../../../src/workflows/index.js'
 import { DIALECTS } from '../../helpers/db.js'
 import { insertSubscription, insertUser } from '../../helpers/fixtures.js'
+import { waitFor } from '../../helpers/ports.js'
 import { newKey, newUser, startAuthApi, TestClock } from '../auth/api-harness.js'
 import { Resources } from '../http/harness.js'
+import { lifecycleSetting, startLifecycleWorker } from '../provisioning/harness.js'
 
 const logger = createLogger({ level: 'silent' })
 const MINUTE = 60_000
@@ -135,6 +140,48 @@ describe.each(DIALECTS)('provisioning retries on %s', (dialect) => {
     expect(((await db('provision_retries').orderBy('subscription_id').pluck('subscription_id')) as string[]).sort()).toEqual([nodeless, failed].sort())
     expect(await pass(db, at(2 * MINUTE))).toEqual({ ...none, started: 2 })
     expect((await nodesOf(db, nodeless)).map((n) => n.state)).toEqual(['provisioning'])
+  })
+})
+
+describe.each(DIALECTS)('a real provision workflow that fails, then is retried, on %s', (dialect) => {
+  it('the failed run leaves the subscription stranded; the retry provisions a new node to syncing', { timeout: 120_000 }, async () => {
+    const { db } = await resources.database(dialect)
+    const setting = await lifecycleSetting(db)
+    resources.add(() => setting.gateway.stop())
+    const failOn = new Set<string>()
+    const deps: LifecycleDeps = {
+      ...setting.deps,
+      injectFault: (step, nodeId) => {
+        if (step === 'create-infrastructure' && failOn.has(nodeId)) throw new Error('injected: no capacity')
+      },
+    }
+    const worker = startLifecycleWorker(db, deps)
+    resources.add(async () => {
+      await worker.stop()
+      for (const host of fs.readdirSync(setting.root)) await setting.provider.destroyHost(host)
+    })
+    const finished = (runId: string) =>
+      waitFor(async () => {
+        const run = await getRun(db, runId)
+        return run && (run.status === 'completed' || run.status === 'failed') ? run : undefined
+      }, `run ${runId} to finish`, 90_000, 100)
+
+    const sub = await insertSubscription(db, await insertUser(db))
+    const now = new Date()
+    const first = await db.transaction((trx) => provisionNode(trx, { ...SUBSCRIPTION, id: sub }, now))
+    failOn.add(first.node_id)
+    expect((await finished(first.workflow_run_id)).status).toBe('failed')
+    expect((await nodesOf(db, sub)).map((n) => n.state)).toEqual(['failed'])
+
+    expect(await pass(db, now)).toEqual({ ...none, scheduled: 1 })
+    expect(await pass(db, new Date(now.getTime() + SETTINGS.backoffMs))).toEqual({ ...none, started: 1 })
+    const retried = (await nodesOf(db, sub)).find((n) => n.id !== first.node_id) as { id: string }
+    const run = await db('workflow_runs').where({ workflow_name: PROVISION_WORKFLOW, workflow_key: retried.id }).first('id')
+    const done = await finished(String(run.id))
+    expect(done.status, done.error ?? '').toBe('completed')
+    expect((await nodesOf(db, sub)).map((n) => n.state)).toEqual(['failed', 'syncing'])
+    // Provisioned: nothing stranded any more.
+    expect(await pass(db, new Date(now.getTime() + 60 * MINUTE))).toEqual(none)
   })
 })
 
