@@ -5,7 +5,25 @@
 import { awaitCommand, cancelCommand, enqueueCommand } from '../agents/commands.js'
 import type { CommandType } from '../agents/protocol.js'
 import { findRegistration, registeredSince, type AgentRegistration } from '../agents/registrations.js'
+import { NonRetryableStepError, type StepOptions } from '../workflows/index.js'
 import type { LifecycleDeps } from './deps.js'
+
+/**
+ * Waiting for a node's agent to register (spec: Limits, "agent wait 5 min, 20 attempts"). The
+ * attempts are for what interrupts a wait (an orchestrator killed during it, a database error);
+ * the wait's deadline is fixed from the host's bootstrap (AGENT_READY_WAIT), so once it has
+ * passed the step fails at once instead of retrying.
+ */
+export const AGENT_WAIT_STEP: StepOptions = { preset: 'agentWait' }
+
+/**
+ * A command to the agent and its outcome: the spec's default class (3 attempts; a retry sends a
+ * fresh command). Each attempt lasts one AGENT_COMMAND_TIMEOUT (the default class's 10 minutes by
+ * default) plus a minute, so the command's own deadline, which cancels it, comes first.
+ */
+export function agentCommandStep(commandTimeoutMs: number): StepOptions {
+  return { preset: 'default', timeoutMs: commandTimeoutMs + 60_000 }
+}
 
 export class AgentCommandError extends Error {
   constructor(
@@ -86,7 +104,7 @@ export async function waitForAgent(deps: LifecycleDeps, nodeId: string, since: D
     heartbeat?.()
     const registration = await registeredSince(deps.db, nodeId, since)
     if (registration) return registration
-    if (now().getTime() >= deadline) throw new Error(`the agent of node ${nodeId} did not register within ${Math.round(deps.agentReadyWaitMs / 1000)} s`)
+    if (now().getTime() >= deadline) throw new NonRetryableStepError(`the agent of node ${nodeId} did not register within ${Math.round(deps.agentReadyWaitMs / 1000)} s`)
     await new Promise((resolve) => setTimeout(resolve, deps.pollIntervalMs))
   }
 }

@@ -26,8 +26,8 @@ import type { Queryable } from '../db/knex.js'
 import { applyHealthUpdate, forceNodeState } from '../nodes/health-state-machine.js'
 import { findNode, type NodeRecord } from '../nodes/node-store.js'
 import type { NodeState } from '../nodes/states.js'
-import { StepFailedError, type WorkflowContext } from '../workflows/index.js'
-import { runAgentCommand } from './agent-calls.js'
+import { NonRetryableStepError, StepFailedError, type WorkflowContext } from '../workflows/index.js'
+import { AGENT_WAIT_STEP, agentCommandStep, runAgentCommand } from './agent-calls.js'
 import { configureNode, installedConfigChanges } from './configure.js'
 import { providerFor, type LifecycleDeps } from './deps.js'
 import type { Host } from './infrastructure/types.js'
@@ -163,13 +163,8 @@ export function migrateWorkflow(deps: LifecycleDeps) {
       const agentSince = new Date(created.agent_since)
       saga.add('destroy-new-host', () => providerFor(deps, newHost.provider).destroyHost(newHost.host_id), { preset: 'infrastructure' })
 
-      // Several attempts for the same reason as provisioning's wait (an orchestrator killed during
-      // it uses one up); the deadline is fixed from agent_since, so a real timeout still fails at once.
-      const agent = await ctx.step('wait-for-agent', (step) => waitForNewAgent(deps, nodeId, agentSince, step.heartbeat), {
-        preset: 'agentWait',
-        timeoutMs: deps.agentReadyWaitMs + 60_000,
-        retry: { maxAttempts: 3 },
-      })
+      // As provisioning's wait: the deadline is fixed from agent_since, so a retry never waits longer.
+      const agent = await ctx.step('wait-for-agent', (step) => waitForNewAgent(deps, nodeId, agentSince, step.heartbeat), AGENT_WAIT_STEP)
 
       // The release the node ran, configured as it ran it: with the config changes of the rollout
       // that installed it, if one did.
@@ -188,7 +183,7 @@ export function migrateWorkflow(deps: LifecycleDeps) {
             `${ctx.runId}:configure`,
             step.heartbeat,
           ),
-        { preset: 'agentWait', timeoutMs: deps.commandTimeoutMs + 60_000, retry: { maxAttempts: 3 } },
+        agentCommandStep(deps.commandTimeoutMs),
       )
       binaryVersion = configured.binary_version
 
@@ -214,7 +209,7 @@ export function migrateWorkflow(deps: LifecycleDeps) {
               },
               step.heartbeat,
             ),
-          { preset: 'agentWait', timeoutMs: deps.commandTimeoutMs + 60_000, retry: { maxAttempts: 3 } },
+          agentCommandStep(deps.commandTimeoutMs),
         )
       } else {
         notes.push('no backup; the chain syncs from scratch')
@@ -231,14 +226,10 @@ export function migrateWorkflow(deps: LifecycleDeps) {
           if (registration?.public_key !== agent.public_key) throw new Error(`the agent of node ${nodeId} changed since it registered on the new host`)
           return injectNodeKeys(deps, nodeId, `${ctx.runId}:inject-keys`, step.heartbeat, chainKeysFrom)
         },
-        { preset: 'agentWait', timeoutMs: deps.commandTimeoutMs + 60_000, retry: { maxAttempts: 3 } },
+        agentCommandStep(deps.commandTimeoutMs),
       )
 
-      await ctx.step('start', (step) => runAgentCommand(deps, { nodeId, type: 'start', payload: {}, key: `${ctx.runId}:start` }, step.heartbeat), {
-        preset: 'agentWait',
-        timeoutMs: deps.commandTimeoutMs + 60_000,
-        retry: { maxAttempts: 3 },
-      })
+      await ctx.step('start', (step) => runAgentCommand(deps, { nodeId, type: 'start', payload: {}, key: `${ctx.runId}:start` }, step.heartbeat), agentCommandStep(deps.commandTimeoutMs))
     } catch (err) {
       const reason = err instanceof Error ? err.message : String(err)
       try {
@@ -409,7 +400,7 @@ async function waitForNewAgent(deps: LifecycleDeps, nodeId: string, since: Date,
       return { public_key: r.public_key, hostname: r.hostname, registered_at: r.registered_at.toISOString() }
     }
     if ((deps.now ?? (() => new Date()))().getTime() >= deadline) {
-      throw new Error(`the agent of node ${nodeId} on the new host did not register within ${Math.round(deps.agentReadyWaitMs / 1000)} s`)
+      throw new NonRetryableStepError(`the agent of node ${nodeId} on the new host did not register within ${Math.round(deps.agentReadyWaitMs / 1000)} s`)
     }
     await new Promise((resolve) => setTimeout(resolve, deps.pollIntervalMs))
   }

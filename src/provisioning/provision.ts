@@ -10,7 +10,7 @@ import { applyHealthUpdate, forceNodeState } from '../nodes/health-state-machine
 import { findNode, type NodeRecord } from '../nodes/node-store.js'
 import { isTerminalState } from '../nodes/states.js'
 import type { WorkflowContext } from '../workflows/index.js'
-import { runAgentCommand, waitForAgent } from './agent-calls.js'
+import { AGENT_WAIT_STEP, agentCommandStep, runAgentCommand, waitForAgent } from './agent-calls.js'
 import { configureNode } from './configure.js'
 import { providerFor, type LifecycleDeps } from './deps.js'
 import { assertRequiredInputs, captureChainKeys, deleteKeys, injectNodeKeys, markInputsApplied, prepareNodeKeys } from './keys.js'
@@ -86,15 +86,9 @@ export function provisionWorkflow(deps: LifecycleDeps) {
       )
       saga.add('destroy-infrastructure', () => providerFor(deps, host.provider).destroyHost(host.host_id), { preset: 'infrastructure' })
 
-      // More than one attempt: an attempt interrupted by its orchestrator dying (kill -9) counts as
-      // one, and with a single attempt the orchestrator taking the run over would fail the whole
-      // provision and destroy a healthy host. A retry costs no extra wait: the deadline is fixed
-      // from bootstrapped_at, so an attempt after a real timeout fails at once.
-      await step('wait-for-agent', (step) => waitForAgent(deps, plan.node.id, new Date(host.bootstrapped_at), step.heartbeat), {
-        preset: 'agentWait',
-        timeoutMs: deps.agentReadyWaitMs + 60_000,
-        retry: { maxAttempts: 3 },
-      })
+      // An attempt interrupted by its orchestrator dying (kill -9) uses one of the attempts; the
+      // deadline is fixed from bootstrapped_at, so a retry never waits longer than it.
+      await step('wait-for-agent', (step) => waitForAgent(deps, plan.node.id, new Date(host.bootstrapped_at), step.heartbeat), AGENT_WAIT_STEP)
 
       const configured = await step(
         'configure',
@@ -105,10 +99,10 @@ export function provisionWorkflow(deps: LifecycleDeps) {
             `${ctx.runId}:configure`,
             step.heartbeat,
           ),
-        { preset: 'agentWait', timeoutMs: deps.commandTimeoutMs + 60_000, retry: { maxAttempts: 3 } },
+        agentCommandStep(deps.commandTimeoutMs),
       )
 
-      const agentStep = { preset: 'agentWait' as const, timeoutMs: deps.commandTimeoutMs + 60_000, retry: { maxAttempts: 3 } }
+      const agentStep = agentCommandStep(deps.commandTimeoutMs)
       const injected = await step('inject-keys', (step) => injectNodeKeys(deps, plan.node.id, `${ctx.runId}:inject-keys`, step.heartbeat), agentStep)
       await step('start', (step) => runAgentCommand(deps, { nodeId: plan.node.id, type: 'start', payload: {}, key: `${ctx.runId}:start` }, step.heartbeat), agentStep)
       // After the first start, not before it as the spec orders it: chains such as devnet-node

@@ -23,7 +23,7 @@ import { sendSignal, startWorkflow, StepFailedError, type WorkflowContext, type 
 import { componentRollout } from './create.js'
 import { notifyOperator, publishRolloutEvent, rolloutProgress } from './events.js'
 import { rollBackRolloutNodes } from './node-configuration.js'
-import { rollbackStepTimeoutMs, type NodeUpgradeDeps } from './node-upgrade.js'
+import { rollbackStepTimeoutMs, upgradeStep, type NodeUpgradeDeps } from './node-upgrade.js'
 import { UPGRADEABLE_STATES } from './planning.js'
 import type { RolloutGroupStatus, RolloutStatus } from './states.js'
 import {
@@ -361,9 +361,9 @@ async function onComponentFailure(ctx: WorkflowContext, deps: NodeUpgradeDeps, g
     // Read outside a step: a group's health wait never changes once it is created.
     const timeoutMs = rollbackStepTimeoutMs(deps.commandTimeoutMs, (await requireRolloutGroup(deps.db, groupId)).health_wait_duration_ms)
     if (failed.paused) await endComponent(ctx, deps, groupId, failed.rolloutId, 'rollback')
-    else await ctx.step('rollback-component', (step) => rollBackComponent(deps, groupId, failed.index, () => step.heartbeat()), { timeoutMs, heartbeatTimeoutMs: 120_000 })
+    else await ctx.step('rollback-component', (step) => rollBackComponent(deps, groupId, failed.index, () => step.heartbeat()), upgradeStep(timeoutMs))
     for (const index of [...done].reverse()) {
-      await ctx.step('rollback-component', (step) => rollBackComponent(deps, groupId, index, () => step.heartbeat()), { timeoutMs, heartbeatTimeoutMs: 120_000 })
+      await ctx.step('rollback-component', (step) => rollBackComponent(deps, groupId, index, () => step.heartbeat()), upgradeStep(timeoutMs))
     }
     await ctx.step('rolled-back', () => moveGroup(deps, groupId, 'rolled_back', { error_message: reason }))
     return 'stop'

@@ -28,6 +28,7 @@ import type { Logger } from '../log.js'
 import { applyHealthUpdate, forceNodeState } from '../nodes/health-state-machine.js'
 import { findNode } from '../nodes/node-store.js'
 import { writeConfigState } from '../provisioning/configure.js'
+import type { StepOptions } from '../workflows/index.js'
 import { publishNodeUpgradeEvent, type NodeUpgradeEvent } from './events.js'
 import { validateNodeHealth } from './health-validation.js'
 import { UPGRADEABLE_STATES } from './planning.js'
@@ -110,6 +111,17 @@ const hex = (checksum: string) => checksum.replace(/^sha256:/, '')
  */
 export function rollbackStepTimeoutMs(commandTimeoutMs: number, healthWaitMs: number): number {
   return 2 * commandTimeoutMs + Math.max(60_000, 4 * healthWaitMs) + healthWaitMs + 600_000
+}
+
+/**
+ * A step that upgrades or rolls back nodes (a rollout's batch, a group's component): the spec's
+ * upgrade activity class (3 attempts, heartbeat timeout 30 s; the step heartbeats on every poll
+ * of its nodes' commands and health). Its timeout is the whole step's: each node's upgrade
+ * command (AGENT_COMMAND_TIMEOUT, the class's 10 minutes by default), its health validation and
+ * a revert, all nodes in parallel.
+ */
+export function upgradeStep(timeoutMs: number): StepOptions {
+  return { preset: 'upgrade', timeoutMs }
 }
 
 /** Upgrades one node to `target` (the rollout's own nodes, batch by batch). */

@@ -18,7 +18,7 @@ import { sendSignal, StepFailedError, type WorkflowContext, type WorkflowRegistr
 import { notifyOperator, publishRolloutEvent, rolloutProgress } from './events.js'
 import { renderConfigChanges } from './manifests.js'
 import { previousConfiguration, rollBackRolloutNodes, rpcPortOf } from './node-configuration.js'
-import { rollbackStepTimeoutMs, upgradeNode, type NodeUpgradeDeps, type UpgradeTarget } from './node-upgrade.js'
+import { rollbackStepTimeoutMs, upgradeNode, upgradeStep, type NodeUpgradeDeps, type UpgradeTarget } from './node-upgrade.js'
 import { assignBatches, eligibleNodeIds } from './planning.js'
 import type { RolloutStatus } from './states.js'
 import { CONTROL_SIGNAL, GROUP_CONTROL_SIGNAL, GROUP_WORKFLOW, ROLLOUT_WORKFLOW, type ControlSignal, type GroupControlSignal } from './workflow-names.js'
@@ -87,7 +87,7 @@ async function runRollout(ctx: WorkflowContext, deps: RolloutDeps, rolloutId: st
     const work = await ctx.step('next-batch', () => nextBatch(deps.db, rolloutId, batch, plan.batchCount))
     if (work === null) break
     batch = work
-    await ctx.step('batch', (step) => runBatch(deps, rolloutId, batch, () => step.heartbeat()), { timeoutMs: batchTimeoutMs(deps, plan.healthWaitMs), heartbeatTimeoutMs: 120_000, retry: { maxAttempts: 3 } })
+    await ctx.step('batch', (step) => runBatch(deps, rolloutId, batch, () => step.heartbeat()), upgradeStep(batchTimeoutMs(deps, plan.healthWaitMs)))
     const counts = await ctx.step('count', () => recordProgress(deps, rolloutId, batch))
 
     if (batch === 0 && plan.canaryCount > 0) {
@@ -390,7 +390,7 @@ async function rollback(ctx: WorkflowContext, deps: RolloutDeps, rolloutId: stri
   // Read outside a step: a rollout's health wait never changes once it is created.
   const timeoutMs = rollbackStepTimeoutMs(deps.commandTimeoutMs, (await requireRollout(deps.db, rolloutId)).health_wait_duration_ms)
   for (const batch of batches) {
-    await ctx.step('rollback-batch', (step) => rollBackBatch(deps, rolloutId, batch, () => step.heartbeat()), { timeoutMs, heartbeatTimeoutMs: 120_000, retry: { maxAttempts: 3 } })
+    await ctx.step('rollback-batch', (step) => rollBackBatch(deps, rolloutId, batch, () => step.heartbeat()), upgradeStep(timeoutMs))
   }
   await ctx.step('rollback-end', () =>
     deps.db.transaction(async (trx) => {

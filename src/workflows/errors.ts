@@ -12,6 +12,17 @@ export class StepFailedError extends Error {
   }
 }
 
+/**
+ * Thrown by a step's function when another attempt cannot succeed (a deadline fixed before the
+ * step began has passed): the step fails at once instead of spending its retries and backoff.
+ */
+export class NonRetryableStepError extends Error {
+  constructor(message: string) {
+    super(message)
+    this.name = 'NonRetryableStepError'
+  }
+}
+
 /** One attempt ran past its start-to-close or heartbeat timeout. */
 export class StepTimeoutError extends Error {
   constructor(message: string) {

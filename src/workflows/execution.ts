@@ -7,7 +7,7 @@
  */
 import type { Knex } from 'knex'
 import type { Logger } from '../log.js'
-import { errorMessage, LeaseLostError, StepFailedError, StepTimeoutError, WorkflowInterrupt } from './errors.js'
+import { errorMessage, LeaseLostError, NonRetryableStepError, StepFailedError, StepTimeoutError, WorkflowInterrupt } from './errors.js'
 import { resolveStepPolicy, retryDelayMs, type StepOptions, type StepPolicy } from './policy.js'
 import {
   consumeSignal,
@@ -32,7 +32,7 @@ export type ExecutionOutcome = 'completed' | 'failed' | 'sleeping' | 'released' 
 
 type Interrupt = { kind: 'sleep'; wakeAt: Date | null; signal?: string } | { kind: 'stop' } | { kind: 'lease-lost' }
 
-type AttemptResult = { ok: true; value: unknown } | { ok: false; error: string }
+type AttemptResult = { ok: true; value: unknown } | { ok: false; error: string; final?: boolean }
 
 export interface ExecutionOptions {
   db: Knex
@@ -234,7 +234,7 @@ export class RunExecution {
         return outcome.value as T
       }
       this.o.logger.warn({ step: key, attempt, error: outcome.error }, 'step attempt failed')
-      if (attempt >= policy.retry.maxAttempts) {
+      if (attempt >= policy.retry.maxAttempts || outcome.final) {
         await this.record(key, { ...started, status: 'failed', error: outcome.error, finishedAt })
         throw new StepFailedError(key, attempt, outcome.error)
       }
@@ -285,7 +285,7 @@ export class RunExecution {
       }
       running.then(
         (value) => finish({ ok: true, value }),
-        (err: unknown) => finish({ ok: false, error: errorMessage(err) }),
+        (err: unknown) => finish({ ok: false, error: errorMessage(err), final: err instanceof NonRetryableStepError }),
       )
     })
   }

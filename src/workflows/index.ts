@@ -1,5 +1,5 @@
 /** The durable workflow engine (docs/workflows.md). */
-export { StepFailedError, StepTimeoutError } from './errors.js'
+export { NonRetryableStepError, StepFailedError, StepTimeoutError } from './errors.js'
 export { STEP_PRESETS, resolveStepPolicy, retryDelayMs, type RetryPolicy, type StepOptions, type StepPolicy, type StepPresetName } from './policy.js'
 export {
   RUN_STATUSES,

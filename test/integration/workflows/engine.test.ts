@@ -6,6 +6,7 @@ import {
   createWorkflowWorker,
   getRun,
   listSteps,
+  NonRetryableStepError,
   sendSignal,
   startWorkflow,
   StepFailedError,
@@ -159,6 +160,26 @@ describe.each(DIALECTS)('workflow engine on %s', (dialect) => {
     expect((await listSteps(db, run.id))[0]).toMatchObject({ status: 'failed', attempt: 3, error: 'boom 3' })
     clock.advance(3_600_000)
     expect(await w.tick()).toEqual([])
+  })
+
+  it('fails a step at once, with its retries left, when an attempt throws NonRetryableStepError', async () => {
+    const db = await setup()
+    const wf: WorkflowFunction<unknown, string> = async (ctx) => {
+      await ctx.step('deadline', async ({ attempt }) => {
+        await recordEffect(db, ctx.runId, `deadline-${attempt}`)
+        if (attempt === 1) throw new Error('transient')
+        throw new NonRetryableStepError('the deadline has passed')
+      }, { retry: { maxAttempts: 20, initialIntervalMs: 1_000 } })
+      return 'unreachable'
+    }
+    const { run } = await startWorkflow(db, 'deadline', {}, { key: 'k', now: clock.now() })
+    const w = worker({ deadline: wf })
+    expect(await w.tick()).toEqual([{ runId: run.id, outcome: 'sleeping' }])
+    clock.advance(1_000)
+    expect(await w.tick()).toEqual([{ runId: run.id, outcome: 'failed' }])
+    expect(await effects(db, run.id)).toEqual(['deadline-1', 'deadline-2'])
+    expect((await listSteps(db, run.id))[0]).toMatchObject({ status: 'failed', attempt: 2, error: 'the deadline has passed' })
+    expect((await getRun(db, run.id))?.error).toBe('step deadline#0 failed after 2 attempt(s): the deadline has passed')
   })
 
   it('fails an attempt that passes its timeout (its late result is discarded) and one that stops heartbeating', async () => {
