@@ -86,9 +86,12 @@ export async function down(knex: Knex): Promise<void> {
     t.dropIndex(['processed_at'], 'provider_events_processed_at_idx')
   })
   await knex.schema.dropTableIfExists('payment_retries')
+  // One constraint per statement: knex rebuilds the table on SQLite for each.
   for (const [table, guards] of Object.entries(GUARDS)) {
-    await knex.schema.alterTable(table, (t) => {
-      t.dropChecks(guards.map(([constraint]) => constraint))
-    })
+    for (const [constraint] of guards) {
+      await knex.schema.alterTable(table, (t) => {
+        t.dropChecks(constraint)
+      })
+    }
   }
 }
