@@ -4,10 +4,12 @@
  * backoff, then an incident for operators and a notification to the user; an operator can start
  * over with `reprovisionSubscription` (POST /api/v1/subscriptions/{id}/reprovision).
  *
- * A subscription is *stranded* when it is `active`, has no live node (every node `failed` or
- * `terminated`, or none at all) and its newest node, if any, is `failed` with a failed `provision`
- * run. A node that failed later (a migration) or that someone terminated is not a provisioning
- * failure: operators handle those (the `migration_failed` incident; `subscription reprovision`).
+ * A subscription is *stranded* when it is `active`, has no live node, and either its newest node
+ * is `failed` with a failed `provision` run, or it has no node at all although a payment activated
+ * it (`activated_at` set; activation creates the node in the same transaction, so only a hand-made
+ * row or a deleted node gets there). A node that failed later (a migration) or that someone
+ * terminated is not a provisioning failure: operators handle those (the `migration_failed`
+ * incident; `subscription reprovision`).
  *
  * One pass of the job (`runProvisionRetries`), per stranded subscription, each in its own
  * transaction with the subscription row locked, against `provision_retries`:
@@ -75,14 +77,14 @@ interface RetryRow {
 
 const SUBSCRIPTION_COLUMNS = ['id', 'user_id', 'chain_profile_id', 'node_type', 'provider', 'region', 'instance_type', 'status'] as const
 
-/** Active subscriptions without a live node whose newest node (if any) failed in its provision workflow. */
+/** Stranded subscriptions (see the header). */
 function strandedQuery(db: Queryable): Knex.QueryBuilder {
   return db('subscriptions as s')
     .where('s.status', 'active')
     .whereNotExists((q) => q.select(db.raw('1')).from('nodes as live').whereRaw('live.subscription_id = s.id').whereNotIn('live.state', TERMINAL_NODE_STATES))
     .andWhere((either) =>
       either
-        .whereNotExists((q) => q.select(db.raw('1')).from('nodes as any_node').whereRaw('any_node.subscription_id = s.id'))
+        .where((nodeless) => nodeless.whereNotNull('s.activated_at').whereNotExists((q) => q.select(db.raw('1')).from('nodes as any_node').whereRaw('any_node.subscription_id = s.id')))
         .orWhereExists((q) =>
           q
             .select(db.raw('1'))

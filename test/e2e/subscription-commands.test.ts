@@ -5,6 +5,7 @@ import type { StackFile } from '../../src/daemon/stack-file.js'
 import { createDatabase, type Db } from '../../src/db/knex.js'
 import { nodeplane, spawnNodeplane, tempDir, upPorts, waitForFile, type CliResult } from '../helpers/cli.js'
 import { insertSubscription, insertUser } from '../helpers/fixtures.js'
+import { waitFor } from '../helpers/ports.js'
 
 const HIDDEN = ['provider', 'region', 'instance_type']
 
@@ -120,7 +121,7 @@ describe('subscription commands (against nodeplane up)', () => {
     expect((await run(['subscription', 'show', '--id', strangers, '--json'])).exitCode).toBe(0)
   })
 
-  it('reprovision (operators): a new node for a paid subscription without one; a live node exits 4, unknown 3, a non-admin key 77', { timeout: 90_000 }, async () => {
+  it('reprovision (operators): a new node for a paid subscription without one; a live node exits 4, unknown 3, a non-admin key 77', { timeout: 330_000 }, async () => {
     // Paid and active, its only node failed to provision (as the provision workflow leaves it).
     const now = new Date()
     const paid = await insertSubscription(db, await insertUser(db), now)
@@ -149,5 +150,11 @@ describe('subscription commands (against nodeplane up)', () => {
       expect(missing.stderr.trim().split('\n')[0]).toBe(`Error: no subscription ${id}`)
     }
     expect((await run(['subscription', 'reprovision'])).exitCode).toBe(2)
+
+    // The new node is real (the local provider's agent runs detached): let it finish, then terminate it.
+    const state = async () => ((await db('nodes').where({ id: result.node_id }).first('state')) as { state: string }).state
+    await waitFor(async () => ['syncing', 'healthy', 'failed'].includes(await state()), 'the new node to finish provisioning', 150_000, 500)
+    expect((await run(['node', 'terminate', '--node', result.node_id])).exitCode).toBe(0)
+    await waitFor(async () => (await state()) === 'terminated' || (await state()) === 'failed', 'the new node to be terminated', 90_000, 500)
   })
 })

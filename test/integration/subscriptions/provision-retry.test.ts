@@ -115,12 +115,12 @@ describe.each(DIALECTS)('provisioning retries on %s', (dialect) => {
     expect(Number((await db('notifications').where({ user_id: userId }).count({ n: '*' }))[0]?.n) - Number(notificationsBefore[0]?.n)).toBe(1)
   })
 
-  it('leaves alone what is not a provisioning failure, and picks up an active subscription that has no node at all', async () => {
+  it('leaves alone what is not a provisioning failure, and picks up a paid active subscription that has no node at all', async () => {
     const { db } = await resources.database(dialect)
     const userId = await insertUser(db, T0)
     const make = async (status: string, nodeState?: string, runStatus?: string) => {
       const sub = await insertSubscription(db, userId, T0)
-      await db('subscriptions').where({ id: sub }).update({ status })
+      await db('subscriptions').where({ id: sub }).update({ status, activated_at: T0 })
       if (nodeState) {
         const node = await activate(db, sub, T0)
         await db('nodes').where({ id: node }).update({ state: nodeState })
@@ -134,6 +134,8 @@ describe.each(DIALECTS)('provisioning retries on %s', (dialect) => {
     await make('active', 'provisioning') // still provisioning
     await make('expiring', 'failed', 'failed')
     await make('pending_payment')
+    // Active but never activated by a payment (a row made by hand): not ours to provision.
+    await db('subscriptions').where({ id: await make('active') }).update({ activated_at: null })
     const nodeless = await make('active')
     const failed = await make('active', 'failed', 'failed')
     expect(await pass(db, T0)).toEqual({ ...none, scheduled: 2 })
