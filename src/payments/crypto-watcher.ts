@@ -436,7 +436,18 @@ export class CryptoWatcher {
       await Promise.race([rpc.getBlockNumber(), new Promise((_, reject) => setTimeout(() => reject(new Error('timed out')), RPC_TIMEOUT_MS).unref())])
       return { ok: true }
     } catch (err) {
-      return { ok: false, error: `crypto RPC: ${(err as Error).message}` }
+      return { ok: false, error: `crypto RPC: ${rpcFailure(err, this.options.rpcUrl)}` }
     }
   }
+}
+
+/**
+ * An RPC error in one line without the RPC URL, for answers such as /readyz: a hosted RPC's URL
+ * carries its API key, and ethers puts the whole URL (`requestUrl`) and the server's body in its
+ * messages; its `shortMessage` ("server response 401 Unauthorized") has neither.
+ */
+function rpcFailure(err: unknown, rpcUrl: string): string {
+  const short = (err as { shortMessage?: unknown } | undefined)?.shortMessage
+  const text = typeof short === 'string' ? short : err instanceof Error ? err.message : String(err)
+  return text.split(rpcUrl).join('<CRYPTO_RPC_URL>')
 }

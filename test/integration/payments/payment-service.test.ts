@@ -40,12 +40,21 @@ class Clock {
   }
 }
 
-/** A JSON-RPC endpoint that knows the chain id and head, and fails every other call: the watcher never finishes a poll. */
-async function stuckRpc(): Promise<{ url: string; close(): Promise<void> }> {
+/**
+ * A JSON-RPC endpoint that knows the chain id and head, and fails every other call: the watcher
+ * never finishes a poll. `refuse()` makes it answer every request 401 from then on, as a hosted
+ * RPC does when the API key in its URL is revoked.
+ */
+async function stuckRpc(): Promise<{ url: string; refuse(): void; close(): Promise<void> }> {
+  let refusing = false
   const server = http.createServer((req, res) => {
     const chunks: Buffer[] = []
     req.on('data', (c: Buffer) => chunks.push(c))
     req.on('end', () => {
+      if (refusing) {
+        res.writeHead(401, { 'content-type': 'text/plain' }).end('invalid project id')
+        return
+      }
       const body = JSON.parse(Buffer.concat(chunks).toString('utf8')) as { id: number; method: string } | Array<{ id: number; method: string }>
       const answer = (call: { id: number; method: string }) => {
         if (call.method === 'eth_chainId') return { jsonrpc: '2.0', id: call.id, result: '0x539' }
@@ -58,6 +67,9 @@ async function stuckRpc(): Promise<{ url: string; close(): Promise<void> }> {
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
   return {
     url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    refuse: () => {
+      refusing = true
+    },
     close: async () => {
       server.closeAllConnections()
       await new Promise<void>((resolve) => server.close(() => resolve()))
@@ -214,6 +226,27 @@ describe.each(DIALECTS)('payment service daemon on %s', (dialect: Dialect) => {
       expect(stopped.status).toBe(503)
       expect(stopped.body.details).toMatch(/^provider:crypto: /)
       expect(stopped.body.components['provider:crypto']?.error).not.toMatch(/lagging/)
+    })
+
+    it('crypto: an RPC refusing its API key is named without the RPC URL (the key is in it) in the answer', async () => {
+      const rpc = await stuckRpc()
+      resources.add(() => rpc.close())
+      const apiKey = crypto.randomBytes(16).toString('hex')
+      const { service } = await start({
+        PAYMENT_TEST_PROVIDER_ENABLED: false,
+        CRYPTO_PROVIDER_ENABLED: true,
+        CRYPTO_RPC_URL: `${rpc.url}/v3/${apiKey}`,
+        CRYPTO_RECEIVER_ADDRESS: address(),
+        CRYPTO_TOKEN_CONTRACTS: `USDC=${address()},USDT=${address()},ETH=${address()}`,
+        CRYPTO_POLL_INTERVAL: 5_000,
+        CRYPTO_CONFIRMATIONS: 1,
+      })
+      expect((await readyz(service)).status).toBe(200)
+      rpc.refuse()
+      const refused = await readyz(service)
+      expect(refused.status).toBe(503)
+      expect(refused.body.details).toMatch(/^provider:crypto: crypto RPC: server response 401/)
+      expect(JSON.stringify(refused.body)).not.toContain(apiKey)
     })
   })
 
