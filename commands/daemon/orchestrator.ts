@@ -15,7 +15,7 @@ import { scheduleBackupPurge } from '../../src/provisioning/backup-store.js'
 export default class DaemonOrchestrator extends BaseCommand<typeof DaemonOrchestrator> {
   static override summary = 'Run the orchestrator daemon: executes durable workflows (provisioning, migrations, rollouts) and activates paid subscriptions'
   static override description =
-    'Needs a migrated database. Several orchestrators may share one Postgres; a run held by a killed orchestrator is taken over after WORKFLOW_LEASE (30s). It also consumes payment events (durable consumer main-app-payment on payment.*), so it needs NATS_URL: payment.completed activates the subscriptions and starts their provisioning. On SIGTERM, the payment consumer stops, steps in flight finish (within SHUTDOWN_TIMEOUT) and their runs are handed back.'
+    'Needs a migrated database. Several orchestrators may share one Postgres; a run held by a killed orchestrator is taken over after WORKFLOW_LEASE (30s). It also consumes payment events (durable consumer main-app-payment on payment.*), so it needs NATS_URL: payment.completed activates the subscriptions and starts their provisioning. Every 5 minutes, under a database lease, it deletes migration snapshots in BACKUP_STORE_DIR older than 24 h (the backup-purge job; the directory must be the one the agents on the hosts write to). On SIGTERM, the payment consumer stops, steps in flight finish (within SHUTDOWN_TIMEOUT) and their runs are handed back.'
   static override examples = ['NATS_URL=nats://127.0.0.1:4222 DATABASE_URL=postgres://nodeplane@db/nodeplane <%= config.bin %> daemon orchestrator']
 
   async run(): Promise<{ daemon: string; owner: string }> {

@@ -12,7 +12,7 @@ import { createLogger } from '../../src/log.js'
 export default class DaemonPaymentService extends BaseCommand<typeof DaemonPaymentService> {
   static override summary = 'Run the payment-service daemon: gRPC PaymentService (mTLS, 50051), webhooks and health (8085), metrics (9086)'
   static override description =
-    'Uses its own database (PAYMENTS_DATABASE_URL, migrated with `nodeplane db migrate`) and publishes payment.completed, payment.failed and payment.canceled on the PAYMENTS stream (NATS_URL required). Enable at least one provider: PAYMENT_TEST_PROVIDER_ENABLED, CARD_PROVIDER_ENABLED or CRYPTO_PROVIDER_ENABLED. See docs/payments.md.'
+    'Uses its own database (PAYMENTS_DATABASE_URL, migrated with `nodeplane db migrate`) and publishes payment.completed, payment.failed and payment.canceled on the PAYMENTS stream (NATS_URL required). Enable at least one provider: PAYMENT_TEST_PROVIDER_ENABLED, CARD_PROVIDER_ENABLED or CRYPTO_PROVIDER_ENABLED; each takes only its methods (PAYMENT_TEST_PROVIDER_METHODS for the test provider). Jobs under database leases: session expiry (PAYMENT_EXPIRY_CHECK_INTERVAL 30s), reconciliation of payments whose webhook never arrived (PAYMENT_RECONCILE_INTERVAL 1m) and the hourly purge of webhook event ids past PAYMENT_PROVIDER_EVENT_RETENTION (3d). /readyz on 8085 answers 503 naming a provider that is down. See docs/payments.md.'
   static override examples = [
     'NATS_URL=nats://127.0.0.1:4222 PAYMENTS_DATABASE_URL=postgres://payments@db/payments CARD_PROVIDER_ENABLED=true <%= config.bin %> daemon payment-service',
   ]
