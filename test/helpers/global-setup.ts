@@ -1,37 +1,82 @@
 /**
- * One PostgreSQL server for the whole run, with one migrated template database per schema;
- * each test clones a fresh database from a template (fast, isolated). Stopped at the end.
+ * One PostgreSQL server for the whole run, with one migrated template database per schema, and
+ * one migrated SQLite template file per schema; each test clones a fresh database from a
+ * template (fast, isolated). Stopped and removed at the end.
+ *
+ * Both test projects (vitest.config.ts) list this file, and vitest runs a project's global set-up
+ * once per project, in the one main process: the first call starts everything and the others
+ * share it (through globalThis, since each project loads this module anew); the last teardown
+ * stops it.
  */
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
 import type { TestProject } from 'vitest/node'
 import { createDatabase } from '../../src/db/knex.js'
-import { migrateLatest, DATABASE_NAMES } from '../../src/db/migrate.js'
+import { migrateLatest, DATABASE_NAMES, type DatabaseName } from '../../src/db/migrate.js'
 import { adminQuery, databaseUrl, startPostgres, type PostgresServer } from './postgres.js'
 import { templateName } from './templates.js'
 
-let server: PostgresServer | undefined
-
-export async function setup(project: TestProject): Promise<void> {
-  server = await startPostgres()
-  for (const name of DATABASE_NAMES) {
-    const template = templateName(name)
-    await adminQuery(server.url, `DROP DATABASE IF EXISTS ${template}`)
-    await adminQuery(server.url, `CREATE DATABASE ${template}`)
-    const db = createDatabase(databaseUrl(server.url, template))
-    try {
-      await migrateLatest(db, name)
-    } finally {
-      await db.destroy()
-    }
-  }
-  project.provide('postgresUrl', server.url)
+interface SharedSetup {
+  server: PostgresServer
+  sqliteDir: string
+  sqliteTemplates: Record<DatabaseName, string>
 }
 
-export async function teardown(): Promise<void> {
-  await server?.stop()
+interface SetupState {
+  users: number
+  ready?: Promise<SharedSetup>
+}
+
+const KEY = Symbol.for('nodeplane.test.global-setup')
+const state = ((globalThis as Record<symbol, SetupState | undefined>)[KEY] ??= { users: 0 })
+
+async function startShared(): Promise<SharedSetup> {
+  const server = await startPostgres()
+  const sqliteDir = fs.mkdtempSync(path.join(os.tmpdir(), 'nodeplane-sqlite-templates-'))
+  const sqliteTemplates = {} as Record<DatabaseName, string>
+  try {
+    for (const name of DATABASE_NAMES) {
+      const template = templateName(name)
+      await adminQuery(server.url, `DROP DATABASE IF EXISTS ${template}`)
+      await adminQuery(server.url, `CREATE DATABASE ${template}`)
+      const file = path.join(sqliteDir, `${name}.db`)
+      for (const url of [databaseUrl(server.url, template), `sqlite://${file}`]) {
+        const db = createDatabase(url)
+        try {
+          await migrateLatest(db, name)
+        } finally {
+          // Closing the last SQLite connection checkpoints the WAL into the file a test copies.
+          await db.destroy()
+        }
+      }
+      sqliteTemplates[name] = file
+    }
+  } catch (err) {
+    await server.stop()
+    fs.rmSync(sqliteDir, { recursive: true, force: true })
+    throw err
+  }
+  return { server, sqliteDir, sqliteTemplates }
+}
+
+export async function setup(project: TestProject): Promise<() => Promise<void>> {
+  state.users++
+  state.ready ??= startShared()
+  const shared = await state.ready
+  project.provide('postgresUrl', shared.server.url)
+  project.provide('sqliteTemplates', shared.sqliteTemplates)
+  return async () => {
+    if (--state.users > 0) return
+    state.ready = undefined
+    await shared.server.stop()
+    fs.rmSync(shared.sqliteDir, { recursive: true, force: true })
+  }
 }
 
 declare module 'vitest' {
   export interface ProvidedContext {
     postgresUrl: string
+    sqliteTemplates: Record<DatabaseName, string>
   }
 }
