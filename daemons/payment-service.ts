@@ -11,7 +11,7 @@ import { ConfigError } from '../src/errors.js'
 import type { EventBus } from '../src/events/bus.js'
 import { createApiApp } from '../src/http/app.js'
 import { startHttpServer, type RunningHttpServer } from '../src/http/server.js'
-import { cronEvery, schedulePeriodicJob, type PeriodicJob } from '../src/jobs/periodic.js'
+import { scheduleJobEvery, type PeriodicJob } from '../src/jobs/periodic.js'
 import type { Logger } from '../src/log.js'
 import { createMetrics, type Metrics } from '../src/metrics.js'
 import { packageRoot } from '../src/package-root.js'
@@ -210,42 +210,31 @@ export async function startPaymentService(
       await provider.start()
       stops.push(async () => provider.stop?.())
     }
-    const expiry = schedulePeriodicJob({
+    const jobs = { db: deps.db, logger, now }
+    const expiry = scheduleJobEvery(jobs, {
       name: 'payment-session-expiry',
-      cronTime: cronEvery(settings.PAYMENT_EXPIRY_CHECK_INTERVAL),
-      leaseMs: Math.max(60_000, settings.PAYMENT_EXPIRY_CHECK_INTERVAL * 2),
-      db: deps.db,
-      logger,
-      now,
-      run: async () => {
+      intervalMs: settings.PAYMENT_EXPIRY_CHECK_INTERVAL,
+      run: async (_at, logger) => {
         const expired = await service.expireSessions()
         if (expired > 0) logger.info({ expired }, 'payment sessions expired')
       },
     })
     stops.push(() => expiry.stop())
     const reconcileInterval = settings.PAYMENT_RECONCILE_INTERVAL ?? DEFAULT_RECONCILE_INTERVAL_MS
-    const reconciliation = schedulePeriodicJob({
+    const reconciliation = scheduleJobEvery(jobs, {
       name: 'payment-reconciliation',
-      cronTime: cronEvery(reconcileInterval),
-      leaseMs: Math.max(60_000, reconcileInterval * 2),
-      db: deps.db,
-      logger,
-      now,
-      run: async () => {
+      intervalMs: reconcileInterval,
+      run: async (_at, logger) => {
         const reconciled = await service.reconcilePayments()
         if (reconciled > 0) logger.info({ reconciled }, 'payments reconciled with their provider')
       },
     })
     stops.push(() => reconciliation.stop())
     const retention = settings.PAYMENT_PROVIDER_EVENT_RETENTION ?? DEFAULT_PROVIDER_EVENT_RETENTION_MS
-    const providerEventsPurge = schedulePeriodicJob({
+    const providerEventsPurge = scheduleJobEvery(jobs, {
       name: 'payment-provider-events-purge',
-      cronTime: cronEvery(PROVIDER_EVENTS_PURGE_INTERVAL_MS),
-      leaseMs: 2 * PROVIDER_EVENTS_PURGE_INTERVAL_MS,
-      db: deps.db,
-      logger,
-      now,
-      run: async (at) => {
+      intervalMs: PROVIDER_EVENTS_PURGE_INTERVAL_MS,
+      run: async (at, logger) => {
         const purged = await purgeProviderEvents(deps.db, new Date(at.getTime() - retention))
         const forgotten = await forgetSettledRetries(deps.db)
         if (purged > 0 || forgotten > 0) logger.info({ purged, forgotten_retries: forgotten }, 'processed provider events past their retention purged')

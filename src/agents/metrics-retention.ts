@@ -11,8 +11,7 @@
  * only expired rows behind, which the next run deletes.
  */
 import type { Db } from '../db/knex.js'
-import { cronEvery, schedulePeriodicJob, type PeriodicJob } from '../jobs/periodic.js'
-import type { Logger } from '../log.js'
+import { scheduleJobEvery, type JobSchedule, type PeriodicJob } from '../jobs/periodic.js'
 
 export const NODE_METRICS_PURGE_JOB = 'node-metrics-purge'
 
@@ -52,33 +51,18 @@ export async function purgeExpiredNodeMetrics(db: Db, options: NodeMetricsPurgeO
   }
 }
 
-export interface NodeMetricsPurgeSchedule {
-  db: Db
-  logger: Logger
+export interface NodeMetricsPurgeSchedule extends JobSchedule {
   intervalMs?: number
   retentionMs?: number
   batchSize?: number
-  now?: () => Date
-  /** Lease holder name (default: host, pid and a random suffix). */
-  holder?: string
-  /** Overrides the cron expression derived from `intervalMs` (tests: one that never fires). */
-  cronTime?: string
 }
 
 /** Runs `purgeExpiredNodeMetrics` every interval on whichever replica holds the job's lease. */
 export function scheduleNodeMetricsPurge(options: NodeMetricsPurgeSchedule): PeriodicJob {
-  const logger = options.logger.child({ component: 'node-metrics-purge' })
-  const intervalMs = options.intervalMs ?? NODE_METRICS_RETENTION_DEFAULTS.intervalMs
-  return schedulePeriodicJob({
+  return scheduleJobEvery(options, {
     name: NODE_METRICS_PURGE_JOB,
-    cronTime: options.cronTime ?? cronEvery(intervalMs),
-    // Longer than the interval, so the holder renews it on its next tick and keeps the job.
-    leaseMs: Math.max(2 * intervalMs, 60_000),
-    db: options.db,
-    logger,
-    ...(options.now ? { now: options.now } : {}),
-    ...(options.holder ? { holder: options.holder } : {}),
-    run: async (now) => {
+    intervalMs: options.intervalMs ?? NODE_METRICS_RETENTION_DEFAULTS.intervalMs,
+    run: async (now, logger) => {
       const purged = await purgeExpiredNodeMetrics(options.db, {
         now,
         ...(options.retentionMs !== undefined ? { retentionMs: options.retentionMs } : {}),

@@ -66,6 +66,41 @@ export function schedulePeriodicJob(options: PeriodicJobOptions): PeriodicJob {
   }
 }
 
+/** What every job scheduled with `scheduleJobEvery` takes besides its work. */
+export interface JobSchedule {
+  db: Db
+  logger: Logger
+  now?: (() => Date) | undefined
+  /** Lease holder name (default: host, pid and a random suffix). */
+  holder?: string | undefined
+  /** Overrides the cron expression derived from the interval (tests: one that never fires). */
+  cronTime?: string | undefined
+}
+
+export interface JobEvery {
+  name: string
+  intervalMs: number
+  /** Default: twice the interval and at least a minute, so the holder renews it on its next tick and keeps the job. */
+  leaseMs?: number
+  /** Given the tick's time and the job's logger (`component: name`). */
+  run: (now: Date, logger: Logger) => Promise<void>
+}
+
+/** Runs `job.run` about every `job.intervalMs` on whichever replica holds the job's lease. */
+export function scheduleJobEvery(schedule: JobSchedule, job: JobEvery): PeriodicJob {
+  const logger = schedule.logger.child({ component: job.name })
+  return schedulePeriodicJob({
+    name: job.name,
+    cronTime: schedule.cronTime ?? cronEvery(job.intervalMs),
+    leaseMs: job.leaseMs ?? Math.max(2 * job.intervalMs, 60_000),
+    db: schedule.db,
+    logger,
+    ...(schedule.now ? { now: schedule.now } : {}),
+    ...(schedule.holder ? { holder: schedule.holder } : {}),
+    run: (now) => job.run(now, logger),
+  })
+}
+
 /**
  * A six-field cron expression firing about every `ms` (settings are durations such as 30s or
  * 5m; cron counts within the minute or hour, so an interval that does not divide it evenly

@@ -17,15 +17,14 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { isUuid } from '../db/ids.js'
-import type { Db, Queryable } from '../db/knex.js'
-import { schedulePeriodicJob, type PeriodicJob } from '../jobs/periodic.js'
-import type { Logger } from '../log.js'
+import type { Queryable } from '../db/knex.js'
+import { scheduleJobEvery, type JobSchedule, type PeriodicJob } from '../jobs/periodic.js'
 
 export const BACKUP_PURGE_JOB = 'backup-purge'
 /** Spec: the per-node backup is kept for 24 hours. */
 export const BACKUP_RETENTION_MS = 24 * 3_600_000
 /** Every 5 minutes: a backup outlives its 24 h by at most that. */
-const PURGE_CRON = '0 */5 * * * *'
+const PURGE_INTERVAL_MS = 5 * 60_000
 
 export function backupStoreDirectory(storeUrl: string): string {
   const url = new URL(storeUrl)
@@ -107,29 +106,18 @@ export async function purgeBackups(db: Queryable, storeUrl: string, now: Date, r
   return result
 }
 
-export interface BackupPurgeSchedule {
-  db: Db
-  logger: Logger
+export interface BackupPurgeSchedule extends JobSchedule {
   storeUrl: string
-  now?: () => Date
-  holder?: string
-  /** Overrides the every-5-minutes schedule (tests: one that never fires). */
-  cronTime?: string
   retentionMs?: number
 }
 
 /** Runs `purgeBackups` every 5 minutes on whichever orchestrator holds the lease. */
 export function scheduleBackupPurge(options: BackupPurgeSchedule): PeriodicJob {
-  const logger = options.logger.child({ component: BACKUP_PURGE_JOB })
-  return schedulePeriodicJob({
+  return scheduleJobEvery(options, {
     name: BACKUP_PURGE_JOB,
-    cronTime: options.cronTime ?? PURGE_CRON,
+    intervalMs: PURGE_INTERVAL_MS,
     leaseMs: 15 * 60_000,
-    db: options.db,
-    logger,
-    ...(options.now ? { now: options.now } : {}),
-    ...(options.holder ? { holder: options.holder } : {}),
-    run: async (now) => {
+    run: async (now, logger) => {
       const result = await purgeBackups(options.db, options.storeUrl, now, options.retentionMs)
       if (result.expired.length + result.orphaned.length > 0) logger.info(result, 'backups purged')
     },

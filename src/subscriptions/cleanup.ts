@@ -21,7 +21,7 @@
  */
 import { isUuid } from '../db/ids.js'
 import type { Db, Tx } from '../db/knex.js'
-import { cronEvery, schedulePeriodicJob, type PeriodicJob } from '../jobs/periodic.js'
+import { scheduleJobEvery, type JobSchedule, type PeriodicJob } from '../jobs/periodic.js'
 import type { Logger } from '../log.js'
 import { createNotifications } from '../notifications/notifications.js'
 import { requestTermination } from '../provisioning/triggers.js'
@@ -180,34 +180,20 @@ export async function runSubscriptionCleanup(db: Db, options: SubscriptionCleanu
   return result
 }
 
-export interface SubscriptionCleanupSchedule {
-  db: Db
-  logger: Logger
+export interface SubscriptionCleanupSchedule extends JobSchedule {
   pendingTtlMs: number
   gracePeriodMs: number
   /** SUBSCRIPTION_CLEANUP_INTERVAL */
   intervalMs: number
-  now?: () => Date
-  /** Lease holder name (default: host, pid and a random suffix). */
-  holder?: string
-  /** Overrides the cron expression derived from `intervalMs` (tests: one that never fires). */
-  cronTime?: string
   batchSize?: number
 }
 
 /** Runs `runSubscriptionCleanup` every interval on whichever replica holds the lease. */
 export function scheduleSubscriptionCleanup(options: SubscriptionCleanupSchedule): PeriodicJob {
-  const logger = options.logger.child({ component: 'subscription-cleanup' })
-  return schedulePeriodicJob({
+  return scheduleJobEvery(options, {
     name: SUBSCRIPTION_CLEANUP_JOB,
-    cronTime: options.cronTime ?? cronEvery(options.intervalMs),
-    // Longer than the interval, so the holder renews it on its next tick and keeps the job.
-    leaseMs: Math.max(2 * options.intervalMs, 60_000),
-    db: options.db,
-    logger,
-    ...(options.now ? { now: options.now } : {}),
-    ...(options.holder ? { holder: options.holder } : {}),
-    run: async (now) => {
+    intervalMs: options.intervalMs,
+    run: async (now, logger) => {
       await runSubscriptionCleanup(options.db, {
         now,
         pendingTtlMs: options.pendingTtlMs,

@@ -33,7 +33,7 @@ import type { Db, Queryable, Tx } from '../db/knex.js'
 import { ConflictError, NotFoundError } from '../errors.js'
 import { raiseIncident } from '../health/incident-store.js'
 import { DEFAULT_INCIDENT_SETTINGS, type FlappingRule } from '../health/incident-rules.js'
-import { cronEvery, schedulePeriodicJob, type PeriodicJob } from '../jobs/periodic.js'
+import { scheduleJobEvery, type JobSchedule, type PeriodicJob } from '../jobs/periodic.js'
 import type { Logger } from '../log.js'
 import { TERMINAL_NODE_STATES } from '../nodes/states.js'
 import { createNotification } from '../notifications/notifications.js'
@@ -226,30 +226,19 @@ export async function runProvisionRetries(db: Db, options: ProvisionRetryOptions
   return result
 }
 
-export interface ProvisionRetrySchedule {
-  db: Db
-  logger: Logger
+export interface ProvisionRetrySchedule extends JobSchedule {
   settings: ProvisionRetrySettings
   /** PROVISION_RETRY_INTERVAL */
   intervalMs: number
   flapping?: FlappingRule
-  now?: () => Date
-  holder?: string
-  cronTime?: string
 }
 
 /** Runs `runProvisionRetries` every interval on whichever replica holds the lease `provision-retry`. */
 export function scheduleProvisionRetries(options: ProvisionRetrySchedule): PeriodicJob {
-  const logger = options.logger.child({ component: 'provision-retry' })
-  return schedulePeriodicJob({
+  return scheduleJobEvery(options, {
     name: PROVISION_RETRY_JOB,
-    cronTime: options.cronTime ?? cronEvery(options.intervalMs),
-    leaseMs: Math.max(2 * options.intervalMs, 60_000),
-    db: options.db,
-    logger,
-    ...(options.now ? { now: options.now } : {}),
-    ...(options.holder ? { holder: options.holder } : {}),
-    run: async (now) => {
+    intervalMs: options.intervalMs,
+    run: async (now, logger) => {
       await runProvisionRetries(options.db, { now, settings: options.settings, logger, ...(options.flapping ? { flapping: options.flapping } : {}) })
     },
   })

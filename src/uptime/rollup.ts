@@ -12,7 +12,7 @@
  */
 import type { Db, Queryable } from '../db/knex.js'
 import { isPostgres, toDateOrNull } from '../db/dialect.js'
-import { cronEvery, schedulePeriodicJob, type PeriodicJob } from '../jobs/periodic.js'
+import { scheduleJobEvery, type JobSchedule, type PeriodicJob } from '../jobs/periodic.js'
 import type { Logger } from '../log.js'
 import { NODE_STATES } from '../nodes/states.js'
 import { classOfState } from './classification.js'
@@ -190,9 +190,7 @@ async function purgeExpired(db: Db, oldestHour: Date): Promise<{ buckets_purged:
   return { buckets_purged, log_rows_purged: closed + ended }
 }
 
-export interface UptimeRollupSchedule {
-  db: Db
-  logger: Logger
+export interface UptimeRollupSchedule extends JobSchedule {
   /** UPTIME_ROLLUP_INTERVAL (default 5 minutes). */
   intervalMs?: number
   /** UPTIME_ROLLUP_BATCH_SIZE (default 500). */
@@ -200,27 +198,14 @@ export interface UptimeRollupSchedule {
   /** UPTIME_RETENTION (default 90 days). */
   retentionMs?: number
   settleMs?: number
-  now?: () => Date
-  /** Lease holder name (default: host, pid and a random suffix). */
-  holder?: string
-  /** Overrides the cron expression derived from `intervalMs` (tests: one that never fires). */
-  cronTime?: string
 }
 
 /** Runs `runUptimeRollup` every interval on whichever replica holds the job's lease. */
 export function scheduleUptimeRollup(options: UptimeRollupSchedule): PeriodicJob {
-  const logger = options.logger.child({ component: 'uptime-rollup' })
-  const intervalMs = options.intervalMs ?? UPTIME_ROLLUP_DEFAULTS.intervalMs
-  return schedulePeriodicJob({
+  return scheduleJobEvery(options, {
     name: UPTIME_ROLLUP_JOB,
-    cronTime: options.cronTime ?? cronEvery(intervalMs),
-    // Longer than the interval, so the holder renews it on its next tick and keeps the job.
-    leaseMs: Math.max(2 * intervalMs, 60_000),
-    db: options.db,
-    logger,
-    ...(options.now ? { now: options.now } : {}),
-    ...(options.holder ? { holder: options.holder } : {}),
-    run: async (now) => {
+    intervalMs: options.intervalMs ?? UPTIME_ROLLUP_DEFAULTS.intervalMs,
+    run: async (now, logger) => {
       await runUptimeRollup(options.db, {
         now,
         logger,

@@ -3,7 +3,7 @@ import { enqueueEvent } from '../../../src/events/outbox.js'
 import { markProcessed } from '../../../src/events/idempotency.js'
 import { scheduleEventsHousekeeping } from '../../../src/events/housekeeping.js'
 import { releaseLease, tryAcquireLease } from '../../../src/jobs/lease.js'
-import { schedulePeriodicJob } from '../../../src/jobs/periodic.js'
+import { cronEvery, scheduleJobEvery, schedulePeriodicJob } from '../../../src/jobs/periodic.js'
 import { createLogger } from '../../../src/log.js'
 import { createTestDatabase, DIALECTS, type TestDatabase } from '../../helpers/db.js'
 
@@ -78,6 +78,35 @@ describe.each(DIALECTS)('job leases and periodic jobs on %s', (dialect) => {
     } finally {
       await c.stop()
     }
+  })
+
+  it('a job scheduled every interval runs under its lease at the injected time, and the lease outlives the interval', async () => {
+    const t0 = new Date('2026-02-01T00:00:00Z')
+    let clock = t0
+    const ran: Date[] = []
+    const every5m = (holder: string) =>
+      scheduleJobEvery(
+        { db: t.db, logger, now: () => clock, holder, cronTime: '0 0 0 1 1 *' },
+        { name: 'job-every', intervalMs: 5 * minute, run: async (now) => void ran.push(now) },
+      )
+    const a = every5m('replica-a')
+    const b = every5m('replica-b')
+    try {
+      expect(await a.tick()).toBe(true)
+      expect(ran).toEqual([t0])
+      const lease = (await t.db('job_leases').where({ name: 'job-every' }).first()) as { holder: string; expires_at: Date | string | number }
+      expect(lease.holder).toBe('replica-a')
+      expect(new Date(lease.expires_at).getTime()).toBe(t0.getTime() + 10 * minute)
+      // Past one interval the holder's lease still stands: the other replica does not run it.
+      clock = new Date(t0.getTime() + 6 * minute)
+      expect(await b.tick()).toBe(false)
+      expect(await a.tick()).toBe(true)
+      expect(ran).toEqual([t0, clock])
+    } finally {
+      await a.stop()
+      await b.stop()
+    }
+    expect(cronEvery(5 * minute)).toBe('0 */5 * * * *')
   })
 
   it('housekeeping drops expired idempotency keys and old published outbox rows, nothing else', async () => {
