@@ -2,11 +2,6 @@
  * One PostgreSQL server for the whole run, with one migrated template database per schema, and
  * one migrated SQLite template file per schema; each test clones a fresh database from a
  * template (fast, isolated). Stopped and removed at the end.
- *
- * Both test projects (vitest.config.ts) list this file, and vitest runs a project's global set-up
- * once per project, in the one main process: the first call starts everything and the others
- * share it (through globalThis, since each project loads this module anew); the last teardown
- * stops it.
  */
 import fs from 'node:fs'
 import os from 'node:os'
@@ -22,14 +17,6 @@ interface SharedSetup {
   sqliteDir: string
   sqliteTemplates: Record<DatabaseName, string>
 }
-
-interface SetupState {
-  users: number
-  ready?: Promise<SharedSetup>
-}
-
-const KEY = Symbol.for('nodeplane.test.global-setup')
-const state = ((globalThis as Record<symbol, SetupState | undefined>)[KEY] ??= { users: 0 })
 
 async function startShared(): Promise<SharedSetup> {
   const server = await startPostgres()
@@ -61,14 +48,10 @@ async function startShared(): Promise<SharedSetup> {
 }
 
 export async function setup(project: TestProject): Promise<() => Promise<void>> {
-  state.users++
-  state.ready ??= startShared()
-  const shared = await state.ready
+  const shared = await startShared()
   project.provide('postgresUrl', shared.server.url)
   project.provide('sqliteTemplates', shared.sqliteTemplates)
   return async () => {
-    if (--state.users > 0) return
-    state.ready = undefined
     await shared.server.stop()
     fs.rmSync(shared.sqliteDir, { recursive: true, force: true })
   }
