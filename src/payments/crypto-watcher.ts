@@ -15,6 +15,7 @@ import { lockRow } from '../db/dialect.js'
 import type { Db, Queryable } from '../db/knex.js'
 import { UnavailableError } from '../errors.js'
 import type { Logger } from '../log.js'
+import { providerFailure, redactProviderError, rpcUrlRedactions, type Redaction } from './provider-errors.js'
 import { formatTokenAmount } from './pricing.js'
 import type { CryptoCurrency } from './states.js'
 import { completePayment, findPaymentByMemo, findPaymentForUpdate, recordPaymentEvent, transitionPayment, type AuditContext, type PaymentRecord } from './store.js'
@@ -127,6 +128,7 @@ const MAX_UNAPPLIED_RANGES = 10
 
 export class CryptoWatcher {
   private readonly log: Logger
+  private readonly redactions: readonly Redaction[]
   private readonly currencyByContract: Map<string, CryptoCurrency>
   private readonly receiver: string
   private connection: Promise<Connection> | undefined
@@ -139,13 +141,26 @@ export class CryptoWatcher {
 
   constructor(private readonly options: CryptoWatcherOptions) {
     this.log = options.logger.child({ component: 'crypto-watcher' })
+    this.redactions = rpcUrlRedactions(options.rpcUrl)
     this.currencyByContract = new Map([...options.contracts].map(([currency, address]) => [address.toLowerCase(), currency]))
     this.receiver = options.receiverAddress.toLowerCase()
   }
 
+  /**
+   * Every error leaving the watcher goes through this: none carries the RPC URL (its API key)
+   * into a log line, `payment_retries.last_error` or an answer.
+   */
+  private redacted(err: unknown): Error {
+    return redactProviderError(err, 'crypto watcher', this.redactions)
+  }
+
   /** The chain the RPC serves (asked once, then remembered). */
   async chainId(): Promise<number> {
-    return (await this.connect()).chainId
+    try {
+      return (await this.connect()).chainId
+    } catch (err) {
+      throw this.redacted(err)
+    }
   }
 
   private connect(): Promise<Connection> {
@@ -167,6 +182,9 @@ export class CryptoWatcher {
   /** Reads every newly confirmed block once; concurrent calls share one run. */
   poll(): Promise<PollResult> {
     this.running ??= this.pollOnce()
+      .catch((err: unknown) => {
+        throw this.redacted(err)
+      })
       .then((result) => {
         this.lastPollAt = this.options.now()
         return result
@@ -223,6 +241,14 @@ export class CryptoWatcher {
    * been applied, and each transfer in those blocks has already had its effect on its payment.
    */
   async appliedUntil(): Promise<Date | undefined> {
+    try {
+      return await this.readAppliedUntil()
+    } catch (err) {
+      throw this.redacted(err)
+    }
+  }
+
+  private async readAppliedUntil(): Promise<Date | undefined> {
     const { rpc, chain } = await this.connect()
     const cursor = await this.readCursor(chain)
     if (!cursor || cursor.block < 0) return undefined
@@ -244,6 +270,14 @@ export class CryptoWatcher {
    * must not overtake it. Throws when the watcher is too far behind to look through quickly.
    */
   async findUnappliedPayment(payment: PaymentRecord): Promise<UnappliedPayment | undefined> {
+    try {
+      return await this.searchUnapplied(payment)
+    } catch (err) {
+      throw this.redacted(err)
+    }
+  }
+
+  private async searchUnapplied(payment: PaymentRecord): Promise<UnappliedPayment | undefined> {
     const contract = payment.crypto ? this.options.contracts.get(payment.crypto.currency) : undefined
     if (!payment.crypto || !contract) return undefined
     const owed = BigInt(payment.crypto.amountBaseUnits)
@@ -436,18 +470,7 @@ export class CryptoWatcher {
       await Promise.race([rpc.getBlockNumber(), new Promise((_, reject) => setTimeout(() => reject(new Error('timed out')), RPC_TIMEOUT_MS).unref())])
       return { ok: true }
     } catch (err) {
-      return { ok: false, error: `crypto RPC: ${rpcFailure(err, this.options.rpcUrl)}` }
+      return { ok: false, error: `crypto RPC: ${providerFailure(err, this.redactions)}` }
     }
   }
-}
-
-/**
- * An RPC error in one line without the RPC URL, for answers such as /readyz: a hosted RPC's URL
- * carries its API key, and ethers puts the whole URL (`requestUrl`) and the server's body in its
- * messages; its `shortMessage` ("server response 401 Unauthorized") has neither.
- */
-function rpcFailure(err: unknown, rpcUrl: string): string {
-  const short = (err as { shortMessage?: unknown } | undefined)?.shortMessage
-  const text = typeof short === 'string' ? short : err instanceof Error ? err.message : String(err)
-  return text.split(rpcUrl).join('<CRYPTO_RPC_URL>')
 }

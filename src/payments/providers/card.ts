@@ -15,6 +15,7 @@ import { isUniqueViolation } from '../../db/errors.js'
 import { isUuid } from '../../db/ids.js'
 import type { Queryable } from '../../db/knex.js'
 import type { Logger } from '../../log.js'
+import { redactProviderError, type Redaction } from '../provider-errors.js'
 import { canTransitionPayment, type PaymentStatus } from '../states.js'
 import {
   completePayment,
@@ -142,8 +143,10 @@ export class CardProvider implements PaymentProvider {
   readonly methods = ['card'] as const
   private readonly stripe: Stripe
   private readonly log: Logger
+  private readonly redactions: readonly Redaction[]
 
   constructor(private readonly options: CardProviderOptions) {
+    this.redactions = [[options.secretKey, '<CARD_PROVIDER_SECRET_KEY>']]
     this.stripe = new Stripe(options.secretKey, {
       ...sdkHostConfig(options.apiUrl),
       maxNetworkRetries: options.maxNetworkRetries ?? 2,
@@ -153,7 +156,32 @@ export class CardProvider implements PaymentProvider {
     this.log = options.logger.child({ component: 'payments', provider: CARD_PROVIDER_NAME })
   }
 
-  async initiatePayment(payment: PaymentRecord): Promise<ProviderSession> {
+  // What these four throw reaches logs and payment_retries.last_error: the processor's error, redacted.
+  initiatePayment(payment: PaymentRecord): Promise<ProviderSession> {
+    return this.redacting(this.createSession(payment))
+  }
+
+  getPaymentStatus(providerReference: string): Promise<ProviderPaymentStatus> {
+    return this.redacting(this.sessionStatus(providerReference))
+  }
+
+  cancelPayment(providerReference: string): Promise<'closed' | 'paid'> {
+    return this.redacting(this.expireSession(providerReference))
+  }
+
+  reconcile(payment: PaymentRecord, context: AuditContext): Promise<ReconcileOutcome> {
+    return this.redacting(this.reconcileSession(payment, context))
+  }
+
+  private async redacting<T>(work: Promise<T>): Promise<T> {
+    try {
+      return await work
+    } catch (err) {
+      throw err instanceof Stripe.errors.StripeError ? redactProviderError(err, 'card processor', this.redactions) : err
+    }
+  }
+
+  private async createSession(payment: PaymentRecord): Promise<ProviderSession> {
     const now = this.options.now().getTime()
     const expiresAt = Math.min(Math.max(payment.expiresAt.getTime(), now + MIN_SESSION_LIFETIME_MS), now + MAX_SESSION_LIFETIME_MS)
     const session = await this.stripe.checkout.sessions.create(
@@ -177,7 +205,7 @@ export class CardProvider implements PaymentProvider {
     return { providerReference: session.id, checkoutUrl: session.url }
   }
 
-  async getPaymentStatus(providerReference: string): Promise<ProviderPaymentStatus> {
+  private async sessionStatus(providerReference: string): Promise<ProviderPaymentStatus> {
     try {
       return statusOfSession(await this.stripe.checkout.sessions.retrieve(providerReference))
     } catch (err) {
@@ -201,7 +229,7 @@ export class CardProvider implements PaymentProvider {
     }
   }
 
-  async cancelPayment(providerReference: string): Promise<'closed' | 'paid'> {
+  private async expireSession(providerReference: string): Promise<'closed' | 'paid'> {
     try {
       await this.stripe.checkout.sessions.expire(providerReference)
       return 'closed'
@@ -300,7 +328,7 @@ export class CardProvider implements PaymentProvider {
    * have reported it (same plan, amount check and state table). Nothing new at the processor
    * (an open session, an asynchronous payment still under way) writes nothing.
    */
-  async reconcile(payment: PaymentRecord, context: AuditContext): Promise<ReconcileOutcome> {
+  private async reconcileSession(payment: PaymentRecord, context: AuditContext): Promise<ReconcileOutcome> {
     if (!payment.providerReference) return 'unchanged'
     const session = sessionSchema.parse(await this.stripe.checkout.sessions.retrieve(payment.providerReference))
     const type = eventTypeForSession(session)

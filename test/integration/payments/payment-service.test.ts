@@ -25,7 +25,7 @@ import { tempDir } from '../../helpers/cli.js'
 import { createTestDatabase, DIALECTS, type Dialect } from '../../helpers/db.js'
 import { FakeCardProcessor } from '../../helpers/fake-card-processor.js'
 import { paymentServiceSettings } from '../../helpers/payment-stack.js'
-import { Resources } from '../http/harness.js'
+import { LogCapture, Resources } from '../http/harness.js'
 
 const SECRET_KEY = `sk_test_${crypto.randomBytes(12).toString('hex')}`
 const WEBHOOK_SECRET = `whsec_${crypto.randomBytes(24).toString('base64')}`
@@ -90,11 +90,11 @@ describe.each(DIALECTS)('payment service daemon on %s', (dialect: Dialect) => {
   const resources = new Resources()
   afterEach(() => resources.cleanup())
 
-  async function start(overrides: Partial<PaymentServiceSettings>, clock = new Clock()) {
+  async function start(overrides: Partial<PaymentServiceSettings>, clock = new Clock(), log = logger) {
     const t = await createTestDatabase(dialect, { database: 'payments' })
     resources.add(() => t.destroy())
     const settings = paymentServiceSettings(tempDir('nodeplane-payment-service-'), overrides)
-    const service = await startPaymentService(settings, { db: t.db, logger, now: clock.now })
+    const service = await startPaymentService(settings, { db: t.db, logger: log, now: clock.now })
     resources.add(() => service.stop())
     return { db: t.db, service, clock }
   }
@@ -272,6 +272,49 @@ describe.each(DIALECTS)('payment service daemon on %s', (dialect: Dialect) => {
       ])
       expect(await service.jobs.providerEventsPurge.tick()).toBe(true)
       expect(((await db('provider_events').select('event_id')) as Array<{ event_id: string }>).map((r) => r.event_id)).toEqual(['evt_recent'])
+    })
+  })
+
+  describe('provider errors in logs and the database', () => {
+    it('crypto: an RPC refusing its API key during session expiry leaves the key out of payment_retries and of every log line', async () => {
+      const rpc = await stuckRpc()
+      resources.add(() => rpc.close())
+      const apiKey = crypto.randomBytes(16).toString('hex')
+      const logs = new LogCapture()
+      const lines = logs.raw
+      const captured = createLogger({ level: 'debug', destination: logs })
+      const clock = new Clock()
+      const { db, service } = await start(
+        {
+          PAYMENT_TEST_PROVIDER_ENABLED: false,
+          CRYPTO_PROVIDER_ENABLED: true,
+          CRYPTO_RPC_URL: `${rpc.url}/v3/${apiKey}`,
+          CRYPTO_RECEIVER_ADDRESS: address(),
+          CRYPTO_TOKEN_CONTRACTS: `USDC=${address()},USDT=${address()},ETH=${address()}`,
+          CRYPTO_POLL_INTERVAL: 100,
+          CRYPTO_CONFIRMATIONS: 1,
+        },
+        clock,
+        captured,
+      )
+      const { payment } = await service.service.initiatePayment(request('crypto', 'crypto-revoked-key'), { actor: 'test' })
+      // How far the watcher got before the key was revoked: expiry asks the RPC for this block's time.
+      await db('crypto_watch_cursors').insert({ chain: 'evm:1337', last_confirmed_block: 90, last_confirmed_block_hash: `0x${'ab'.repeat(32)}`, updated_at: clock.now() })
+      rpc.refuse()
+      clock.advance(payment.expiresAt.getTime() - clock.now().getTime() + 60_000)
+      expect(await service.jobs.expiry.tick()).toBe(true)
+      expect((await findPayment(db, payment.id))?.status).toBe('pending')
+      const retries = (await db('payment_retries').where({ payment_id: payment.id }).select()) as Array<{ job: string; last_error: string }>
+      expect(retries.map((r) => r.job)).toEqual(['expiry'])
+      expect(retries[0]?.last_error).toMatch(/could not close the payment's session/)
+      expect(JSON.stringify(retries)).not.toContain(apiKey)
+
+      const deadline = Date.now() + 10_000
+      while (!lines.some((l) => l.includes('crypto watcher poll failed') && l.includes('401')) && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50))
+      expect(lines.filter((l) => l.includes('crypto watcher poll failed') && l.includes('401')).length).toBeGreaterThan(0)
+      expect(lines.filter((l) => l.includes('could not close the session at the provider') && l.includes('server response 401'))).toHaveLength(1)
+      expect(lines.filter((l) => l.includes('could not expire the payment'))).toHaveLength(1)
+      expect(lines.join('')).not.toContain(apiKey)
     })
   })
 
