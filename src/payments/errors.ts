@@ -10,3 +10,6 @@ export class IdempotencyKeyReusedError extends ConflictError {
 export class PaymentPreconditionError extends ConflictError {
   readonly grpcCode = 'FAILED_PRECONDITION'
 }
+
+/** A cancel refused because the payer has paid already (the payment completes once the provider confirms it). */
+export class PaidAtProviderError extends PaymentPreconditionError {}

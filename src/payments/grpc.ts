@@ -7,7 +7,7 @@ import * as grpc from '@grpc/grpc-js'
 import * as protoLoader from '@grpc/proto-loader'
 import { ConflictError, DomainError, NotFoundError, UnavailableError, ValidationError } from '../errors.js'
 import { packageRoot } from '../package-root.js'
-import { IdempotencyKeyReusedError, PaymentPreconditionError } from './errors.js'
+import { IdempotencyKeyReusedError, PaidAtProviderError, PaymentPreconditionError } from './errors.js'
 import type { QuoteRecord } from './service.js'
 import type { PaymentRecord } from './store.js'
 
@@ -143,11 +143,17 @@ export function quoteToWire(q: QuoteRecord): WireQuote {
  * Trailing metadata with the reason and the advice of an UNAVAILABLE the service itself answered
  * (a provider that could not set the payment up), so the client tells it from a transport failure.
  */
-export const ERROR_METADATA = { message: 'nodeplane-error', details: 'nodeplane-error-details' } as const
+export const ERROR_METADATA = { message: 'nodeplane-error', details: 'nodeplane-error-details', kind: 'nodeplane-error-kind' } as const
+const PAID_AT_PROVIDER = 'paid_at_provider'
 
 /** Server side: a thrown error as the status the proto documents. */
 export function statusForError(err: unknown): { code: grpc.status; details: string; metadata?: grpc.Metadata } {
   if (err instanceof IdempotencyKeyReusedError) return { code: grpc.status.ALREADY_EXISTS, details: err.message }
+  if (err instanceof PaidAtProviderError) {
+    const metadata = new grpc.Metadata()
+    metadata.set(ERROR_METADATA.kind, PAID_AT_PROVIDER)
+    return { code: grpc.status.FAILED_PRECONDITION, details: err.message, metadata }
+  }
   if (err instanceof PaymentPreconditionError) return { code: grpc.status.FAILED_PRECONDITION, details: err.message }
   if (err instanceof ValidationError) return { code: grpc.status.INVALID_ARGUMENT, details: err.details === err.message ? err.message : `${err.message}: ${err.details}` }
   if (err instanceof NotFoundError) return { code: grpc.status.NOT_FOUND, details: err.message }
@@ -172,7 +178,7 @@ export function errorForStatus(err: grpc.ServiceError): DomainError {
     case grpc.status.ALREADY_EXISTS:
       return new IdempotencyKeyReusedError(message, 'a retry must repeat the request exactly; use a new idempotency_key for a new payment')
     case grpc.status.FAILED_PRECONDITION:
-      return new PaymentPreconditionError(message)
+      return err.metadata?.get(ERROR_METADATA.kind)[0] === PAID_AT_PROVIDER ? new PaidAtProviderError(message) : new PaymentPreconditionError(message)
     case grpc.status.PERMISSION_DENIED:
     case grpc.status.UNAUTHENTICATED:
       return new UnavailableError('the payment service refused this control plane', 'its client certificate is not allowed (PAYMENT_ALLOWED_CLIENTS) — an operator must fix the configuration')

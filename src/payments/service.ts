@@ -10,7 +10,7 @@ import { isUuid, uuidv7 } from '../db/ids.js'
 import type { Db } from '../db/knex.js'
 import { NotFoundError, UnavailableError, ValidationError } from '../errors.js'
 import type { Logger } from '../log.js'
-import { IdempotencyKeyReusedError, PaymentPreconditionError } from './errors.js'
+import { IdempotencyKeyReusedError, PaidAtProviderError, PaymentPreconditionError } from './errors.js'
 import {
   assertSupportedCurrency,
   cryptoBaseUnits,
@@ -385,7 +385,7 @@ export class PaymentService {
     const notPending = (status: string) => new PaymentPreconditionError(`payment ${found.id} is ${status}; only a pending payment can be canceled`)
     if (found.status !== 'pending') throw notPending(found.status)
     const outcome = await this.closeAndCancel(found, reason.slice(0, 500) || 'canceled', context)
-    if (outcome === 'paid') throw new PaymentPreconditionError(`payment ${found.id} has been paid at its provider; it completes as soon as the provider's notification arrives`)
+    if (outcome === 'paid') throw new PaidAtProviderError(`payment ${found.id} has been paid at its provider; it completes as soon as the provider's notification arrives`)
     if (outcome === 'moved') throw notPending((await findPayment(this.deps.db, found.id))?.status ?? 'gone')
     // Its session was attached after it was read: start over, closing that one first.
     if (outcome === 'reattached') return this.cancelPayment(paymentId, customerId, reason, context)

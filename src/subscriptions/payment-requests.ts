@@ -13,6 +13,7 @@ import type { Db, Queryable } from '../db/knex.js'
 import { ConflictError, NotFoundError, ValidationError } from '../errors.js'
 import type { Logger } from '../log.js'
 import type { PaymentClient } from '../payments/client.js'
+import { PaidAtProviderError } from '../payments/errors.js'
 import type { WirePayment } from '../payments/grpc.js'
 import type { PaymentMethod, PaymentStatus } from '../payments/states.js'
 
@@ -220,8 +221,8 @@ export async function requestPayment(deps: RequestPaymentDeps, caller: Caller, b
     activatedMeanwhile = await linkAndMirror(db, caller, body, ids, payment, deps.now())
   } catch (err) {
     if (!(err instanceof ConflictError)) throw err
-    const live = await settleLostLink(deps, caller, payment, context)
-    if (live?.status !== 'completed') throw new ConflictError(err.message, lostLinkAdvice(live, payment))
+    const { live, paid } = await settleLostLink(deps, caller, payment, context)
+    if (live?.status !== 'completed') throw new ConflictError(err.message, lostLinkAdvice(live, payment, paid))
     // The payment completed while its links were being written: its event activated the
     // subscriptions (linked or matched, or the line-item fallback when one was gone), so the
     // money is not lost and the answer is the completed payment, not a refusal.
@@ -295,24 +296,37 @@ async function insertMirror(db: Queryable, caller: Caller, body: PaymentRequestB
  * payment as it is afterwards (undefined when the payment service cannot say). A cancel that
  * fails because the payment completed in the meantime shows up as `completed` here.
  */
-async function settleLostLink(deps: RequestPaymentDeps, caller: Caller, payment: WirePayment, context: { requestId: string; ip: string }): Promise<WirePayment | undefined> {
+async function settleLostLink(
+  deps: RequestPaymentDeps,
+  caller: Caller,
+  payment: WirePayment,
+  context: { requestId: string; ip: string },
+): Promise<{ live: WirePayment | undefined; paid: boolean }> {
   const ctx = { request_id: context.requestId, ip: context.ip, actor: `user:${caller.id}` }
+  let paid = false
   if (OPEN_STATUSES.includes(payment.status)) {
     try {
-      return await deps.client.cancelPayment(payment.id, caller.id, 'a linked subscription changed while the payment was set up', ctx)
+      return { live: await deps.client.cancelPayment(payment.id, caller.id, 'a linked subscription changed while the payment was set up', ctx), paid }
     } catch (err) {
-      deps.logger.warn({ err, payment_id: payment.id }, 'could not cancel the payment; reading its status')
+      paid = err instanceof PaidAtProviderError
+      deps.logger.warn({ err, payment_id: payment.id }, paid ? 'the payment was paid already; not canceled' : 'could not cancel the payment; reading its status')
     }
   }
-  return deps.client.getPayment(payment.id, caller.id).catch((err: unknown) => {
+  const live = await deps.client.getPayment(payment.id, caller.id).catch((err: unknown) => {
     deps.logger.warn({ err, payment_id: payment.id }, 'could not read the payment; it expires on its own')
     return undefined
   })
+  return { live, paid }
 }
 
 /** What the 409 of a lost link says happened to the payment (never "canceled" unless it was). */
-function lostLinkAdvice(live: WirePayment | undefined, initiated: WirePayment): string {
+function lostLinkAdvice(live: WirePayment | undefined, initiated: WirePayment, paidAtProvider: boolean): string {
   const expires = `it expires at ${(live ?? initiated).expires_at}`
+  if (paidAtProvider && (live === undefined || OPEN_STATUSES.includes(live.status))) {
+    // The cancel was refused because the money is on its way: "do not pay it" would be false.
+    const confirmed = initiated.method === 'crypto' ? 'the transfer is confirmed' : 'the card processor confirms it'
+    return `payment ${initiated.id} has been paid and completes once ${confirmed}: do not pay again; follow it with \`nodeplane payment show --id ${initiated.id}\``
+  }
   switch (live?.status) {
     case 'canceled':
       return `payment ${initiated.id} was canceled and nothing was charged; try again`

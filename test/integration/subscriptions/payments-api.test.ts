@@ -216,6 +216,25 @@ describe.each(DIALECTS)('payments API on %s', (dialect) => {
       expect(await t.paymentsDb('payments').pluck('status')).toEqual(['canceled'])
       expect(Number(((await t.db('payment_requests').count({ n: '*' })) as Array<{ n: number | string }>)[0]?.n)).toBe(0)
     })
+    it('a crypto payment paid already when its link is lost is not canceled, and the 409 says it completes once the transfer is confirmed', async () => {
+      const t = await paymentStack(dialect)
+      const sub = await subscribe(t.api, t.keys.alice)
+      const initiate = t.paymentClient.initiatePayment.bind(t.paymentClient)
+      t.paymentClient.initiatePayment = async (request) => {
+        const answer = await initiate(request)
+        await t.db('subscriptions').where({ id: sub }).del()
+        return answer
+      }
+      // The customer has paid: a transfer paying it in full waits for its confirmations, so the provider refuses to close it.
+      ;(t.provider as { cancelPayment(reference: string): Promise<'closed' | 'paid'> }).cancelPayment = async () => 'paid'
+      const res = await t.api.call('POST', '/api/v1/payments', { bearer: t.keys.alice, body: payBody([sub], 'paid-meanwhile', { method: 'crypto', crypto_currency: 'USDC' }) })
+      const [id] = (await t.paymentsDb('payments').pluck('id')) as string[]
+      expect(res).toMatchObject({
+        status: 409,
+        body: { details: `payment ${id} has been paid and completes once the transfer is confirmed: do not pay again; follow it with \`nodeplane payment show --id ${id}\`` },
+      })
+      expect(await t.paymentsDb('payments').pluck('status')).toEqual(['pending'])
+    })
   })
 
   it('refuses invalid links and bodies with the spec statuses, writing nothing', async () => {
