@@ -4,6 +4,7 @@
  */
 import fs from 'node:fs'
 import type { z } from 'zod'
+import { startBackupPruning } from '../src/agent/backup-pruning.js'
 import { AgentClient } from '../src/agent/client.js'
 import { createExecutor } from '../src/agent/executor.js'
 import { HostReporter } from '../src/agent/host.js'
@@ -50,6 +51,7 @@ export async function startNodeAgent(settings: NodeAgentSettings, deps: { logger
   await supervisor.reapOrphan()
   await supervisor.resumeIfWanted().catch((err: unknown) => logger.error({ err }, 'could not start the chain process again after the agent restarted'))
   const executor = createExecutor({ stateDir, supervisor, logger })
+  const backupPruning = startBackupPruning({ stateDir, logger })
   const client = new AgentClient({
     target: settings.AGENT_GATEWAY_URL,
     ca,
@@ -73,6 +75,7 @@ export async function startNodeAgent(settings: NodeAgentSettings, deps: { logger
     supervisor,
     async stop() {
       await client.stop()
+      await backupPruning.stop()
       await supervisor.close()
       claim.release()
     },

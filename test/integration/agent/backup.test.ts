@@ -4,6 +4,7 @@ import os from 'node:os'
 import path from 'node:path'
 import { afterEach, describe, expect, it } from 'vitest'
 import { snapshotState } from '../../../src/agent/backup.js'
+import { startBackupPruning } from '../../../src/agent/backup-pruning.js'
 import { createExecutor, type Executor } from '../../../src/agent/executor.js'
 import { loadOrCreateAgentKey } from '../../../src/agent/keys.js'
 import { pruneBackups, readActiveDeployment, type StateDir } from '../../../src/agent/state-dir.js'
@@ -195,5 +196,30 @@ describe('backup and restore', () => {
     expect(await pruneBackups(dir, new Date(t0.getTime() + 24 * HOUR))).toEqual(['upgrade-old'])
     expect(fs.readdirSync(dir.backupsDir)).toEqual(['upgrade-new'])
     expect(await pruneBackups(dir, new Date(t0.getTime() + 26 * HOUR))).toEqual(['upgrade-new'])
+  })
+
+  it('prunes them on a timer too, at start and every interval, without waiting for the next upgrade (moved clock)', async () => {
+    const { dir } = node()
+    const t0 = new Date('2026-03-01T00:00:00Z')
+    let clock = new Date(t0.getTime() + 25 * HOUR)
+    await snapshotState(dir, path.join(dir.backupsDir, 'upgrade-stale'), t0)
+    await snapshotState(dir, path.join(dir.backupsDir, 'upgrade-recent'), new Date(t0.getTime() + 20 * HOUR))
+    const pruning = startBackupPruning({ stateDir: dir, logger: silentLogger, now: () => clock, intervalMs: 20 })
+    try {
+      const gone = async (name: string) => {
+        const deadline = Date.now() + 5_000
+        while (fs.readdirSync(dir.backupsDir).includes(name) && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 10))
+        return !fs.readdirSync(dir.backupsDir).includes(name)
+      }
+      // At start: the one past 24 h goes, the other stays.
+      expect(await gone('upgrade-stale')).toBe(true)
+      expect(fs.readdirSync(dir.backupsDir)).toEqual(['upgrade-recent'])
+      // No upgrade happens; once the clock passes its 24 h the timer deletes it.
+      clock = new Date(t0.getTime() + 44 * HOUR)
+      expect(await gone('upgrade-recent')).toBe(true)
+      expect(fs.readdirSync(dir.backupsDir)).toEqual([])
+    } finally {
+      await pruning.stop()
+    }
   })
 })
