@@ -5,9 +5,11 @@ import { execa } from 'execa'
 import { createTestDatabase, DIALECTS } from '../helpers/db.js'
 import { BIN, cleanEnv, nodeplane, tempDir } from '../helpers/cli.js'
 import { controlPlaneMigrations } from '../../migrations/control-plane/index.js'
+import { paymentsMigrations } from '../../migrations/payments/index.js'
 
-// Every released migration, in order (the index is the source of truth; a new one joins it).
+// Every released migration, in order (the indexes are the source of truth; a new one joins them).
 const CONTROL_PLANE = controlPlaneMigrations.map((m) => m.name)
+const PAYMENTS = paymentsMigrations.map((m) => m.name)
 
 const dirs: string[] = []
 afterAll(() => dirs.forEach((d) => fs.rmSync(d, { recursive: true, force: true })))
@@ -24,7 +26,7 @@ describe.each(DIALECTS)('nodeplane db migrate / db status on %s', (dialect) => {
 
       const first = await nodeplane(['db', 'migrate', '--json'], { env })
       expect(first.exitCode).toBe(0)
-      expect(JSON.parse(first.stdout).databases.map((d: { applied: string[] }) => d.applied)).toEqual([CONTROL_PLANE, ['0001_initial_schema', '0002_providers']])
+      expect(JSON.parse(first.stdout).databases.map((d: { applied: string[] }) => d.applied)).toEqual([CONTROL_PLANE, PAYMENTS])
 
       const second = await nodeplane(['db', 'migrate', '--database', 'payments'], { env })
       expect(second.exitCode).toBe(0)
