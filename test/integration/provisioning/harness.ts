@@ -13,8 +13,9 @@ import { LocalInfrastructureProvider } from '../../../src/provisioning/infrastru
 import { registerRolloutWorkflows } from '../../../src/rollouts/index.js'
 import { LocalFileMasterKey, type MasterKey } from '../../../src/secrets/master-key.js'
 import { ensureServerKeyPair } from '../../../src/secrets/server-key.js'
-import { createWorkflowRegistry, createWorkflowWorker, type WorkflowWorker } from '../../../src/workflows/index.js'
+import { createWorkflowRegistry, createWorkflowWorker, getRun, type WorkflowRun, type WorkflowWorker } from '../../../src/workflows/index.js'
 import { tempDir } from '../../helpers/cli.js'
+import { waitFor } from '../../helpers/ports.js'
 import { devTls, quiet, startGateway, type RunningGateway } from '../agents/harness.js'
 
 export interface LifecycleSetting {
@@ -67,4 +68,12 @@ export function startLifecycleWorker(db: Db, deps: LifecycleDeps, concurrency = 
   const worker = createWorkflowWorker({ db, registry, logger: deps.logger, leaseMs: 30_000, pollIntervalMs: 50, concurrency, ...(deps.now ? { now: deps.now } : {}) })
   worker.start()
   return worker
+}
+
+/** Waits for a workflow run to complete or fail, and returns it. */
+export function untilRunFinished(db: Db, runId: string, timeoutMs = 90_000): Promise<WorkflowRun> {
+  return waitFor(async () => {
+    const run = await getRun(db, runId)
+    return run && (run.status === 'completed' || run.status === 'failed') ? run : undefined
+  }, `run ${runId} to finish`, timeoutMs, 100)
 }

@@ -23,7 +23,7 @@ import { createTestDatabase, DIALECTS, type TestDatabase } from '../../helpers/d
 import { insertTestNode, setNodeState } from '../../helpers/fixtures.js'
 import { waitFor } from '../../helpers/ports.js'
 import type { RunningGateway } from '../agents/harness.js'
-import { lifecycleSetting, startLifecycleWorker } from './harness.js'
+import { lifecycleSetting, startLifecycleWorker, untilRunFinished } from './harness.js'
 
 /** Every regular file under `dir`. */
 function filesUnder(dir: string): string[] {
@@ -92,12 +92,7 @@ describe.each(DIALECTS)('a terminated node leaves nothing of its keys, on %s', (
     fs.rmSync(store, { recursive: true, force: true })
   })
 
-  async function finished(runId: string, timeoutMs = 90_000): Promise<WorkflowRun> {
-    return waitFor(async () => {
-      const run = await getRun(db, runId)
-      return run && (run.status === 'completed' || run.status === 'failed') ? run : undefined
-    }, `run ${runId} to finish`, timeoutMs, 100)
-  }
+  const finished = (runId: string, timeoutMs?: number): Promise<WorkflowRun> => untilRunFinished(db, runId, timeoutMs)
 
   it('provisioned with a user secret, migrated (a backup), terminated: no byte of a key, secret or their ciphertexts on disk or in the database', { timeout: 180_000 }, async () => {
     const node = await insertTestNode(db)

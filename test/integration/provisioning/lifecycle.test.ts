@@ -23,7 +23,7 @@ import { createTestDatabase, DIALECTS, type TestDatabase } from '../../helpers/d
 import { insertTestNode } from '../../helpers/fixtures.js'
 import { waitFor } from '../../helpers/ports.js'
 import { otherCa, type RunningGateway } from '../agents/harness.js'
-import { lifecycleSetting, startLifecycleWorker } from './harness.js'
+import { lifecycleSetting, startLifecycleWorker, untilRunFinished } from './harness.js'
 
 describe.each(DIALECTS)('node lifecycle workflows on the local provider on %s', (dialect) => {
   let t: TestDatabase
@@ -53,12 +53,7 @@ describe.each(DIALECTS)('node lifecycle workflows on the local provider on %s', 
     await t.destroy()
   })
 
-  async function finished(runId: string, timeoutMs = 90_000): Promise<WorkflowRun> {
-    return waitFor(async () => {
-      const run = await getRun(db, runId)
-      return run && (run.status === 'completed' || run.status === 'failed') ? run : undefined
-    }, `run ${runId} to finish`, timeoutMs, 100)
-  }
+  const finished = (runId: string, timeoutMs?: number): Promise<WorkflowRun> => untilRunFinished(db, runId, timeoutMs)
 
   it('provisions a node end to end (host, agent, configure, start, syncing) and terminates it (host gone, token revoked)', async () => {
     const node = await insertTestNode(db)

@@ -26,7 +26,7 @@ import { createTestDatabase, DIALECTS, type TestDatabase } from '../../helpers/d
 import { insertTestNode, setNodeState } from '../../helpers/fixtures.js'
 import { waitFor } from '../../helpers/ports.js'
 import { otherCa, type RunningGateway } from '../agents/harness.js'
-import { lifecycleSetting, startLifecycleWorker } from './harness.js'
+import { lifecycleSetting, startLifecycleWorker, untilRunFinished } from './harness.js'
 
 const HOUR = 3_600_000
 
@@ -58,12 +58,7 @@ describe.each(DIALECTS)('the migrate workflow on the local provider on %s', (dia
     fs.rmSync(store, { recursive: true, force: true })
   })
 
-  async function finished(runId: string, timeoutMs = 90_000): Promise<WorkflowRun> {
-    return waitFor(async () => {
-      const run = await getRun(db, runId)
-      return run && (run.status === 'completed' || run.status === 'failed') ? run : undefined
-    }, `run ${runId} to finish`, timeoutMs, 100)
-  }
+  const finished = (runId: string, timeoutMs?: number): Promise<WorkflowRun> => untilRunFinished(db, runId, timeoutMs)
 
   async function provisioned(): Promise<{ id: string; hostId: string }> {
     const node = await insertTestNode(db)

@@ -176,6 +176,16 @@ describe.each(DIALECTS)('payments API on %s', (dialect) => {
       }
     }
 
+    /** The subscription disappears between InitiatePayment and the link (not by the payment's activation). */
+    function loseLinkAfterInitiate(t: Awaited<ReturnType<typeof paymentStack>>, sub: string): void {
+      const initiate = t.paymentClient.initiatePayment.bind(t.paymentClient)
+      t.paymentClient.initiatePayment = async (request) => {
+        const answer = await initiate(request)
+        await t.db('subscriptions').where({ id: sub }).del()
+        return answer
+      }
+    }
+
     it('matched path: answers with the completed payment (not "canceled"), the subscription active and the mirror completed', async () => {
       const t = await paymentStack(dialect)
       const sub = await subscribe(t.api, t.keys.alice)
@@ -205,12 +215,7 @@ describe.each(DIALECTS)('payments API on %s', (dialect) => {
     it('a payment still open when its link is lost is canceled, and the 409 says so', async () => {
       const t = await paymentStack(dialect)
       const sub = await subscribe(t.api, t.keys.alice)
-      const initiate = t.paymentClient.initiatePayment.bind(t.paymentClient)
-      t.paymentClient.initiatePayment = async (request) => {
-        const answer = await initiate(request)
-        await t.db('subscriptions').where({ id: sub }).del()
-        return answer
-      }
+      loseLinkAfterInitiate(t, sub)
       const res = await t.api.call('POST', '/api/v1/payments', { bearer: t.keys.alice, body: payBody([sub], 'lost') })
       expect(res).toMatchObject({ status: 409, body: { error: `subscription ${sub} changed while the payment was being set up`, details: expect.stringMatching(/was canceled and nothing was charged; try again$/) } })
       expect(await t.paymentsDb('payments').pluck('status')).toEqual(['canceled'])
@@ -219,12 +224,7 @@ describe.each(DIALECTS)('payments API on %s', (dialect) => {
     it('a crypto payment paid already when its link is lost is not canceled, and the 409 says it completes once the transfer is confirmed', async () => {
       const t = await paymentStack(dialect)
       const sub = await subscribe(t.api, t.keys.alice)
-      const initiate = t.paymentClient.initiatePayment.bind(t.paymentClient)
-      t.paymentClient.initiatePayment = async (request) => {
-        const answer = await initiate(request)
-        await t.db('subscriptions').where({ id: sub }).del()
-        return answer
-      }
+      loseLinkAfterInitiate(t, sub)
       // The customer has paid: a transfer paying it in full waits for its confirmations, so the provider refuses to close it.
       ;(t.provider as { cancelPayment(reference: string): Promise<'closed' | 'paid'> }).cancelPayment = async () => 'paid'
       const res = await t.api.call('POST', '/api/v1/payments', { bearer: t.keys.alice, body: payBody([sub], 'paid-meanwhile', { method: 'crypto', crypto_currency: 'USDC' }) })
