@@ -4,6 +4,7 @@ export default defineConfig({
   test: {
     include: ['test/**/*.test.ts'],
     globalSetup: ['test/helpers/global-setup.ts'],
+    setupFiles: ['test/helpers/cpu-usage-setup.ts'],
     reporters: ['default', './test/helpers/slowest-files-reporter.ts'],
     pool: 'forks',
     // Two cores, and the process-bound files (split stacks, `nodeplane up`, fleets of agents)

@@ -1,0 +1,26 @@
+/**
+ * Records the CPU a test file used (its worker process and every child it started and reaped:
+ * daemons, agents, CLI runs) so the slowest-files report can tell a file that waits on timers
+ * from one that keeps the cores busy. Each file runs in its own forked worker, so the worker's
+ * totals at the end are the file's. The log's path comes from the reporter
+ * (test/helpers/slowest-files-reporter.ts).
+ */
+import fs from 'node:fs'
+import { afterAll } from 'vitest'
+
+const CLOCK_TICKS_PER_SECOND = 100
+
+function processCpuSeconds(): number {
+  // /proc/self/stat after the command name: utime, stime, cutime, cstime (waited-for children)
+  // are fields 14-17.
+  const stat = fs.readFileSync('/proc/self/stat', 'utf8')
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+  const ticks = [11, 12, 13, 14].reduce((sum, index) => sum + Number(fields[index]), 0)
+  return ticks / CLOCK_TICKS_PER_SECOND
+}
+
+afterAll((suite) => {
+  const log = process.env.NODEPLANE_TEST_CPU_LOG
+  if (!log || !('filepath' in suite)) return
+  fs.appendFileSync(log, `${JSON.stringify({ file: suite.filepath, cpuSeconds: processCpuSeconds() })}\n`)
+})
