@@ -74,12 +74,18 @@ export async function runHealthEvaluationCycle(settings: HealthEvaluationSetting
   return { heartbeats, policies, migrations }
 }
 
+/** How long a killed evaluator's peer waits for the evaluation lease (docs/deploy.md). */
+export function evaluationLeaseMs(intervalMs: number): number {
+  return Math.max(3 * intervalMs, 5_000)
+}
+
 export function scheduleHealthEvaluation(settings: HealthEvaluationSettings, deps: HealthEvaluationDeps): PeriodicJob {
   return schedulePeriodicJob({
     name: HEALTH_EVALUATION_JOB,
     cronTime: cronEvery(settings.intervalMs),
-    // Longer than the interval so the holder keeps it from cycle to cycle.
-    leaseMs: Math.max(4 * settings.intervalMs, 60_000),
+    // Three intervals: the holder keeps it from cycle to cycle (renewed during a long cycle), and
+    // a killed holder's peer takes over within three intervals (5 s at least, for clock skew).
+    leaseMs: evaluationLeaseMs(settings.intervalMs),
     db: deps.db,
     logger: deps.logger,
     run: async (now) => void (await runHealthEvaluationCycle(settings, deps, now)),

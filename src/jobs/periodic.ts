@@ -9,7 +9,7 @@ export interface PeriodicJobOptions {
   name: string
   /** Six-field cron expression (seconds first), e.g. `0 * * * * *` for every minute. */
   cronTime: string
-  /** How long one tick's lease lasts; keep it longer than the interval so the holder keeps it. */
+  /** How long one tick's lease lasts (renewed while the tick runs); keep it longer than the interval so the holder keeps it from tick to tick. */
   leaseMs: number
   db: Db
   logger: Logger
@@ -33,6 +33,7 @@ export function schedulePeriodicJob(options: PeriodicJobOptions): PeriodicJob {
   const now = options.now ?? (() => new Date())
   const log = options.logger.child({ job: options.name })
   let running: Promise<boolean> | undefined
+  let renewal: NodeJS.Timeout | undefined
   let stopped = false
 
   const tick = (): Promise<boolean> => {
@@ -42,12 +43,21 @@ export function schedulePeriodicJob(options: PeriodicJobOptions): PeriodicJob {
       try {
         const at = now()
         if (!(await tryAcquireLease(options.db, options.name, holder, options.leaseMs, at))) return false
+        // Renewed while the tick runs, so a tick longer than the lease (a fleet-wide outage's
+        // evaluation) keeps it and the lease can stay short: a killed holder's peer waits one lease.
+        renewal = setInterval(() => {
+          tryAcquireLease(options.db, options.name, holder, options.leaseMs, now()).then(
+            (held) => held || log.warn('lease lost while running'),
+            (err: unknown) => log.warn({ err }, 'could not renew lease'),
+          )
+        }, Math.max(100, Math.floor(options.leaseMs / 3)))
         await options.run(at)
         return true
       } catch (err) {
         log.error({ err }, 'periodic job failed')
         return false
       } finally {
+        clearInterval(renewal)
         running = undefined
       }
     })()

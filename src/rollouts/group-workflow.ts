@@ -53,8 +53,10 @@ export interface GroupWorkflowResult {
   components: Array<{ index: number; rollout_id: string | null; status: RolloutStatus | 'skipped' | 'not_started' }>
 }
 
-/** How often a health gate looks at the component's nodes. */
-const GATE_POLL_MS = 5_000
+/** How often a health gate looks at the component's nodes: a quarter of the health wait, between half a second and 5 s. */
+function gatePollMs(healthWaitMs: number): number {
+  return Math.min(5_000, Math.max(500, Math.floor(healthWaitMs / 4)))
+}
 
 export function registerGroupWorkflow(registry: WorkflowRegistry, deps: NodeUpgradeDeps): WorkflowRegistry {
   return registry.register(GROUP_WORKFLOW, groupWorkflow(deps))
@@ -335,7 +337,7 @@ async function healthGate(ctx: WorkflowContext, deps: NodeUpgradeDeps, rolloutId
     if (state.ok) return state
     const now = await ctx.now()
     if (now.getTime() >= deadline) return { ok: false, reason: `health gate: ${state.reason ?? ''}` }
-    await ctx.sleep(GATE_POLL_MS)
+    await ctx.sleep(gatePollMs(healthWaitMs))
   }
 }
 

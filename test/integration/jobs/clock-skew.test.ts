@@ -5,6 +5,7 @@
  * and the workflow test shows the margin is real: past it, a live run is taken over.
  */
 import { afterEach, describe, expect, it } from 'vitest'
+import { evaluationLeaseMs } from '../../../src/health/evaluator.js'
 import { tryAcquireLease } from '../../../src/jobs/lease.js'
 import { evaluateHeartbeats } from '../../../src/health/heartbeat-evaluation.js'
 import { createWorkflowRegistry, createWorkflowWorker, startWorkflow, type WorkflowFunction } from '../../../src/workflows/index.js'
@@ -85,14 +86,18 @@ describe.each(DIALECTS)('clock skew between daemons on %s', (dialect) => {
 
   it(`a periodic job's lease is not taken by a replica ${SKEW_MS / 1000} s ahead while it is held`, async () => {
     database = await createTestDatabase(dialect)
+    // The health evaluation's lease with the default 15 s interval (45 s), renewed every cycle.
+    const lease = evaluationLeaseMs(15_000)
     const t0 = new Date('2030-01-01T00:00:00Z')
-    expect(await tryAcquireLease(database.db, 'health-evaluation', 'a', 60_000, t0)).toBe(true)
+    expect(await tryAcquireLease(database.db, 'health-evaluation', 'a', lease, t0)).toBe(true)
     const ahead = (ms: number) => new Date(t0.getTime() + ms + SKEW_MS)
-    expect(await tryAcquireLease(database.db, 'health-evaluation', 'b', 60_000, ahead(0))).toBe(false)
-    expect(await tryAcquireLease(database.db, 'health-evaluation', 'b', 60_000, ahead(50_000))).toBe(false)
-    // The holder renews on its own clock; the skewed replica still cannot take it.
-    expect(await tryAcquireLease(database.db, 'health-evaluation', 'a', 60_000, new Date(t0.getTime() + 50_000))).toBe(true)
-    expect(await tryAcquireLease(database.db, 'health-evaluation', 'b', 60_000, ahead(100_000))).toBe(false)
+    expect(await tryAcquireLease(database.db, 'health-evaluation', 'b', lease, ahead(0))).toBe(false)
+    expect(await tryAcquireLease(database.db, 'health-evaluation', 'b', lease, ahead(lease - SKEW_MS - 1_000))).toBe(false)
+    // The holder renews on its own clock at its next cycle; the skewed replica still cannot take it.
+    expect(await tryAcquireLease(database.db, 'health-evaluation', 'a', lease, new Date(t0.getTime() + 15_000))).toBe(true)
+    expect(await tryAcquireLease(database.db, 'health-evaluation', 'b', lease, ahead(15_000 + lease - SKEW_MS - 1_000))).toBe(false)
+    // A holder that stopped renewing (killed) loses it one lease after its last renewal.
+    expect(await tryAcquireLease(database.db, 'health-evaluation', 'b', lease, new Date(t0.getTime() + 15_000 + lease))).toBe(true)
   })
 
   it(`two health-evaluators ${SKEW_MS / 1000} s apart count a missed heartbeat once per cycle`, async () => {

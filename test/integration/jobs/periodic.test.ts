@@ -80,6 +80,35 @@ describe.each(DIALECTS)('job leases and periodic jobs on %s', (dialect) => {
     }
   })
 
+  it('a tick that runs longer than its lease keeps it (renewed while running): no other replica runs beside it; once it ends and the holder is gone, one lease later another does', async () => {
+    const LEASE_MS = 600
+    let release!: () => void
+    const gate = new Promise<void>((resolve) => (release = resolve))
+    const runs: string[] = []
+    const make = (holder: string, run: () => Promise<void>) =>
+      schedulePeriodicJob({ name: 'job-long', cronTime: '0 0 0 1 1 *', leaseMs: LEASE_MS, db: t.db, logger, holder, run: async () => (runs.push(holder), run()) })
+    const a = make('replica-a', () => gate)
+    const b = make('replica-b', async () => {})
+    try {
+      const long = a.tick()
+      await new Promise((resolve) => setTimeout(resolve, 3 * LEASE_MS))
+      // Three leases into a's tick, its lease still stands.
+      expect(await b.tick()).toBe(false)
+      release()
+      expect(await long).toBe(true)
+      expect(runs).toEqual(['replica-a'])
+      // The holder dies without releasing (no stop): the renewal ended with its tick, so one
+      // lease later the other replica takes the job.
+      await new Promise((resolve) => setTimeout(resolve, LEASE_MS + 100))
+      expect(await b.tick()).toBe(true)
+      expect(runs).toEqual(['replica-a', 'replica-b'])
+    } finally {
+      release()
+      await a.stop()
+      await b.stop()
+    }
+  })
+
   it('a job scheduled every interval runs under its lease at the injected time, and the lease outlives the interval', async () => {
     const t0 = new Date('2026-02-01T00:00:00Z')
     let clock = t0
