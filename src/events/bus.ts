@@ -52,6 +52,11 @@ export interface EventBus {
   subscribe(options: SubscribeOptions, handler: (message: BusMessage) => Promise<void>): Promise<BusSubscription>
   /** Readiness probe for `/readyz`. */
   health(): Promise<BusComponentHealth>
+  /**
+   * Calls `listener` each time the connection to the bus is back after a loss (a bus that
+   * cannot lose its connection never calls it); returns the unsubscribe function.
+   */
+  onReconnect(listener: () => void): () => void
   close(): Promise<void>
 }
 

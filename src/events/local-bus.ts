@@ -260,6 +260,9 @@ export function createLocalBus(options: LocalBusOptions = {}): LocalBus {
       return { close: () => closeSubscriber(owner, sub) }
     },
 
+    // In-process: there is no connection to lose.
+    onReconnect: () => () => undefined,
+
     async health(): Promise<BusComponentHealth> {
       return closed ? { ok: false, error: 'event bus is closed' } : { ok: true }
     },

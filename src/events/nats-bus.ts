@@ -125,6 +125,7 @@ export async function connectNatsBus(options: NatsBusOptions): Promise<EventBus>
 
   let connected = true
   let closing = false
+  const reconnectListeners = new Set<() => void>()
   const subscriptions = new Set<BusSubscription>()
   let jsm: JetStreamManager
   let healthJsm: JetStreamManager
@@ -150,6 +151,7 @@ export async function connectNatsBus(options: NatsBusOptions): Promise<EventBus>
       } else if (status.type === Events.Reconnect) {
         connected = true
         log.info({ server: status.data }, 'reconnected to NATS')
+        for (const listener of reconnectListeners) listener()
       } else if (status.type === Events.Error) {
         log.warn({ error: status.data }, 'NATS connection error')
       }
@@ -274,6 +276,11 @@ export async function connectNatsBus(options: NatsBusOptions): Promise<EventBus>
       }
       subscriptions.add(subscription)
       return subscription
+    },
+
+    onReconnect(listener: () => void): () => void {
+      reconnectListeners.add(listener)
+      return () => void reconnectListeners.delete(listener)
     },
 
     async health(): Promise<BusComponentHealth> {

@@ -74,6 +74,7 @@ export class OutboxRelay {
   private interruptSleep: (() => void) | undefined
   private sleepIsWakeable = false
   private unsubscribeCommits: (() => void) | undefined
+  private unsubscribeReconnect: (() => void) | undefined
 
   constructor(options: OutboxRelayOptions) {
     this.db = options.db
@@ -95,6 +96,7 @@ export class OutboxRelay {
     if (this.running) return
     this.running = true
     if (this.wakeOnCommit) this.unsubscribeCommits = onOutboxCommit(() => this.wake())
+    this.unsubscribeReconnect = this.bus.onReconnect(() => this.resume())
     this.loopDone = this.loop()
   }
 
@@ -104,6 +106,8 @@ export class OutboxRelay {
     this.running = false
     this.unsubscribeCommits?.()
     this.unsubscribeCommits = undefined
+    this.unsubscribeReconnect?.()
+    this.unsubscribeReconnect = undefined
     this.interruptSleep?.()
     await this.loopDone
   }
@@ -115,6 +119,18 @@ export class OutboxRelay {
   wake(): void {
     this.wakeRequested = true
     if (this.sleepIsWakeable) this.interruptSleep?.()
+  }
+
+  /**
+   * The bus is back: publish now, whatever the back-off had left (it only spares a bus that is
+   * down), and start the back-off from the beginning if publishing still fails.
+   */
+  private resume(): void {
+    if (!this.running) return
+    this.log.info({ consecutiveFailures: this.consecutiveFailures }, 'bus reconnected; publishing the backlog now')
+    this.consecutiveFailures = 0
+    this.wakeRequested = true
+    this.interruptSleep?.()
   }
 
   /** One cycle; returns the number of rows published. Failed rows stay for a later cycle. */

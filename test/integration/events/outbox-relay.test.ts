@@ -148,6 +148,25 @@ describe.each(DIALECTS)('outbox and relay on %s', (dialect) => {
     expect(await probe.stored(`${prefix}.created`)).toBe(4)
   })
 
+  it('publishes the backlog as soon as the bus reconnects, without waiting out its back-off', async () => {
+    await nats.stop()
+    // After its first failed cycle this relay would sleep a minute before trying again.
+    const r = relay({ pollIntervalMs: 50, backoffInitialMs: 60_000, backoffMaxMs: 60_000 })
+    try {
+      await waitFor(async () => !(await bus.health()).ok, 'the bus to notice NATS is down')
+      await t.db.transaction((trx) => enqueueEvents(trx, [1, 2].map((n) => ({ subject: `${prefix}.created`, payload: { n } }))))
+      r.start()
+      await waitFor(async () => (await outboxRows(t.db)).every((row) => Number(row.attempts) === 1) || undefined, 'the first publish attempt to fail')
+    } finally {
+      await nats.start()
+    }
+    // Well inside the minute of back-off.
+    await waitFor(async () => (await countUnpublished(t.db)) === 0, 'the relay to publish once the bus is back', 20_000)
+    await probe.ready()
+    expect(await probe.stored(`${prefix}.created`)).toBe(2)
+    expect((await outboxRows(t.db)).map((row) => Number(row.attempts))).toEqual([1, 1])
+  })
+
   it('lets several relays share the backlog without publishing a row twice', async () => {
     const total = 120
     await enqueueEvents(t.db, Array.from({ length: total }, (_, n) => ({ subject: `${prefix}.created`, payload: { n } })))

@@ -92,6 +92,7 @@ export function controllableBus(health: () => Promise<BusComponentHealth>): Even
     publish: async () => undefined,
     subscribe: async () => ({ close: async () => undefined }),
     health,
+    onReconnect: () => () => undefined,
     close: async () => undefined,
   }
 }
