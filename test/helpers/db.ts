@@ -6,7 +6,7 @@ import crypto from 'node:crypto'
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
-import { inject } from 'vitest'
+import { describe, inject } from 'vitest'
 import { createDatabase, type Db } from '../../src/db/knex.js'
 import type { DatabaseName } from '../../src/db/migrate.js'
 import { adminQuery, databaseUrl } from './postgres.js'
@@ -14,6 +14,20 @@ import { templateName } from './templates.js'
 
 export type Dialect = 'sqlite' | 'postgres'
 export const DIALECTS: readonly Dialect[] = ['sqlite', 'postgres']
+
+/**
+ * `describe.each(DIALECTS)` whose two suites run at the same time, each one's tests still in
+ * order: for files that mostly wait on agents, chains and timers, so the halves' waits overlap
+ * instead of adding up. Their tests must not change process-wide state (environment, working
+ * directory, fake timers) nor use the global `onTestFailed` (it would attach to whichever test
+ * started last).
+ */
+export function describeEachDialectConcurrently(name: string, body: (dialect: Dialect) => void): void {
+  for (const dialect of DIALECTS) {
+    const suite = describe(name.replace('%s', dialect), () => body(dialect)).suite
+    if (suite) suite.concurrent = true
+  }
+}
 
 export interface TestDatabase {
   dialect: Dialect

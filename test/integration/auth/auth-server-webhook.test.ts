@@ -5,11 +5,11 @@
 import { afterEach, describe, expect, it } from 'vitest'
 import { signWebhook } from '../../../src/auth/webhooks.js'
 import { findUserByExternalAuthId } from '../../../src/auth/users.js'
-import { DIALECTS } from '../../helpers/db.js'
+import { describeEachDialectConcurrently } from '../../helpers/db.js'
 import { Resources } from '../http/harness.js'
 import { deliverWebhook, keyOf, type WebhookDelivery, startTestAuthServer, TestClock, userCreatedEvent, webhookSecret } from './auth-server-support.js'
 
-describe.each(DIALECTS)('auth server identity-provider webhook on %s', (dialect) => {
+describeEachDialectConcurrently('auth server identity-provider webhook on %s', (dialect) => {
   const resources = new Resources()
   afterEach(() => resources.cleanup())
 

@@ -19,7 +19,7 @@ import { ProviderRegistry } from '../../../src/payments/providers/registry.js'
 import { PaymentService } from '../../../src/payments/service.js'
 import { findPayment, paymentEvents } from '../../../src/payments/store.js'
 import { CARD_WEBHOOK_PATH, cardWebhookRoute } from '../../../src/payments/webhook-route.js'
-import { createTestDatabase, DIALECTS } from '../../helpers/db.js'
+import { createTestDatabase, describeEachDialectConcurrently } from '../../helpers/db.js'
 import { FakeCardProcessor, signedDelivery, signHeader, type FakeSession, type WebhookDelivery } from '../../helpers/fake-card-processor.js'
 import { LogCapture, Resources } from '../http/harness.js'
 
@@ -39,7 +39,7 @@ class Clock {
   }
 }
 
-describe.each(DIALECTS)('card provider on %s', (dialect) => {
+describeEachDialectConcurrently('card provider on %s', (dialect) => {
   const resources = new Resources()
   afterEach(() => resources.cleanup())
 

@@ -19,7 +19,7 @@ import { decryptNodeKeys } from '../../../src/secrets/node-keys.js'
 import { sealBlob } from '../../../src/secrets/sealed-blob.js'
 import { activeServerPublicKey, openWithServerKey } from '../../../src/secrets/server-key.js'
 import { getRun, type WorkflowRun, type WorkflowWorker } from '../../../src/workflows/index.js'
-import { createTestDatabase, DIALECTS, type TestDatabase } from '../../helpers/db.js'
+import { createTestDatabase, type TestDatabase, describeEachDialectConcurrently } from '../../helpers/db.js'
 import { insertTestNode, setNodeState } from '../../helpers/fixtures.js'
 import { waitFor } from '../../helpers/ports.js'
 import type { RunningGateway } from '../agents/harness.js'
@@ -65,7 +65,7 @@ function ciphertextsIn(value: unknown): string[] {
   return []
 }
 
-describe.each(DIALECTS)('a terminated node leaves nothing of its keys, on %s', (dialect) => {
+describeEachDialectConcurrently('a terminated node leaves nothing of its keys, on %s', (dialect) => {
   let t: TestDatabase
   let db: Db
   let gateway: RunningGateway
