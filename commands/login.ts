@@ -1,4 +1,4 @@
-import { Flags } from '@oclif/core'
+import * as Flags from '@oclif/core/flags'
 import { ApiClient } from '../src/cli/api-client.js'
 import { apiUrlFlag } from '../src/cli/api-flags.js'
 import { resolveApiTarget, type ApiCredential } from '../src/cli/api-target.js'

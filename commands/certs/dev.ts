@@ -1,5 +1,5 @@
 import path from 'node:path'
-import { Flags } from '@oclif/core'
+import * as Flags from '@oclif/core/flags'
 import { BaseCommand } from '../../src/cli/base-command.js'
 import { databaseCommandEnv, loadConfig } from '../../src/config/env.js'
 import { CONTROL_PLANE_CLIENT_NAME, ensurePaymentDevCertificates, paymentsCaDir } from '../../src/payments/tls.js'

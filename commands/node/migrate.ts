@@ -1,4 +1,4 @@
-import { Flags } from '@oclif/core'
+import * as Flags from '@oclif/core/flags'
 import { z } from 'zod'
 import { BaseCommand } from '../../src/cli/base-command.js'
 import { withControlPlaneDatabase } from '../../src/cli/control-plane-db.js'

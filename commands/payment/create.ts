@@ -1,6 +1,6 @@
 import crypto from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { Flags } from '@oclif/core'
+import * as Flags from '@oclif/core/flags'
 import { BaseCommand } from '../../src/cli/base-command.js'
 import { apiClientFor, apiUrlFlag } from '../../src/cli/api-flags.js'
 import { describePayment, TERMINAL_PAYMENT_STATUSES } from '../../src/cli/payments.js'

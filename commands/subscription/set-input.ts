@@ -1,5 +1,5 @@
 import fs from 'node:fs/promises'
-import { Flags } from '@oclif/core'
+import * as Flags from '@oclif/core/flags'
 import { BaseCommand } from '../../src/cli/base-command.js'
 import { apiClientFor, apiUrlFlag } from '../../src/cli/api-flags.js'
 import type { ApiClient } from '../../src/cli/api-client.js'

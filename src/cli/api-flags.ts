@@ -1,5 +1,5 @@
 /** Flags of the commands that talk to the API. */
-import { Flags } from '@oclif/core'
+import * as Flags from '@oclif/core/flags'
 import type { Env } from '../config/env.js'
 import { ApiClient } from './api-client.js'
 import { resolveApiTarget } from './api-target.js'

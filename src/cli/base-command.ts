@@ -1,4 +1,7 @@
-import { Command, Flags, type Interfaces } from '@oclif/core'
+// Subpath imports: the '@oclif/core' index also loads semver, help, ux and more at start-up.
+import type { Interfaces } from '@oclif/core'
+import { Command } from '@oclif/core/command'
+import * as Flags from '@oclif/core/flags'
 import { describeFailure } from './errors.js'
 import type { Env } from '../config/env.js'
 

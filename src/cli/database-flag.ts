@@ -1,4 +1,4 @@
-import { Flags } from '@oclif/core'
+import * as Flags from '@oclif/core/flags'
 import { DATABASE_NAMES, type DatabaseName } from '../db/migrate.js'
 
 export const databaseFlag = Flags.string({

@@ -1,5 +1,5 @@
 /** Flags shared by the commands that create API keys (`api-key issue`, `api-key create`). */
-import { Flags } from '@oclif/core'
+import * as Flags from '@oclif/core/flags'
 import { parseDuration } from '../config/duration.js'
 import { ValidationError } from '../errors.js'
 

@@ -3,7 +3,7 @@
  * action, and following the rollout afterwards (`--watch`) with the live view on a terminal or
  * plain lines elsewhere, ending with the documented exit code.
  */
-import { Flags } from '@oclif/core'
+import * as Flags from '@oclif/core/flags'
 import type { RolloutDetailView, RolloutView } from '../rollouts/views.js'
 import type { ApiClient } from './api-client.js'
 import { confirmDestructive, isInteractive } from './prompt.js'
