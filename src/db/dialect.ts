@@ -4,7 +4,16 @@
  * JSON as text; Postgres uses timestamptz, boolean and jsonb.
  */
 import type { Knex } from 'knex'
-import { dialectOf, type Queryable } from './knex.js'
+import type { Queryable } from './knex.js'
+
+/**
+ * Which dialect a connection speaks. Here rather than in knex.ts (which re-exports it) so that
+ * modules needing only these helpers do not load knex itself.
+ */
+export function dialectOf(db: Queryable): 'sqlite' | 'postgres' {
+  const name = (db.client as { config: { client: unknown } }).config.client
+  return name === 'pg' ? 'postgres' : 'sqlite'
+}
 
 export function isPostgres(db: Queryable): boolean {
   return dialectOf(db) === 'postgres'

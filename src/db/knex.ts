@@ -104,7 +104,4 @@ function cachePreparedStatements(conn: BetterSqlite3.Database, max = 500): void 
   }) as typeof conn.prepare
 }
 
-export function dialectOf(db: Queryable): 'sqlite' | 'postgres' {
-  const name = (db.client as { config: { client: unknown } }).config.client
-  return name === 'pg' ? 'postgres' : 'sqlite'
-}
+export { dialectOf } from './dialect.js'

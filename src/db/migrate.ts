@@ -5,10 +5,10 @@
  * beside the database (stale after the holder stops refreshing it).
  */
 import type { Knex } from 'knex'
-import lockfile from 'proper-lockfile'
 import { controlPlaneMigrations } from '../../migrations/control-plane/index.js'
 import { paymentsMigrations } from '../../migrations/payments/index.js'
-import { dialectOf, type Db } from './knex.js'
+import { dialectOf } from './dialect.js'
+import type { Db } from './knex.js'
 
 export type DatabaseName = 'control-plane' | 'payments'
 export const DATABASE_NAMES: readonly DatabaseName[] = ['control-plane', 'payments']
@@ -77,6 +77,8 @@ async function withMigrationLock<T>(db: Db, name: DatabaseName, fn: () => Promis
       await client.releaseConnection(conn)
     }
   }
+  // Loaded here, for SQLite's lock only: it also installs process signal and exit hooks.
+  const { default: lockfile } = await import('proper-lockfile')
   const release = await lockfile.lock(`${sqliteFilename(db)}.migrate`, {
     realpath: false,
     stale: 15_000,

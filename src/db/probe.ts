@@ -1,4 +1,3 @@
-import pg from 'pg'
 import { UnavailableError } from '../errors.js'
 import { parseDatabaseUrl, redactDatabaseUrl } from './url.js'
 
@@ -9,6 +8,8 @@ import { parseDatabaseUrl, redactDatabaseUrl } from './url.js'
 export async function probeDatabase(url: string, timeoutMs = 5_000): Promise<void> {
   const target = parseDatabaseUrl(url)
   if (target.client !== 'postgres') return
+  // Loaded only for Postgres: most commands run against SQLite and never need the driver.
+  const { default: pg } = await import('pg')
   const client = new pg.Client({ connectionString: target.connectionString, connectionTimeoutMillis: timeoutMs })
   client.on('error', () => {})
   try {
