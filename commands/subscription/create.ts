@@ -2,7 +2,7 @@ import * as Flags from '@oclif/core/flags'
 import { BaseCommand } from '../../src/cli/base-command.js'
 import { apiClientFor, apiUrlFlag } from '../../src/cli/api-flags.js'
 import { shortTime } from '../../src/cli/display.js'
-import { DURATIONS } from '../../src/config/chains.js'
+import { DURATIONS } from '../../src/config/durations.js'
 import type { SubscriptionView } from '../../src/subscriptions/views.js'
 
 /** The subscription as the API answers it, and whether this call created it (201) or found an equal pending one (200). */

@@ -17,10 +17,9 @@ import { ConfigError, ValidationError } from '../errors.js'
 import { healthPolicySchema } from './health-policy.js'
 import { packageRoot } from '../package-root.js'
 import { INPUT_PHASES, INPUT_TYPES, legacyKeysToInputSpecs, type InputSpec } from '../secrets/input-specs.js'
+import { DURATIONS, type SubscriptionDuration } from './durations.js'
 
-/** Spec: a subscription's duration is one of these. */
-export const DURATIONS = ['1w', '2w', '1m', '3m', '6m'] as const
-export type SubscriptionDuration = (typeof DURATIONS)[number]
+export { DURATIONS, type SubscriptionDuration }
 
 /** Template variables every render provides; node types and profiles may add their own `vars`. */
 export const BUILTIN_VARIABLES = ['rpc_port', 'node_id', 'node_type', 'version', 'chain_profile_id'] as const
