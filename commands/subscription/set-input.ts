@@ -5,10 +5,10 @@ import { apiClientFor, apiUrlFlag } from '../../src/cli/api-flags.js'
 import type { ApiClient } from '../../src/cli/api-client.js'
 import { isInteractive, promptSecret } from '../../src/cli/prompt.js'
 import { NotFoundError, UnavailableError, ValidationError } from '../../src/errors.js'
-import { MAX_KEY_MATERIAL_BYTES } from '../../src/secrets/node-keys.js'
-import { sealBlob, X25519_KEY_BYTES } from '../../src/secrets/sealed-blob.js'
-import { SERVER_KEY_ALGORITHM, serverKeyId, type ServerPublicKey } from '../../src/secrets/server-key.js'
-import { MAX_TEXT_INPUT_LENGTH, type InputView } from '../../src/subscriptions/inputs.js'
+import { MAX_KEY_MATERIAL_BYTES } from '../../src/secrets/node-key-types.js'
+import type { ServerPublicKey } from '../../src/secrets/server-key.js'
+import { MAX_TEXT_INPUT_LENGTH } from '../../src/subscriptions/input-limits.js'
+import type { InputView } from '../../src/subscriptions/inputs.js'
 
 export interface SetInputResult {
   subscription_id: string
@@ -58,6 +58,8 @@ export default class SubscriptionSetInput extends BaseCommand<typeof Subscriptio
     } else {
       const secret = source === 'secret-file' ? await readSecretFile(this.flags['secret-file'] as string) : await readSecretStdin()
       try {
+        // Only secrets are sealed: the sealing code (and tweetnacl) is loaded for them alone.
+        const { sealBlob } = await import('../../src/secrets/sealed-blob.js')
         const key = await serverKey(api)
         sent = { name: this.flags.name, sealed: Buffer.from(sealBlob(secret, key.bytes)).toString('base64') }
         sealedTo = key.id
@@ -126,6 +128,8 @@ async function readSecretStdin(): Promise<Uint8Array> {
 
 /** The server's active public key, checked against its own id before anything is sealed to it. */
 async function serverKey(api: ApiClient): Promise<{ id: string; bytes: Uint8Array }> {
+  const { SERVER_KEY_ALGORITHM, serverKeyId } = await import('../../src/secrets/server-key.js')
+  const { X25519_KEY_BYTES } = await import('../../src/secrets/sealed-blob.js')
   const key = await api.get<ServerPublicKey>('/crypto/public-key')
   const bytes = new Uint8Array(Buffer.from(String(key.public_key), 'base64'))
   if (key.algorithm !== SERVER_KEY_ALGORITHM || bytes.length !== X25519_KEY_BYTES || serverKeyId(bytes) !== key.key_id) {

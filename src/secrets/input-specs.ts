@@ -4,7 +4,7 @@
  * `keys` list in chain config is converted to `type: secret, source: generated`").
  */
 import { ConfigError } from '../errors.js'
-import { MAX_KEY_NAME_LENGTH, type GeneratableKeyType, type KeySource } from './node-keys.js'
+import { MAX_KEY_NAME_LENGTH, type GeneratableKeyType, type KeySource } from './node-key-types.js'
 
 export const INPUT_TYPES = ['text', 'proof', 'secret'] as const
 export type InputType = (typeof INPUT_TYPES)[number]

@@ -25,9 +25,10 @@ import { ConflictError, NotFoundError, UnavailableError, ValidationError } from 
 import { TERMINAL_NODE_STATES } from '../nodes/states.js'
 import type { InputPhase, InputType } from '../secrets/input-specs.js'
 import type { MasterKey } from '../secrets/master-key.js'
-import { MAX_KEY_MATERIAL_BYTES, type KeySource } from '../secrets/node-keys.js'
+import { MAX_KEY_MATERIAL_BYTES, type KeySource } from '../secrets/node-key-types.js'
 import { SEALED_BLOB_OVERHEAD } from '../secrets/sealed-blob.js'
 import { openWithServerKey } from '../secrets/server-key.js'
+import { MAX_INPUTS_PER_REQUEST, MAX_TEXT_INPUT_LENGTH } from './input-limits.js'
 
 /** `pending` until the provision workflow has put the inputs on the node, then `applied`. */
 export const INPUT_STATUSES = ['pending', 'applied'] as const
@@ -36,9 +37,8 @@ export type InputStatus = (typeof INPUT_STATUSES)[number]
 /** Subscription statuses in which inputs may be submitted (node rules below still apply). */
 export const INPUT_ACCEPTING_SUBSCRIPTION_STATUSES = ['pending_payment', 'active'] as const
 
-export const MAX_INPUTS_PER_REQUEST = 50
-/** Characters of a text or proof value. */
-export const MAX_TEXT_INPUT_LENGTH = 4096
+export { MAX_INPUTS_PER_REQUEST, MAX_TEXT_INPUT_LENGTH }
+
 /** A sealed secret: at most as much key material as the key store takes, plus the layout's fixed parts. */
 export const MAX_SEALED_INPUT_BYTES = MAX_KEY_MATERIAL_BYTES + SEALED_BLOB_OVERHEAD
 
