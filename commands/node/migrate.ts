@@ -3,7 +3,7 @@ import { z } from 'zod'
 import { BaseCommand } from '../../src/cli/base-command.js'
 import { withControlPlaneDatabase } from '../../src/cli/control-plane-db.js'
 import { lifecycleEnv, loadConfig } from '../../src/config/env.js'
-import { requestMigration } from '../../src/provisioning/index.js'
+import { requestMigration } from '../../src/provisioning/triggers.js'
 
 const cooldownEnv = z.object({ MIGRATION_COOLDOWN: lifecycleEnv.MIGRATION_COOLDOWN })
 

@@ -1,7 +1,7 @@
 import * as Flags from '@oclif/core/flags'
 import { BaseCommand } from '../../src/cli/base-command.js'
 import { withControlPlaneDatabase } from '../../src/cli/control-plane-db.js'
-import { requestProvision } from '../../src/provisioning/index.js'
+import { requestProvision } from '../../src/provisioning/triggers.js'
 
 export default class NodeProvision extends BaseCommand<typeof NodeProvision> {
   static override summary = "Start (or find) the node's provision workflow (operator; directly in the database; idempotent)"

@@ -1,7 +1,7 @@
 import * as Flags from '@oclif/core/flags'
 import { BaseCommand } from '../../src/cli/base-command.js'
 import { withControlPlaneDatabase } from '../../src/cli/control-plane-db.js'
-import { requestTermination } from '../../src/provisioning/index.js'
+import { requestTermination } from '../../src/provisioning/triggers.js'
 
 export default class NodeTerminate extends BaseCommand<typeof NodeTerminate> {
   static override summary = "Start (or find) the node's terminate workflow (operator; directly in the database; idempotent)"

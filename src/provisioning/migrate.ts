@@ -33,17 +33,9 @@ import { providerFor, type LifecycleDeps } from './deps.js'
 import type { Host } from './infrastructure/types.js'
 import { injectNodeKeys, sealedBackupKey } from './keys.js'
 import { recordHost } from './provision.js'
+import { MIGRATABLE_STATES, MIGRATE_WORKFLOW, MIGRATION_COOLDOWN_MS, migrationKey } from './workflow-names.js'
 
-export const MIGRATE_WORKFLOW = 'migrate'
-
-/** Spec (Limits): migration cooldown between attempts. */
-export const MIGRATION_COOLDOWN_MS = 3_600_000
-
-/**
- * States a migration may start from: those whose next states include `maintenance` in the
- * spec's table. `syncing` is not one of them, and the forced path is for compensation only.
- */
-export const MIGRATABLE_STATES: readonly NodeState[] = ['healthy', 'degraded', 'down']
+export { MIGRATABLE_STATES, MIGRATE_WORKFLOW, MIGRATION_COOLDOWN_MS, migrationKey }
 
 /** A fresh backup from a live old host is best effort: it must not hold the migration up for long. */
 const OLD_HOST_BACKUP_TIMEOUT_MS = 120_000
@@ -102,10 +94,6 @@ interface NewHost {
   host: Host
   /** Registrations from this time on are the new host's agent (the old token was replaced). */
   agent_since: string
-}
-
-export function migrationKey(nodeId: string, triggeredAt: Date): string {
-  return `${nodeId}:${triggeredAt.toISOString()}`
 }
 
 /** One snapshot per node in the store: the newest one wins whichever attempt took it. */

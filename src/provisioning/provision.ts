@@ -16,7 +16,7 @@ import { providerFor, type LifecycleDeps } from './deps.js'
 import { assertRequiredInputs, captureChainKeys, deleteKeys, injectNodeKeys, markInputsApplied, prepareNodeKeys } from './keys.js'
 import type { Host } from './infrastructure/types.js'
 
-export const PROVISION_WORKFLOW = 'provision'
+export { PROVISION_WORKFLOW } from './workflow-names.js'
 
 export interface ProvisionInput {
   nodeId: string

@@ -15,7 +15,7 @@ import { providerFor, type LifecycleDeps } from './deps.js'
 import { deleteNodeBackups } from './backup-store.js'
 import { deleteKeys } from './keys.js'
 
-export const TERMINATE_WORKFLOW = 'terminate'
+export { TERMINATE_WORKFLOW } from './workflow-names.js'
 
 export interface TerminateInput {
   nodeId: string

@@ -10,9 +10,8 @@ import { ConflictError, NotFoundError, ValidationError } from '../errors.js'
 import { findNode } from '../nodes/node-store.js'
 import type { NodeState } from '../nodes/states.js'
 import { findRunByKey, startWorkflow, type StartResult } from '../workflows/index.js'
-import { MIGRATABLE_STATES, MIGRATE_WORKFLOW, MIGRATION_COOLDOWN_MS, migrationKey, type MigrateInput } from './migrate.js'
-import { PROVISION_WORKFLOW } from './provision.js'
-import { TERMINATE_WORKFLOW } from './terminate.js'
+import type { MigrateInput } from './migrate.js'
+import { MIGRATABLE_STATES, MIGRATE_WORKFLOW, MIGRATION_COOLDOWN_MS, migrationKey, PROVISION_WORKFLOW, TERMINATE_WORKFLOW } from './workflow-names.js'
 
 
 async function existingNode(db: Queryable, nodeId: string) {
