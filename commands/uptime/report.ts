@@ -4,7 +4,7 @@ import { apiClientFor, apiUrlFlag } from '../../src/cli/api-flags.js'
 import { EXIT_BELOW_MINIMUM, fetchFleetReport, fetchNodeReport, nodesBelow, renderUptimeReport, type UptimeReport } from '../../src/cli/uptime-report.js'
 import { showUptimeReport } from '../../src/cli/uptime-view.js'
 import { NotFoundError, ValidationError } from '../../src/errors.js'
-import { UPTIME_WINDOWS, type UptimeWindow } from '../../src/uptime/reads.js'
+import { UPTIME_WINDOWS, type UptimeWindow } from '../../src/uptime/windows.js'
 
 export default class UptimeReportCommand extends BaseCommand<typeof UptimeReportCommand> {
   static override summary = 'Uptime over 24h, 7d and 30d for one node or all your nodes (every node with an admin key), with a bar per day'

@@ -7,7 +7,6 @@ import * as Flags from '@oclif/core/flags'
 import type { RolloutDetailView, RolloutView } from '../rollouts/views.js'
 import type { ApiClient } from './api-client.js'
 import { confirmDestructive, isInteractive } from './prompt.js'
-import { startLiveView } from './rollout-live.js'
 import { describeSignal, outcomeExitCode, rolloutNotFound, rolloutOutcome, statusText } from './rollout-views.js'
 import { changeLines, finalLines, parseInterval, watchRollout, type RolloutSnapshot } from './rollout-watch.js'
 
@@ -54,6 +53,8 @@ export async function followRollout(api: ApiClient, id: string, options: FollowO
   if (options.json) {
     final = await watchRollout(api, id, { intervalMs, signalledAt: options.signalledAt, onSnapshot: () => undefined })
   } else if (process.stdout.isTTY) {
+    // The live view (and react, ink) only for a terminal: scripts and --json never load it.
+    const { startLiveView } = await import('./rollout-live.js')
     const live = await startLiveView(intervalMs)
     try {
       final = await watchRollout(api, id, { intervalMs, signalledAt: options.signalledAt, onSnapshot: (s) => live.update(s) })

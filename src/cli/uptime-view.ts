@@ -2,7 +2,7 @@
  * The TTY view of `nodeplane uptime report` (ink): the table, then one coloured bar per day.
  * Written with createElement rather than JSX so the build needs no JSX settings.
  */
-import { createElement as h, type ReactElement } from 'react'
+import type { ReactElement } from 'react'
 import type { UptimeReport } from './uptime-report.js'
 import { chartTitle, dailyBars, describeCheck, formatPercentage, renderUptimeTable, type DayBar } from './uptime-report.js'
 
@@ -14,6 +14,8 @@ function barColour(bar: DayBar, min: number): string {
 
 export async function showUptimeReport(report: UptimeReport, stdout: NodeJS.WriteStream = process.stdout): Promise<void> {
   const { Box, Text, render } = await import('ink')
+  // react, like ink, is loaded only here: only a terminal shows this view.
+  const { createElement: h } = await import('react')
   const min = report.check?.min ?? 99.9
   const bars = dailyBars(report.nodes)
   const view: ReactElement = h(

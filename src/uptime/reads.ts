@@ -13,11 +13,9 @@ import type { Queryable } from '../db/knex.js'
 import { toBool, toDate, toDateOrNull } from '../db/dialect.js'
 import { addSeconds, computeHourlyBuckets, DAY_MS, emptySeconds, floorDay, floorHour, HOUR_MS, uptimePercentage, type UptimeSeconds } from './compute.js'
 import { BUCKETS_TABLE, readIntervals } from './rollup.js'
+import { UPTIME_GRANULARITIES, UPTIME_WINDOWS, type UptimeGranularity, type UptimeWindow } from './windows.js'
 
-export const UPTIME_WINDOWS = ['24h', '7d', '30d'] as const
-export type UptimeWindow = (typeof UPTIME_WINDOWS)[number]
-export const UPTIME_GRANULARITIES = ['hourly', 'daily'] as const
-export type UptimeGranularity = (typeof UPTIME_GRANULARITIES)[number]
+export { UPTIME_GRANULARITIES, UPTIME_WINDOWS, type UptimeGranularity, type UptimeWindow }
 
 const WINDOW_HOURS: Readonly<Record<UptimeWindow, number>> = { '24h': 24, '7d': 7 * 24, '30d': 30 * 24 }
 
