@@ -8,7 +8,7 @@ import { ConfigError } from '../errors.js'
 import type { Logger } from '../log.js'
 import type { EventBus } from './bus.js'
 import { createLocalBus } from './local-bus.js'
-import { connectNatsBus, type NatsBusOptions } from './nats-bus.js'
+import type { NatsBusOptions } from './nats-bus.js'
 
 export interface OpenEventBusOptions {
   /** NATS_URL, if set. */
@@ -23,6 +23,8 @@ export interface OpenEventBusOptions {
 
 export async function openEventBus(options: OpenEventBusOptions): Promise<EventBus> {
   if (options.natsUrl) {
+    // Loaded only with NATS: `nodeplane up` on its in-process bus never needs the client.
+    const { connectNatsBus } = await import('./nats-bus.js')
     return connectNatsBus({ ...options.nats, url: options.natsUrl, logger: options.logger, name: options.name })
   }
   if (!options.singleProcess) {
