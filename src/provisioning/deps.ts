@@ -3,6 +3,7 @@ import type { ChainSource } from '../config/chain-source.js'
 import type { Db } from '../db/knex.js'
 import type { Logger } from '../log.js'
 import type { MasterKey } from '../secrets/master-key.js'
+import { NonRetryableStepError } from '../workflows/errors.js'
 import type { InfrastructureProvider } from './infrastructure/types.js'
 
 export interface AgentBootstrapSettings {
@@ -36,8 +37,12 @@ export interface LifecycleDeps {
   injectFault?: (step: string, nodeId: string) => void
 }
 
+/**
+ * The adapter for `name`. Providers are wired once, when the orchestrator starts: one it was not
+ * configured with does not appear on a retry, so the step fails at once (not after its retries).
+ */
 export function providerFor(deps: LifecycleDeps, name: string | null): InfrastructureProvider {
   const provider = name ? deps.providers.get(name) : undefined
-  if (!provider) throw new Error(`no infrastructure provider "${name ?? '(none)'}" is configured (have: ${[...deps.providers.keys()].join(', ') || 'none'})`)
+  if (!provider) throw new NonRetryableStepError(`no infrastructure provider "${name ?? '(none)'}" is configured (have: ${[...deps.providers.keys()].join(', ') || 'none'})`)
   return provider
 }

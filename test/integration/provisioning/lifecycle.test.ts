@@ -3,7 +3,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { Writable } from 'node:stream'
 import pino from 'pino'
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
+import { afterAll, afterEach, beforeAll, expect, it } from 'vitest'
 import { findRegistration } from '../../../src/agents/registrations.js'
 import { createAgentToken } from '../../../src/agents/tokens.js'
 import { staticChainSource } from '../../../src/config/chain-source.js'
@@ -19,13 +19,20 @@ import { decryptNodeKey, listNodeKeys } from '../../../src/secrets/node-keys.js'
 import { sealBlob } from '../../../src/secrets/sealed-blob.js'
 import { activeServerPublicKey } from '../../../src/secrets/server-key.js'
 import { getRun, NonRetryableStepError, type WorkflowRun, type WorkflowWorker } from '../../../src/workflows/index.js'
-import { createTestDatabase, DIALECTS, type TestDatabase } from '../../helpers/db.js'
+import { createTestDatabase, describeEachDialectConcurrently, type TestDatabase } from '../../helpers/db.js'
 import { insertTestNode } from '../../helpers/fixtures.js'
 import { waitFor } from '../../helpers/ports.js'
 import { otherCa, type RunningGateway } from '../agents/harness.js'
 import { lifecycleSetting, startLifecycleWorker, untilRunFinished } from './harness.js'
 
-describe.each(DIALECTS)('node lifecycle workflows on the local provider on %s', (dialect) => {
+// A CA that did not sign the gateway's certificate, made once for the file: each one is a key
+// pair made in JavaScript (a second or two of CPU), and any other CA is refused the same way.
+let wrongCa: Buffer | undefined
+const aWrongCa = (): Buffer => (wrongCa ??= otherCa())
+
+// The two dialects' cases at the same time, each with a database, gateway, hosts directory and
+// worker of its own: much of the time here is agents starting and chains syncing.
+describeEachDialectConcurrently('node lifecycle workflows on the local provider on %s', (dialect) => {
   let t: TestDatabase
   let db: Db
   let gateway: RunningGateway
@@ -41,7 +48,8 @@ describe.each(DIALECTS)('node lifecycle workflows on the local provider on %s', 
   beforeAll(async () => {
     t = await createTestDatabase(dialect)
     db = t.db
-    ;({ gateway, provider, deps, root, masterKey } = await lifecycleSetting(db, { logger }))
+    // Blocks every 100 ms, not 500: the chain's sync is shorter.
+    ;({ gateway, provider, deps, root, masterKey } = await lifecycleSetting(db, { logger, devnetBlockTimeMs: 100 }))
     worker = startLifecycleWorker(db, deps)
   })
   afterEach(async () => {
@@ -133,7 +141,8 @@ describe.each(DIALECTS)('node lifecycle workflows on the local provider on %s', 
   it('a node whose agent never registers ends failed with its host destroyed and its token revoked', async () => {
     await worker.stop()
     const node = await insertTestNode(db)
-    const shortWait: LifecycleDeps = { ...deps, agentReadyWaitMs: 1_500, agentBootstrap: { ...deps.agentBootstrap, caPem: otherCa().toString() } }
+    // The agent can never register (it does not trust the gateway): the wait only has to run out.
+    const shortWait: LifecycleDeps = { ...deps, agentReadyWaitMs: 1_000, agentBootstrap: { ...deps.agentBootstrap, caPem: aWrongCa().toString() } }
     const isolated = startLifecycleWorker(db, shortWait, 1)
     try {
       const started = await requestProvision(db, node.id)

@@ -1,6 +1,6 @@
 import fs from 'node:fs'
 import path from 'node:path'
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
+import { afterAll, afterEach, beforeAll, expect, it } from 'vitest'
 import { enqueueCommand, getCommand, type AgentCommand } from '../../../src/agents/commands.js'
 import type { CommandType } from '../../../src/agents/protocol.js'
 import { findRegistration } from '../../../src/agents/registrations.js'
@@ -13,10 +13,11 @@ import { isNodeAgentProcess as isAlive } from '../../../src/agent/lock.js'
 import { LocalInfrastructureProvider } from '../../../src/provisioning/infrastructure/local.js'
 import { generateBoxKeyPair, open, seal, type SealedBox } from '../../../src/secrets/sealed-box.js'
 import { tempDir } from '../../helpers/cli.js'
-import { createTestDatabase, DIALECTS, type TestDatabase } from '../../helpers/db.js'
+import { createTestDatabase, describeEachDialectConcurrently, type TestDatabase } from '../../helpers/db.js'
 import { insertTestNode } from '../../helpers/fixtures.js'
 import { freePort, waitFor } from '../../helpers/ports.js'
 import { devTls, quiet, startGateway, type RunningGateway } from '../agents/harness.js'
+import { withDevnetBlockTime } from './harness.js'
 
 async function rpc(port: number, method: string): Promise<unknown> {
   const response = await fetch(`http://127.0.0.1:${port}`, {
@@ -37,7 +38,9 @@ async function answers(port: number): Promise<boolean> {
   }
 }
 
-describe.each(DIALECTS)('local infrastructure provider with a real node agent on %s', (dialect) => {
+// The two dialects' cases at the same time, each with a gateway and hosts directory of its own:
+// most of the time here is waiting on an agent, its chain and their heartbeats.
+describeEachDialectConcurrently('local infrastructure provider with a real node agent on %s', (dialect) => {
   let t: TestDatabase
   let db: Db
   let gateway: RunningGateway
@@ -57,7 +60,8 @@ describe.each(DIALECTS)('local infrastructure provider with a real node agent on
       agentEnv: { LOG_LEVEL: 'info', NODE_AGENT_HEARTBEAT_INTERVAL: '200ms', NODE_AGENT_PROGRESS_CHECK_INTERVAL: '1s' },
       stopGraceMs: 10_000,
     })
-    profile = getProfile(await loadChainCatalogue(defaultConfigDir()), 'devnet')
+    // Blocks every 100 ms, not 500: the chain's sync is shorter.
+    profile = getProfile(withDevnetBlockTime(await loadChainCatalogue(defaultConfigDir()), 100), 'devnet')
   })
   afterEach(async () => {
     for (const host of hosts.splice(0)) await provider.destroyHost(host)
@@ -120,7 +124,7 @@ describe.each(DIALECTS)('local infrastructure provider with a real node agent on
     expect(start.status, start.error ?? '').toBe('completed')
     expect(await rpc(rpcPort, 'web3_clientVersion')).toBe('devnet-node/v1.0.0')
 
-    // Heartbeats carry the probe's view: the devnet node syncs 5 blocks, then is synced.
+    // Heartbeats carry the probe's view: the devnet node syncs 3 blocks, then is synced.
     await waitFor(async () => (await findNode(db, node.id))?.sync_status === 'synced', 'sync_status synced', 30_000, 100)
     const status = await db('agent_status').where({ node_id: node.id }).first()
     expect(status).toMatchObject({ process_state: 'running', binary_version: '1.0.0' })

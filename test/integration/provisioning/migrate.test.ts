@@ -1,6 +1,6 @@
 import fs from 'node:fs'
 import path from 'node:path'
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
+import { afterAll, afterEach, beforeAll, expect, it } from 'vitest'
 import { findRegistration } from '../../../src/agents/registrations.js'
 import { fromJson } from '../../../src/db/dialect.js'
 import type { Db } from '../../../src/db/knex.js'
@@ -22,7 +22,7 @@ import type { MasterKey } from '../../../src/secrets/master-key.js'
 import { decryptNodeKey } from '../../../src/secrets/node-keys.js'
 import { getRun, type WorkflowRun, type WorkflowWorker } from '../../../src/workflows/index.js'
 import { nodeplane, tempDir } from '../../helpers/cli.js'
-import { createTestDatabase, DIALECTS, type TestDatabase } from '../../helpers/db.js'
+import { createTestDatabase, describeEachDialectConcurrently, type TestDatabase } from '../../helpers/db.js'
 import { insertTestNode, setNodeState } from '../../helpers/fixtures.js'
 import { waitFor } from '../../helpers/ports.js'
 import { otherCa, type RunningGateway } from '../agents/harness.js'
@@ -30,7 +30,22 @@ import { lifecycleSetting, startLifecycleWorker, untilRunFinished } from './harn
 
 const HOUR = 3_600_000
 
-describe.each(DIALECTS)('the migrate workflow on the local provider on %s', (dialect) => {
+/**
+ * vitest runs with NODE_ENV=test, which the binary would inherit: oclif then loads the TypeScript
+ * compiler and tries to register tsx and ts-node to run the commands from their sources (and falls
+ * back on dist/), about twice the CPU time of every start. The binary runs without it, as in an
+ * operator's shell or under systemd (an undefined variable is not passed on).
+ */
+const NO_NODE_ENV = { NODE_ENV: undefined } as unknown as Record<string, string>
+
+// A CA that did not sign the gateway's certificate, made once for the file: each one is a key
+// pair made in JavaScript (a second or two of CPU), and any other CA is refused the same way.
+let wrongCa: Buffer | undefined
+const aWrongCa = (): Buffer => (wrongCa ??= otherCa())
+
+// The two dialects' cases at the same time, each with a database, gateway, hosts directory, backup
+// store and worker of its own: much of the time here is agents starting and chains syncing.
+describeEachDialectConcurrently('the migrate workflow on the local provider on %s', (dialect) => {
   let t: TestDatabase
   let db: Db
   let gateway: RunningGateway
@@ -45,7 +60,8 @@ describe.each(DIALECTS)('the migrate workflow on the local provider on %s', (dia
   beforeAll(async () => {
     t = await createTestDatabase(dialect)
     db = t.db
-    ;({ gateway, provider, deps, root, store, masterKey } = await lifecycleSetting(db, { migrationCooldownMs: HOUR }))
+    // Blocks every 100 ms, not 500: the chains' syncs and the wait for a snapshot worth keeping are shorter.
+    ;({ gateway, provider, deps, root, store, masterKey } = await lifecycleSetting(db, { migrationCooldownMs: HOUR, devnetBlockTimeMs: 100 }))
     worker = startWorker(deps)
   })
   afterEach(async () => {
@@ -85,8 +101,10 @@ describe.each(DIALECTS)('the migrate workflow on the local provider on %s', (dia
 
   it('moves a down node to a new host: backup, restore, start, old host destroyed, host info updated, syncing', { timeout: 120_000 }, async () => {
     const node = await provisioned()
-    // The chain has produced blocks worth keeping once it reports synced (devnet: 5 blocks).
+    // The chain has produced blocks worth keeping: it reports synced (devnet: after 3 blocks) and
+    // is past block 5, which the snapshot is checked to hold below.
     await waitFor(async () => (await findNode(db, node.id))?.sync_status === 'synced', 'sync_status synced', 30_000, 100)
+    await waitFor(async () => (await blockNumber(node.hostId)) >= 5, 'the old chain past block 5', 30_000, 100)
     await setNodeState(db, node.id, 'down')
 
     const now = new Date()
@@ -168,7 +186,8 @@ describe.each(DIALECTS)('the migrate workflow on the local provider on %s', (dia
   it('a migration whose new host never gets an agent destroys the new host and restores degraded on the old host', { timeout: 90_000 }, async () => {
     const node = await provisioned()
     await setNodeState(db, node.id, 'down')
-    const shortWait: LifecycleDeps = { ...deps, agentReadyWaitMs: 1_500, agentBootstrap: { ...deps.agentBootstrap, caPem: otherCa().toString() } }
+    // The agent can never register (it does not trust the gateway): the wait only has to run out.
+    const shortWait: LifecycleDeps = { ...deps, agentReadyWaitMs: 1_000, agentBootstrap: { ...deps.agentBootstrap, caPem: aWrongCa().toString() } }
     await worker.stop()
     const isolated = startWorker(shortWait)
     let run: WorkflowRun
@@ -299,13 +318,16 @@ describe.each(DIALECTS)('the migrate workflow on the local provider on %s', (dia
     const node = await insertTestNode(db)
     const last = new Date(Date.now() - 60_000)
     await db('nodes').where({ id: node.id }).update({ state: 'down', provider: 'nowhere', region: 'local', instance_type: 'process', last_migration_triggered_at: last })
-    const env = { DATABASE_URL: t.url, NODEPLANE_DATA_DIR: tempDir('nodeplane-migrate-cli-') }
+    const env = { DATABASE_URL: t.url, NODEPLANE_DATA_DIR: tempDir('nodeplane-migrate-cli-'), ...NO_NODE_ENV }
 
-    const cooldown = await nodeplane(['node', 'migrate', '--node', node.id], { env })
+    // Neither of these two writes anything: they run side by side.
+    const [cooldown, unknown] = await Promise.all([
+      nodeplane(['node', 'migrate', '--node', node.id], { env }),
+      nodeplane(['node', 'migrate', '--node', '0190f5c2-0000-7000-8000-000000000000', '--json'], { env }),
+    ])
     expect(cooldown.exitCode, cooldown.stderr).toBe(4)
     expect(cooldown.stderr.split('\n')[0]).toBe(`Error: node ${node.id} is in its migration cooldown until ${new Date(last.getTime() + HOUR).toISOString()}`)
 
-    const unknown = await nodeplane(['node', 'migrate', '--node', '0190f5c2-0000-7000-8000-000000000000', '--json'], { env })
     expect(unknown.exitCode).toBe(3)
     expect(JSON.parse(unknown.stdout)).toMatchObject({ error: { name: 'NotFoundError', exit_code: 3 } })
 

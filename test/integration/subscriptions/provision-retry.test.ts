@@ -7,7 +7,7 @@
  */
 import crypto from 'node:crypto'
 import fs from 'node:fs'
-import { afterEach, describe, expect, it } from 'vitest'
+import { afterEach, expect, it } from 'vitest'
 import { fromJson } from '../../../src/db/dialect.js'
 import type { Db } from '../../../src/db/knex.js'
 import { raiseIncident } from '../../../src/health/incident-store.js'
@@ -18,8 +18,8 @@ import type { LifecycleDeps } from '../../../src/provisioning/index.js'
 import { PROVISION_WORKFLOW } from '../../../src/provisioning/provision.js'
 import { provisionNode } from '../../../src/subscriptions/activation.js'
 import { runProvisionRetries, type ProvisionRetrySettings } from '../../../src/subscriptions/provision-retry.js'
-import { getRun } from '../../../src/workflows/index.js'
-import { DIALECTS } from '../../helpers/db.js'
+import { getRun, NonRetryableStepError } from '../../../src/workflows/index.js'
+import { describeEachDialectConcurrently } from '../../helpers/db.js'
 import { insertSubscription, insertUser } from '../../helpers/fixtures.js'
 import { waitFor } from '../../helpers/ports.js'
 import { newKey, newUser, startAuthApi, TestClock } from '../auth/api-harness.js'
@@ -32,8 +32,15 @@ const T0 = new Date('2026-05-01T00:00:00.000Z')
 const at = (ms: number) => new Date(T0.getTime() + ms)
 const SETTINGS: ProvisionRetrySettings = { maxAttempts: 3, backoffMs: 2 * MINUTE, maxBackoffMs: 60 * MINUTE }
 
-const resources = new Resources()
-afterEach(() => resources.cleanup())
+/**
+ * What one suite starts, closed after each of its tests. Each suite has its own: the suites run at
+ * the same time (each one's tests in order), and one's cleanup must not close another's servers.
+ */
+function suiteResources(): Resources {
+  const resources = new Resources()
+  afterEach(() => resources.cleanup())
+  return resources
+}
 
 const SUBSCRIPTION = { id: '', chain_profile_id: 'devnet', node_type: 'full', provider: 'local', region: 'local', instance_type: 'process' }
 
@@ -55,7 +62,8 @@ async function nodesOf(db: Db, subscriptionId: string): Promise<Array<{ id: stri
 const pass = (db: Db, now: Date) => runProvisionRetries(db, { now, settings: SETTINGS, logger })
 const none = { scheduled: 0, started: 0, exhausted: 0 }
 
-describe.each(DIALECTS)('provisioning retries on %s', (dialect) => {
+describeEachDialectConcurrently('provisioning retries on %s', (dialect) => {
+  const resources = suiteResources()
   it('retries a failed provisioning with exponential backoff, then opens one incident and notifies the user once', async () => {
     const { db } = await resources.database(dialect)
     const userId = await insertUser(db, T0)
@@ -145,7 +153,8 @@ describe.each(DIALECTS)('provisioning retries on %s', (dialect) => {
   })
 })
 
-describe.each(DIALECTS)('a real provision workflow that fails, then is retried, on %s', (dialect) => {
+describeEachDialectConcurrently('a real provision workflow that fails, then is retried, on %s', (dialect) => {
+  const resources = suiteResources()
   it('the failed run leaves the subscription stranded; the retry provisions a new node to syncing', { timeout: 120_000 }, async () => {
     const { db } = await resources.database(dialect)
     const setting = await lifecycleSetting(db)
@@ -154,7 +163,9 @@ describe.each(DIALECTS)('a real provision workflow that fails, then is retried, 
     const deps: LifecycleDeps = {
       ...setting.deps,
       injectFault: (step, nodeId) => {
-        if (step === 'create-infrastructure' && failOn.has(nodeId)) throw new Error('injected: no capacity')
+        // Failed for good at once: what this job does after a failed run is under test here, the
+        // step retries before a run fails in the engine's tests.
+        if (step === 'create-infrastructure' && failOn.has(nodeId)) throw new NonRetryableStepError('injected: no capacity')
       },
     }
     const worker = startLifecycleWorker(db, deps)
@@ -187,7 +198,8 @@ describe.each(DIALECTS)('a real provision workflow that fails, then is retried, 
   })
 })
 
-describe.each(DIALECTS)('POST /api/v1/subscriptions/{id}/reprovision on %s', (dialect) => {
+describeEachDialectConcurrently('POST /api/v1/subscriptions/{id}/reprovision on %s', (dialect) => {
+  const resources = suiteResources()
   async function setup() {
     const { db } = await resources.database(dialect)
     const clock = new TestClock(T0.getTime())
