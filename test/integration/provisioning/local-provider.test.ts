@@ -122,7 +122,9 @@ describeEachDialectConcurrently('local infrastructure provider with a real node 
     expect(configure.result).toMatchObject({ binary_version: '1.0.0' })
     const start = await run(node.id, 'start', {})
     expect(start.status, start.error ?? '').toBe('completed')
-    expect(await rpc(rpcPort, 'web3_clientVersion')).toBe('devnet-node/v1.0.0')
+    // `start` succeeds once the process has stayed up through its settle period (docs/node-agent.md),
+    // not once the chain listens: on a busy machine its RPC port may open a moment later.
+    expect(await waitFor(() => rpc(rpcPort, 'web3_clientVersion'), 'the chain to answer', 10_000)).toBe('devnet-node/v1.0.0')
 
     // Heartbeats carry the probe's view: the devnet node syncs 3 blocks, then is synced.
     await waitFor(async () => (await findNode(db, node.id))?.sync_status === 'synced', 'sync_status synced', 30_000, 100)
@@ -148,7 +150,8 @@ describeEachDialectConcurrently('local infrastructure provider with a real node 
     const upgrade = await run(node.id, 'upgrade', { artifact: { version: target.version, url: target.url, sha256: target.sha256 } })
     expect(upgrade.status, upgrade.error ?? '').toBe('completed')
     expect(upgrade.result).toMatchObject({ version: '1.1.0', previous_version: '1.0.0' })
-    expect(await rpc(rpcPort, 'web3_clientVersion')).toBe('devnet-node/v1.1.0')
+    // As for `start`: the new version's process has stayed up through its settle period.
+    expect(await waitFor(() => rpc(rpcPort, 'web3_clientVersion'), 'the new version to answer', 10_000)).toBe('devnet-node/v1.1.0')
     await waitFor(async () => (await db('agent_status').where({ node_id: node.id }).first())?.binary_version === '1.1.0', 'heartbeat with the new version')
 
     const { pid } = JSON.parse(fs.readFileSync(path.join(dir, 'host.json'), 'utf8')) as { pid: number }
