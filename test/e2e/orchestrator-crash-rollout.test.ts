@@ -17,14 +17,6 @@ import { quiet, startGateway, type RunningGateway } from '../integration/agents/
 import { devnetRollout } from '../integration/rollouts/harness.js'
 
 /**
- * vitest runs with NODE_ENV=test, which the binary would inherit: oclif then loads the TypeScript
- * compiler and tries to register tsx and ts-node to run the commands from their sources (and falls
- * back on dist/), about twice the CPU time of every start. The binary runs without it, as in an
- * operator's shell or under systemd (an undefined variable is not passed on).
- */
-const NO_NODE_ENV = { NODE_ENV: undefined } as unknown as Record<string, string>
-
-/**
  * `nodeplane daemon orchestrator` processes running a rollout of two real devnet nodes, one per
  * batch; the first orchestrator is killed with SIGKILL while the first batch's node is being
  * upgraded, the second takes the run over after the lease expires and finishes the rollout: every
@@ -60,7 +52,7 @@ describeEachDialectConcurrently('orchestrator killed mid-batch on %s', (dialect)
     nats = await startNats()
     const daemon = await orchestratorDaemonEnv(database.url, nats.url, gateway)
     hostsDir = daemon.hostsDir
-    const env = { ...daemon.env, ...NO_NODE_ENV }
+    const env = daemon.env
     // The heartbeat evaluation, as the health-evaluator runs it (nodes become healthy).
     const logger = createLogger({ level: 'silent' })
     evaluator = setInterval(() => void evaluateHeartbeats(db, { now: new Date(), heartbeatTimeoutMs: 60_000, intervalMs: 1_000, logger }).catch(() => undefined), 300)

@@ -30,14 +30,6 @@ import { lifecycleSetting, startLifecycleWorker, untilRunFinished } from './harn
 
 const HOUR = 3_600_000
 
-/**
- * vitest runs with NODE_ENV=test, which the binary would inherit: oclif then loads the TypeScript
- * compiler and tries to register tsx and ts-node to run the commands from their sources (and falls
- * back on dist/), about twice the CPU time of every start. The binary runs without it, as in an
- * operator's shell or under systemd (an undefined variable is not passed on).
- */
-const NO_NODE_ENV = { NODE_ENV: undefined } as unknown as Record<string, string>
-
 // A CA that did not sign the gateway's certificate, made once for the file: each one is a key
 // pair made in JavaScript (a second or two of CPU), and any other CA is refused the same way.
 let wrongCa: Buffer | undefined
@@ -318,7 +310,7 @@ describeEachDialectConcurrently('the migrate workflow on the local provider on %
     const node = await insertTestNode(db)
     const last = new Date(Date.now() - 60_000)
     await db('nodes').where({ id: node.id }).update({ state: 'down', provider: 'nowhere', region: 'local', instance_type: 'process', last_migration_triggered_at: last })
-    const env = { DATABASE_URL: t.url, NODEPLANE_DATA_DIR: tempDir('nodeplane-migrate-cli-'), ...NO_NODE_ENV }
+    const env = { DATABASE_URL: t.url, NODEPLANE_DATA_DIR: tempDir('nodeplane-migrate-cli-') }
 
     // Neither of these two writes anything: they run side by side.
     const [cooldown, unknown] = await Promise.all([
