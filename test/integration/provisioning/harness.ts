@@ -72,7 +72,9 @@ export async function lifecycleSetting(
 /**
  * The catalogue with devnet-node making a block every `blockTimeMs` instead of the profile's
  * 500 ms: its sync (3 blocks) and any wait for blocks take a fifth as long at 100 ms, and nothing
- * else about the chain changes. Undefined: the catalogue as it is.
+ * else about the chain changes. Undefined: the catalogue as it is. Not for a test that tells two
+ * chains apart by how far they got in a given time (the migrate test's restored chain against one
+ * started from block 0): the test's own steps do not get faster with the blocks.
  */
 export function withDevnetBlockTime(catalogue: ChainCatalogue, blockTimeMs: number | undefined): ChainCatalogue {
   if (blockTimeMs === undefined) return catalogue
