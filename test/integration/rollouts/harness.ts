@@ -2,7 +2,8 @@
  * A fleet of real devnet nodes for the rollout tests: the local provider's agent processes on
  * 1.0.0, provisioned through the provision workflow and made healthy by the heartbeat
  * evaluation, and a worker that runs the lifecycle and rollout workflows. Agents heartbeat
- * every second so health validation has reports to judge.
+ * every 200 ms (the provisioning harness's agent environment) so health validation has reports
+ * to judge.
  */
 import crypto from 'node:crypto'
 import fs from 'node:fs'
@@ -12,7 +13,7 @@ import type { Db } from '../../../src/db/knex.js'
 import { fromJson } from '../../../src/db/dialect.js'
 import { evaluateHeartbeats } from '../../../src/health/heartbeat-evaluation.js'
 import { createLogger } from '../../../src/log.js'
-import { findNode, insertNode } from '../../../src/nodes/node-store.js'
+import { insertNode } from '../../../src/nodes/node-store.js'
 import { requestProvision } from '../../../src/provisioning/index.js'
 import { insertRollout, requireRollout, type NewRollout, type RolloutRecord } from '../../../src/rollouts/store.js'
 import type { RolloutStatus } from '../../../src/rollouts/states.js'
@@ -48,7 +49,8 @@ export async function startFleet(db: Db, size: number): Promise<Fleet> {
     clearInterval(evaluator)
     await evaluating
     await worker.stop()
-    for (const host of fs.readdirSync(setting.root)) await setting.provider.destroyHost(host)
+    // The hosts' agents stop at once, each stopping its chain process.
+    await Promise.all(fs.readdirSync(setting.root).map((host) => setting.provider.destroyHost(host)))
     await setting.gateway.stop()
     fs.rmSync(setting.root, { recursive: true, force: true })
     fs.rmSync(setting.store, { recursive: true, force: true })
@@ -62,20 +64,23 @@ export async function startFleet(db: Db, size: number): Promise<Fleet> {
       await requestProvision(db, node.id)
       nodes.push(node.id)
     }
-    await waitFor(async () => {
-      const states = await Promise.all(nodes.map(async (id) => (await findNode(db, id))?.state))
-      if (states.includes('failed')) {
-        // Say why: a flake here under load is otherwise undiagnosable.
-        const failed = nodes.filter((_, i) => states[i] === 'failed')
-        const errors = (await db('workflow_steps')
-          .join('workflow_runs', 'workflow_runs.id', 'workflow_steps.run_id')
-          .whereIn('workflow_runs.workflow_key', failed)
-          .whereNotNull('workflow_steps.error')
-          .select('workflow_runs.workflow_name', 'workflow_steps.step_key', 'workflow_steps.error')) as Array<{ workflow_name: string; step_key: string; error: string }>
-        throw new Error(`a node failed to provision: ${errors.map((e) => `${e.workflow_name}/${e.step_key}: ${e.error}`).join('; ') || 'no step error recorded'}`)
-      }
-      return states.every((s) => s === 'healthy')
-    }, 'the fleet to be provisioned and healthy', 120_000, 250)
+    // One query for the fleet's states, every 100 ms.
+    const provisioned = await waitFor(async () => {
+      const rows = (await db('nodes').whereIn('id', nodes).select('id', 'state')) as Array<{ id: string; state: string }>
+      const failed = rows.filter((r) => r.state === 'failed').map((r) => r.id)
+      if (failed.length > 0) return { failed }
+      return rows.length === nodes.length && rows.every((r) => r.state === 'healthy') && { failed }
+    }, 'the fleet to be provisioned and healthy', 120_000, 100)
+    if (provisioned.failed.length > 0) {
+      // Say why, at once (a throw in waitFor's probe would only be retried until its deadline):
+      // a flake here under load is otherwise undiagnosable.
+      const errors = (await db('workflow_steps')
+        .join('workflow_runs', 'workflow_runs.id', 'workflow_steps.run_id')
+        .whereIn('workflow_runs.workflow_key', provisioned.failed)
+        .whereNotNull('workflow_steps.error')
+        .select('workflow_runs.workflow_name', 'workflow_steps.step_key', 'workflow_steps.error')) as Array<{ workflow_name: string; step_key: string; error: string }>
+      throw new Error(`a node failed to provision: ${errors.map((e) => `${e.workflow_name}/${e.step_key}: ${e.error}`).join('; ') || 'no step error recorded'}`)
+    }
     return { setting, worker, operatorId, nodes, stop }
   } catch (err) {
     await stop()
@@ -99,7 +104,9 @@ export async function devnetRollout(db: Db, by: Pick<Fleet, 'operatorId'>, field
       batch_size: 2,
       canary_size: null,
       failure_threshold: 0.5,
-      health_wait_duration_ms: 3_000,
+      // Long enough for several heartbeats (every 200 ms) after the upgrade, and for devnet's sync
+      // (3 blocks of 500 ms) to end within it, so the node is healthy right after the window.
+      health_wait_duration_ms: 1_500,
       created_by: by.operatorId,
       ...fields,
     },

@@ -36,7 +36,7 @@ describe.each(DIALECTS)('rollout signals on real devnet nodes, %s', (dialect) =>
 
   it('a breaking canary upgrades one node, is observed, and waits for approve_canary before the rest', { timeout: 240_000 }, async () => {
     const { db, fleet } = await setUp(3)
-    const rollout = await devnetRollout(db, fleet, { strategy: 'canary', canary_size: 1, batch_size: 2, migration_type: 'breaking', health_wait_duration_ms: 2_000 })
+    const rollout = await devnetRollout(db, fleet, { strategy: 'canary', canary_size: 1, batch_size: 2, migration_type: 'breaking', health_wait_duration_ms: 1_500 })
     await startRollout(db, rollout.id, { by: fleet.operatorId })
 
     const waiting = await waitFor(async () => {
@@ -93,7 +93,7 @@ describe.each(DIALECTS)('rollout signals on real devnet nodes, %s', (dialect) =>
 
   it('pause takes effect after the current batch; resume goes on; cancel lets the batch in flight finish and starts no other', { timeout: 240_000 }, async () => {
     const { db, fleet } = await setUp(3)
-    const rollout = await devnetRollout(db, fleet, { batch_size: 1, health_wait_duration_ms: 2_000 })
+    const rollout = await devnetRollout(db, fleet, { batch_size: 1 })
     await startRollout(db, rollout.id, { by: fleet.operatorId })
     await firstBatchInFlight(db, rollout.id)
     await signalRollout(db, rollout.id, 'pause', { by: fleet.operatorId })
@@ -116,7 +116,7 @@ describe.each(DIALECTS)('rollout signals on real devnet nodes, %s', (dialect) =>
 
   it('rollback puts every upgraded node back on its previous version and ends rolled_back', { timeout: 240_000 }, async () => {
     const { db, fleet } = await setUp(2)
-    const rollout = await devnetRollout(db, fleet, { batch_size: 1, health_wait_duration_ms: 2_000 })
+    const rollout = await devnetRollout(db, fleet, { batch_size: 1 })
     await startRollout(db, rollout.id, { by: fleet.operatorId })
     await firstBatchInFlight(db, rollout.id)
     await signalRollout(db, rollout.id, 'pause', { by: fleet.operatorId })
@@ -165,8 +165,8 @@ describe.each(DIALECTS)('rollout signals on real devnet nodes, %s', (dialect) =>
 
   it('a scheduled rollout waits for its time, then runs', { timeout: 240_000 }, async () => {
     const { db, fleet } = await setUp(1)
-    const at = new Date(Date.now() + 3_000)
-    const rollout = await devnetRollout(db, fleet, { scheduled_at: at, health_wait_duration_ms: 2_000 })
+    const at = new Date(Date.now() + 1_500)
+    const rollout = await devnetRollout(db, fleet, { scheduled_at: at })
     const scheduled = await startRollout(db, rollout.id, { by: fleet.operatorId })
     expect(scheduled).toMatchObject({ status: 'scheduled', started_at: null })
     await expect(signalRollout(db, rollout.id, 'pause', { by: fleet.operatorId })).rejects.toThrow(/it is scheduled/)
@@ -181,7 +181,7 @@ describe.each(DIALECTS)('rollout signals on real devnet nodes, %s', (dialect) =>
     const dir = tempDir()
     try {
       const artifact = path.join(dir, 'devnet-node-1.1.0.mjs')
-      const rollout = await devnetRollout(db, fleet, { target_binary_url: pathToFileURL(artifact).href, target_binary_checksum: `sha256:${sha256File(DEVNET_1_1_0)}`, failure_threshold: 0, health_wait_duration_ms: 2_000 })
+      const rollout = await devnetRollout(db, fleet, { target_binary_url: pathToFileURL(artifact).href, target_binary_checksum: `sha256:${sha256File(DEVNET_1_1_0)}`, failure_threshold: 0 })
       await startRollout(db, rollout.id, { by: fleet.operatorId })
       const paused = await untilStatus(db, rollout.id, ['paused', 'failed', 'completed'])
       expect(paused).toMatchObject({ status: 'paused', pause_reason: 'failure_threshold', failed_nodes: 1 })
