@@ -9,20 +9,13 @@ import { insertNode } from '../../src/nodes/node-store.js'
 import type { RolloutDetailView, RolloutGroupStatusView, RolloutGroupView, RolloutNodeView, RolloutView } from '../../src/rollouts/views.js'
 import { nodeplane, spawnNodeplane, tempDir, upPorts, waitForFile, type CliResult } from '../helpers/cli.js'
 import { createTestDatabase, type Dialect, type TestDatabase } from '../helpers/db.js'
+import { insertSubscription } from '../helpers/fixtures.js'
 import { waitFor } from '../helpers/ports.js'
 
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
 /** A devnet release artifact of the catalogue (chains/devnet/profile.yaml). */
 const releaseUrl = (version: string): string => pathToFileURL(path.join(REPO, `chains/devnet/releases/devnet-node-${version}.mjs`)).href
 const SHA256_100 = 'sha256:47471e355b0963bd17a6bc7958d783d7f23bb09662fcd3aa8b206db51cfcc077'
-
-/**
- * vitest runs with NODE_ENV=test, which the binary would inherit: oclif then tries to register
- * tsx and ts-node to run the commands from their TypeScript sources (and falls back on dist/),
- * which doubles the CPU time of every command (about 1.5 s instead of 0.7 s). The stack and the commands
- * run without it, as in an operator's shell (an undefined variable is not passed on).
- */
-const NO_NODE_ENV = { NODE_ENV: undefined } as unknown as Record<string, string>
 
 /**
  * Commands that change nothing and are checked against the same state run a few at a time (each
@@ -108,7 +101,7 @@ export function rolloutCommandsSuite(dialect: Dialect): void {
 
     /** The databases `up` was given, for the commands that open them (an operator's shell has the same environment). */
     const databaseEnv: Record<string, string> = {}
-    const run = (args: string[], env: Record<string, string> = {}): Promise<CliResult> => nodeplane(args, { cwd: dir, env: { ...databaseEnv, ...env, ...NO_NODE_ENV } })
+    const run = (args: string[], env: Record<string, string> = {}): Promise<CliResult> => nodeplane(args, { cwd: dir, env: { ...databaseEnv, ...env } })
     const json = <T>(result: CliResult): T => JSON.parse(result.stdout) as T
     const binaryVersion = async (nodeId: string): Promise<string | null> => {
       const shown = await run(['node', 'show', '--id', nodeId, '--json'])
@@ -137,28 +130,14 @@ export function rolloutCommandsSuite(dialect: Dialect): void {
         Object.assign(databaseEnv, { DATABASE_URL: controlPlane.url, PAYMENTS_DATABASE_URL: payments.url })
         Object.assign(env, databaseEnv)
       }
-      up = spawnNodeplane(['up'], { cwd: dir, env: { ...env, ...NO_NODE_ENV } })
+      up = spawnNodeplane(['up'], { cwd: dir, env })
       const stack = await waitForFile<StackFile>(path.join(dir, '.nodeplane', 'stack.json'), 'stack.json', 60_000)
       db = dialect === 'postgres' ? (databases[0] as TestDatabase).connect() : createDatabase(stack.database_url)
       if (dialect === 'postgres') expect(stack.database_url).toMatch(/^postgres:\/\//)
       const operator = (await db('users').where({ email: 'operator@localhost' }).first()) as { id: string }
       const now = new Date()
       for (const type of nodeTypes) {
-        const subscription = crypto.randomUUID()
-        await db('subscriptions').insert({
-          id: subscription,
-          user_id: operator.id,
-          chain_profile_id: 'devnet',
-          node_type: type,
-          duration: '1m',
-          provider: 'local',
-          region: 'local',
-          instance_type: 'process',
-          status: 'active',
-          expires_at: new Date(now.getTime() + 30 * 86_400_000),
-          created_at: now,
-          updated_at: now,
-        })
+        const subscription = await insertSubscription(db, operator.id, now, type)
         const node = await insertNode(db, { subscription_id: subscription, chain_profile_id: 'devnet', node_type: type, provider: 'local', region: 'local', instance_type: 'local.small' })
         nodes[type] = node.id
       }

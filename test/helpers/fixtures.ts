@@ -9,13 +9,13 @@ export async function insertUser(db: Queryable, now = new Date()): Promise<strin
   return id
 }
 
-export async function insertSubscription(db: Queryable, userId: string, now = new Date()): Promise<string> {
+export async function insertSubscription(db: Queryable, userId: string, now = new Date(), nodeType = 'full'): Promise<string> {
   const id = crypto.randomUUID()
   await db('subscriptions').insert({
     id,
     user_id: userId,
     chain_profile_id: 'devnet',
-    node_type: 'full',
+    node_type: nodeType,
     duration: '1m',
     provider: 'local',
     region: 'local',
