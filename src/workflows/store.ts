@@ -5,7 +5,7 @@
  */
 import type BetterSqlite3 from 'better-sqlite3'
 import type { Knex } from 'knex'
-import { fromJson, isPostgres, lockForClaim, toDate, toDateOrNull, toJson } from '../db/dialect.js'
+import { fromJson, isPostgres, lockForClaim, lockRow, toDate, toDateOrNull, toJson } from '../db/dialect.js'
 import { isConcurrentWriteFailure } from '../db/errors.js'
 import { isUuid, uuidv7 } from '../db/ids.js'
 import type { Queryable } from '../db/knex.js'
@@ -171,6 +171,11 @@ export type SignalTarget = string | { name: string; key: string }
 /**
  * Stores a signal for a run; a run sleeping on a wait becomes runnable at once (it re-checks
  * its waits on replay, so waking a run that waits for another signal is harmless).
+ *
+ * The run row is locked first. A worker going to sleep holds that row from its status update to
+ * its commit and looks for signals in between; without the lock, on Postgres, a signal committed
+ * inside that window was neither seen by the worker nor able to wake the run (its update still saw
+ * the run running), and the run slept until its timeout.
  */
 export async function sendSignal(db: Queryable, target: SignalTarget, signalName: string, payload?: unknown, options: { now?: Date } = {}): Promise<{ id: string; runId: string }> {
   const now = options.now ?? new Date()
@@ -181,6 +186,7 @@ export async function sendSignal(db: Queryable, target: SignalTarget, signalName
   }
   const id = uuidv7(now.getTime())
   await db.transaction(async (trx) => {
+    await lockRow(trx, trx('workflow_runs').select('id').where({ id: run.id }))
     await trx('workflow_signals').insert({ id, run_id: run.id, name: signalName, payload: toJson(payload ?? null), created_at: now })
     await trx('workflow_runs').where({ id: run.id, status: 'sleeping' }).update({ status: 'pending', wake_at: null, updated_at: now })
   })

@@ -13,6 +13,7 @@ import {
   type WorkflowFunction,
   type WorkflowWorkerOptions,
 } from '../../../src/workflows/index.js'
+import { claimRuns, oldestUnconsumedSignal, writeUnderLease } from '../../../src/workflows/store.js'
 import { createEffectsTable, effects, recordEffect, silentLogger, testClock, type TestClock } from './harness.js'
 
 describe.each(DIALECTS)('workflow engine on %s', (dialect) => {
@@ -267,6 +268,26 @@ describe.each(DIALECTS)('workflow engine on %s', (dialect) => {
     expect(signals).toHaveLength(2)
     expect(signals.every((s) => s.consumed_at !== null)).toBe(true)
     await expect(sendSignal(db, 'no-such-run', 'approve')).rejects.toThrow(/no workflow run/)
+  })
+
+  it('loses no signal sent while the run is going to sleep: it waits for the sleep to commit, then wakes the run', async () => {
+    const db = await setup()
+    const { run } = await startWorkflow(db, 'approvals', {}, { key: 'race', now: clock.now() })
+    const [claimed] = await claimRuns(db, { owner: 'w1', names: ['approvals'], limit: 1, leaseMs: 30_000, now: clock.now() })
+    const lease = { runId: run.id, owner: 'w1', version: claimed!.version }
+    // What a worker does when its wait finds no signal: mark the run sleeping and look once more
+    // for a signal, in one transaction. The signal is sent after that look, before the commit.
+    let sent: Promise<unknown> | undefined
+    let sentBeforeCommit = false
+    await writeUnderLease(db, lease, clock.now(), { status: 'sleeping', wake_at: null, lease_owner: null, lease_expires_at: null }, async (trx) => {
+      expect(await oldestUnconsumedSignal(trx, run.id, 'approve')).toBeNull()
+      const other = dialect === 'postgres' ? database!.connect() : db
+      sent = sendSignal(other, run.id, 'approve', { by: 'racing' }, { now: clock.now() }).then(() => (sentBeforeCommit = true))
+      await new Promise((resolve) => setTimeout(resolve, 300))
+    })
+    expect(sentBeforeCommit).toBe(false)
+    await sent
+    expect((await getRun(db, run.id))?.status).toBe('pending')
   })
 
   it('compensates completed steps in reverse order when a later step fails', async () => {
