@@ -30,6 +30,12 @@ export const DEFAULT_MIN_STALL_MS = 30_000
 
 const METHODS = ['eth_syncing', 'eth_blockNumber', 'net_peerCount'] as const
 type Method = (typeof METHODS)[number]
+/**
+ * Methods a client may not implement: a dev chain without a peer-to-peer layer (anvil) answers
+ * net_peerCount with "method not found", and is then reported without `peer_count`.
+ */
+const OPTIONAL: ReadonlySet<string> = new Set<Method>(['net_peerCount'])
+const METHOD_NOT_FOUND = -32601
 
 class ProbeFailure extends Error {}
 
@@ -69,11 +75,11 @@ export function createEthereumProbe(spec: EthereumProbeSpec, options: EthereumPr
     const started = performance.now()
     let answers: Record<Method, unknown>
     let height: number
-    let peers: number
+    let peers: number | undefined
     try {
       answers = await call(AbortSignal.timeout(spec.timeout_ms))
       height = quantity('eth_blockNumber', answers.eth_blockNumber)
-      peers = quantity('net_peerCount', answers.net_peerCount)
+      peers = answers.net_peerCount === NOT_IMPLEMENTED ? undefined : quantity('net_peerCount', answers.net_peerCount)
       if (answers.eth_syncing !== false && !isObject(answers.eth_syncing)) throw new ProbeFailure('eth_syncing returned neither false nor a sync object')
     } catch (err) {
       return { sync_status: 'unknown', healthy: false, metrics: { rpc_up: 0 }, error: describe(err, spec.timeout_ms) }
@@ -90,7 +96,7 @@ export function createEthereumProbe(spec: EthereumProbeSpec, options: EthereumPr
     }
     lastHeight = height
 
-    const metrics: Record<string, number> = { block_height: height, peer_count: peers, rpc_latency_ms: latency, rpc_up: 1 }
+    const metrics: Record<string, number> = { block_height: height, ...(peers === undefined ? {} : { peer_count: peers }), rpc_latency_ms: latency, rpc_up: 1 }
     const syncing = answers.eth_syncing
     if (isObject(syncing)) {
       try {
@@ -144,8 +150,11 @@ async function post(endpoint: Endpoint, body: unknown, signal: AbortSignal, tole
   }
 }
 
+const NOT_IMPLEMENTED = Symbol('not implemented')
+
 function resultOf(method: string, answer: unknown): unknown {
   if (!isObject(answer)) throw new ProbeFailure(`${method}: no answer`)
+  if (isObject(answer.error) && answer.error.code === METHOD_NOT_FOUND && OPTIONAL.has(method)) return NOT_IMPLEMENTED
   if (isObject(answer.error)) {
     const code = typeof answer.error.code === 'number' ? ` ${answer.error.code}` : ''
     const message = typeof answer.error.message === 'string' ? `: ${answer.error.message.slice(0, 200)}` : ''

@@ -252,18 +252,19 @@ describe('the Ethereum JSON-RPC probe against ganache', () => {
     expect(report).toEqual({ sync_status: 'unknown', healthy: false, metrics: { rpc_up: 0 }, error: 'no answer within 300 ms' })
   })
 
+  // Not -32601 (method not found): a client without net_peerCount is reported without peer_count (anvil-probe.test.ts).
   it('reports a JSON-RPC error as unknown, naming the method', async () => {
     const server = http.createServer((req, res) => {
       req.resume()
       req.on('end', () => {
         const reply = [0, 1, 2].map((id) =>
-          id === 2 ? { jsonrpc: '2.0', id, error: { code: -32601, message: 'net_peerCount is disabled' } } : { jsonrpc: '2.0', id, result: id === 0 ? false : '0x10' },
+          id === 2 ? { jsonrpc: '2.0', id, error: { code: -32000, message: 'net_peerCount is disabled' } } : { jsonrpc: '2.0', id, result: id === 0 ? false : '0x10' },
         )
         res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(reply))
       })
     })
     const report = await createEthereumProbe({ url: await listen(server), timeout_ms: 2_000 }).check()
-    expect(report).toEqual({ sync_status: 'unknown', healthy: false, metrics: { rpc_up: 0 }, error: 'net_peerCount: JSON-RPC error -32601: net_peerCount is disabled' })
+    expect(report).toEqual({ sync_status: 'unknown', healthy: false, metrics: { rpc_up: 0 }, error: 'net_peerCount: JSON-RPC error -32000: net_peerCount is disabled' })
   })
 })
 
