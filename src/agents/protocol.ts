@@ -85,6 +85,23 @@ const probeTiming = {
   startup_grace_ms: z.number().int().min(0).max(3_600_000).default(60_000),
 }
 
+/**
+ * When a Bitcoin-style node counts as `synced` (docs/chains.md, "bitcoin_rpc"). The defaults suit
+ * a node on a public network; an offline regtest node ignores initial block download (a regtest
+ * chain is in it until its first block is mined) and needs no peers.
+ */
+export const bitcoinSyncPolicy = z
+  .object({
+    /** Blocks the node may be behind its best header chain and still be synced. */
+    max_header_lag: z.number().int().min(0).max(1_000_000).default(1),
+    /** `syncing`: a node in initial block download is syncing; `ignore`: the flag is not judged. */
+    initial_block_download: z.enum(['syncing', 'ignore']).default('syncing'),
+    /** Fewer connections than this: the node cannot know the network's head, so it is not synced. */
+    min_connections: z.number().int().min(0).max(10_000).default(1),
+  })
+  .strict()
+export type BitcoinSyncPolicy = z.infer<typeof bitcoinSyncPolicy>
+
 export const probeSpec = z.discriminatedUnion('type', [
   z.object({
     type: z.literal('ethereum_jsonrpc'),
@@ -95,6 +112,15 @@ export const probeSpec = z.discriminatedUnion('type', [
     /** Exit 0 = healthy; stdout may be JSON `{sync_status?, metrics?}`. */
     type: z.literal('command'),
     command: z.array(z.string().max(4096)).min(1).max(64),
+    ...probeTiming,
+  }),
+  z.object({
+    /** Bitcoin Core's JSON-RPC 1.0 (Litecoin Core and other forks): getblockchaininfo and getnetworkinfo. */
+    type: z.literal('bitcoin_rpc'),
+    url: z.string().url(),
+    /** The `.cookie` file the node writes, relative to the state directory (e.g. data/regtest/.cookie); absent: credentials in the URL. */
+    cookie_file: relativePath.optional(),
+    sync_policy: bitcoinSyncPolicy.default({}),
     ...probeTiming,
   }),
 ])
@@ -116,6 +142,20 @@ const fileUrl = z
   .string()
   .url()
   .refine((u) => u.startsWith('file://'), 'only file:// stores are supported')
+
+/**
+ * A key the chain holds only inside itself (a wallet), exported through its RPC to a file the
+ * capture then reads. `bitcoin_wallet_hd_seed`: the HD seed (WIF) of wallet `wallet`, which the
+ * node creates if it has no wallet of that name, reached through the node's `bitcoin_rpc` probe.
+ */
+export const keyExport = z
+  .object({
+    type: z.literal('bitcoin_wallet_hd_seed'),
+    path: relativePath.refine(isChainWritablePath, `must be a file under ${CHAIN_WRITABLE_DIRS.join('/ or ')}/`),
+    wallet: z.string().regex(/^[A-Za-z0-9._-]{1,64}$/, 'must be 1 to 64 letters, digits, ".", "_" or "-"'),
+  })
+  .strict()
+export type KeyExport = z.infer<typeof keyExport>
 
 export const commandPayloads = {
   configure: z.object({
@@ -151,6 +191,8 @@ export const commandPayloads = {
     paths: z.array(relativePath).min(1).max(100),
     /** X25519 public key (base64) the captured keys are sealed to. */
     recipient_public_key: z.string().min(1).max(64),
+    /** Keys the chain keeps inside itself: the agent has the chain write each to its path first. */
+    exports: z.array(keyExport).max(10).optional(),
   }),
   /** `key`: the backup's key (src/secrets/backup-keys.ts), sealed to the agent's X25519 key. */
   backup: z.object({ backup_id: z.string().regex(/^[A-Za-z0-9._-]{1,100}$/), store_url: fileUrl, key: sealedBox }),

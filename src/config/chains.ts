@@ -12,7 +12,7 @@ import path from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 import { parseDocument } from 'yaml'
 import { z } from 'zod'
-import { commandPayloads, crashLoopSpec, isChainWritablePath, relativePath, sha256Hex, type CommandPayload } from '../agents/protocol.js'
+import { bitcoinSyncPolicy, commandPayloads, crashLoopSpec, isChainWritablePath, relativePath, sha256Hex, type CommandPayload } from '../agents/protocol.js'
 import { ConfigError, ValidationError } from '../errors.js'
 import { healthPolicySchema } from './health-policy.js'
 import { packageRoot } from '../package-root.js'
@@ -56,6 +56,16 @@ const releaseSchema = z
 const probeTemplateSchema = z.discriminatedUnion('type', [
   z.object({ type: z.literal('ethereum_jsonrpc'), url: z.string().min(1).max(2048), timeout_ms: z.number().int().optional(), startup_grace_ms: z.number().int().optional() }).strict(),
   z.object({ type: z.literal('command'), command: z.array(z.string().max(4096)).min(1).max(64), timeout_ms: z.number().int().optional(), startup_grace_ms: z.number().int().optional() }).strict(),
+  z
+    .object({
+      type: z.literal('bitcoin_rpc'),
+      url: z.string().min(1).max(2048),
+      cookie_file: relativePath.optional(),
+      sync_policy: bitcoinSyncPolicy.optional(),
+      timeout_ms: z.number().int().optional(),
+      startup_grace_ms: z.number().int().optional(),
+    })
+    .strict(),
 ])
 
 /** Spec: "Provisioning input spec (declared per chain)". */
@@ -404,12 +414,7 @@ export function renderNodeConfig(profile: ChainProfile, nodeType: string, input:
       args: profile.run.args.map((a, i) => render(a, `run.args[${i}]`)),
       env: Object.fromEntries(Object.entries(profile.run.env).map(([k, v]) => [k, render(v, `run.env.${k}`)])),
     },
-    probe:
-      probe === undefined
-        ? undefined
-        : probe.type === 'ethereum_jsonrpc'
-          ? { type: probe.type, url: render(probe.url, 'probe.url'), timeout_ms: probe.timeout_ms, startup_grace_ms: probe.startup_grace_ms }
-          : { type: probe.type, command: probe.command.map((c, i) => render(c, `probe.command[${i}]`)), timeout_ms: probe.timeout_ms, startup_grace_ms: probe.startup_grace_ms },
+    probe: probe === undefined ? undefined : renderProbe(probe, render),
     crash_loop: profile.crash_loop,
     rpc_port: input.rpc_port,
   }
@@ -418,6 +423,18 @@ export function renderNodeConfig(profile: ChainProfile, nodeType: string, input:
     throw new ConfigError(parsed.error.issues.map((issue) => `renders an invalid configure command: ${fieldPath(issue.path)}: ${issue.message}`))
   }
   return parsed.data
+}
+
+function renderProbe(probe: NonNullable<ChainProfile['probe']>, render: (text: string, where: string) => string): unknown {
+  const timing = { timeout_ms: probe.timeout_ms, startup_grace_ms: probe.startup_grace_ms }
+  switch (probe.type) {
+    case 'ethereum_jsonrpc':
+      return { type: probe.type, url: render(probe.url, 'probe.url'), ...timing }
+    case 'command':
+      return { type: probe.type, command: probe.command.map((c, i) => render(c, `probe.command[${i}]`)), ...timing }
+    case 'bitcoin_rpc':
+      return { type: probe.type, url: render(probe.url, 'probe.url'), cookie_file: probe.cookie_file, sync_policy: probe.sync_policy, ...timing }
+  }
 }
 
 /** Replaces `{{name}}`; an unknown name is an error, so a typo never reaches a node's config. */

@@ -1,4 +1,5 @@
 import type { ProbeSpec } from '../../agents/protocol.js'
+import { createBitcoinProbe } from './bitcoin-rpc.js'
 import { createCommandProbe, type CommandProbeOptions } from './command.js'
 import { createEthereumProbe, type EthereumProbeOptions } from './ethereum-jsonrpc.js'
 import type { Probe } from './types.js'
@@ -12,5 +13,7 @@ export function createProbe(spec: ProbeSpec, opts: ProbeOptions): Probe {
       return createEthereumProbe(spec, opts)
     case 'command':
       return createCommandProbe(spec, opts)
+    case 'bitcoin_rpc':
+      return createBitcoinProbe(spec, opts)
   }
 }
