@@ -39,13 +39,14 @@ export function createDatabaseFor(target: DatabaseTarget, options: DatabaseOptio
   if (target.client === 'sqlite') {
     fs.mkdirSync(path.dirname(target.filename), { recursive: true })
     const busyTimeout = options.busyTimeoutMs ?? 10_000
-    return knexFactory({
+    return beginImmediate(knexFactory({
       client: 'better-sqlite3',
       connection: { filename: target.filename },
       useNullAsDefault: true,
       log: knexLog(options.logger),
       // better-sqlite3 is synchronous: one connection serialises this process's writers, so
-      // SQLITE_BUSY can only come from another process, which busy_timeout absorbs.
+      // SQLITE_BUSY can only come from another process, which busy_timeout absorbs (transactions
+      // take the write lock when they begin: beginImmediate).
       pool: {
         min: 1,
         max: 1,
@@ -66,7 +67,7 @@ export function createDatabaseFor(target: DatabaseTarget, options: DatabaseOptio
         },
       },
       acquireConnectionTimeout: 60_000,
-    })
+    }))
   }
   return knexFactory({
     client: 'pg',
@@ -105,3 +106,27 @@ function cachePreparedStatements(conn: BetterSqlite3.Database, max = 500): void 
 }
 
 export { dialectOf } from './dialect.js'
+
+interface SqliteTransaction {
+  begin(conn: unknown): Promise<unknown>
+  query(conn: unknown, sql: string): Promise<unknown>
+}
+
+/**
+ * SQLite transactions begin IMMEDIATE. knex begins them DEFERRED, as readers: one that reads and
+ * then writes while another process (the CLI beside `nodeplane up`) has written since its read
+ * gets SQLITE_BUSY at once, without waiting out busy_timeout, since its snapshot is stale. Taking
+ * the write lock at BEGIN waits for the other writer instead. Nested transactions are savepoints
+ * and never begin.
+ */
+function beginImmediate(db: Db): Db {
+  const client = db.client as { transaction: (...args: unknown[]) => SqliteTransaction }
+  const transaction = client.transaction.bind(client)
+  client.transaction = (...args: unknown[]) => {
+    const trx = transaction(...args)
+    // Safe to set after construction: begin runs only once a connection has been acquired (async).
+    trx.begin = (conn) => trx.query(conn, 'BEGIN IMMEDIATE;')
+    return trx
+  }
+  return db
+}

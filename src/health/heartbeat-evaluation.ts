@@ -17,6 +17,7 @@
  * Nodes in maintenance are skipped (spec); provisioning is the provision workflow's business.
  */
 import type { Db } from '../db/knex.js'
+import { isConcurrentWriteFailure } from '../db/errors.js'
 import { ConflictError } from '../errors.js'
 import { notifyCommitted } from '../events/outbox.js'
 import type { Logger } from '../log.js'
@@ -108,8 +109,10 @@ export async function evaluateHeartbeats(db: Db, options: HeartbeatEvaluationOpt
     try {
       result = await db.transaction((trx) => applyHealthChanges(trx, chunk, now))
     } catch (err) {
-      if (!(err instanceof ConflictError)) throw err
-      result = { applied: [], conflicts: chunk.map(({ node }) => ({ nodeId: node.id, message: err.message })) }
+      // SQLite: another writer held the database past busy_timeout, before the transaction began.
+      if (!(err instanceof ConflictError) && !isConcurrentWriteFailure(err)) throw err
+      const message = err instanceof ConflictError ? err.message : 'the database was busy'
+      result = { applied: [], conflicts: chunk.map(({ node }) => ({ nodeId: node.id, message })) }
     }
     notifyCommitted()
     for (const { node, event } of result.applied) moves.push({ node_id: node.id, from: event.previous.state, to: node.state })
