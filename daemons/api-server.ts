@@ -23,6 +23,8 @@ export interface ApiServerSettings extends AuthenticationSettings {
   HTTP_HOST: string
   HTTP_BODY_LIMIT_BYTES: number
   API_RATE_LIMIT_PER_MINUTE?: number
+  /** Rollout artifact sources beyond public hosts (docs/artifacts.md); none when absent. */
+  ARTIFACT_ALLOWED_SOURCES?: readonly string[]
 }
 
 export interface ApiServerDeps {
@@ -71,6 +73,7 @@ export async function startApiServer(settings: ApiServerSettings, deps: ApiServe
       ...(deps.masterKey ? { masterKey: deps.masterKey } : {}),
       ...(deps.chains ? { chains: deps.chains } : {}),
       ...(deps.payments ? { payments: deps.payments } : {}),
+      artifactSources: settings.ARTIFACT_ALLOWED_SOURCES ?? [],
     }),
   })
   const server = await startHttpServer(app, { host: settings.HTTP_HOST, port: settings.API_SERVER_PORT }).catch((err: NodeJS.ErrnoException) => {

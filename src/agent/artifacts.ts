@@ -45,59 +45,56 @@ export async function isInstalled(dir: StateDir, binaryName: string, artifact: A
   return (await sha256File(file)) === artifact.sha256
 }
 
-/** Downloads or copies the artifact to `downloads/` (through a `.part` file); returns its path. */
+/**
+ * Downloads or copies the artifact to `downloads/` (through a `.part` file); returns its path.
+ *
+ * Every failure to get the bytes is the same "artifact not found" to the control plane: a missing
+ * file, a refused connection, an HTTP error, a timeout or a redirect (never followed: the URL the
+ * rollout was checked with is the only one fetched). Told apart, they would let whoever names the
+ * URL probe the host's files and the ports it can reach (docs/artifacts.md). The agent's own log
+ * keeps the cause for the operator.
+ */
 export async function acquireArtifact(dir: StateDir, binaryName: string, artifact: ArtifactSpec, options: AcquireOptions): Promise<string> {
   const name = `${assertSafeSegment(binaryName, 'binary name')}-${assertSafeSegment(artifact.version, 'version')}-${artifact.sha256.slice(0, 16)}`
   const target = path.join(dir.downloadsDir, name)
   const part = `${target}.part`
   const where = describeUrl(artifact.url)
   const url = new URL(artifact.url)
+  if (url.protocol !== 'file:' && url.protocol !== 'http:' && url.protocol !== 'https:') {
+    throw new Error(`artifact URL scheme ${url.protocol} is not supported (file://, http://, https://)`)
+  }
   try {
-    if (url.protocol === 'file:') {
-      const source = fileURLToPath(url)
-      try {
-        await fs.promises.copyFile(source, part)
-      } catch (err) {
-        const code = (err as NodeJS.ErrnoException).code
-        throw new Error(code === 'ENOENT' ? `artifact not found at ${source}` : `cannot read artifact ${source}: ${(err as Error).message}`)
-      }
-    } else if (url.protocol === 'http:' || url.protocol === 'https:') {
-      await download(artifact.url, where, part, options)
-    } else {
-      throw new Error(`artifact URL scheme ${url.protocol} is not supported (file://, http://, https://)`)
-    }
+    if (url.protocol === 'file:') await fs.promises.copyFile(fileURLToPath(url), part)
+    else await download(artifact.url, part, options)
     await fs.promises.rename(part, target)
   } catch (err) {
     await fs.promises.rm(part, { force: true })
-    throw err
+    options.logger.warn({ url: where, version: artifact.version, cause: causeOf(err) }, 'artifact not found')
+    throw new Error(`artifact not found at ${where}`)
   }
   options.logger.info({ url: where, version: artifact.version }, 'artifact acquired')
   return target
 }
 
-async function download(url: string, where: string, file: string, options: AcquireOptions): Promise<void> {
-  const fetchImpl = options.fetch ?? globalThis.fetch
-  let response: Response
-  try {
-    response = await fetchImpl(url, { signal: AbortSignal.timeout(options.timeoutMs ?? 10 * 60_000), redirect: 'follow' })
-  } catch (err) {
-    const cause = (err as { cause?: { code?: string; message?: string } }).cause
-    throw new Error(`artifact download from ${where} failed: ${cause?.code ?? cause?.message ?? (err as Error).message}`)
-  }
-  if (!response.ok || !response.body) {
-    throw new Error(`artifact download from ${where} failed: HTTP ${response.status}`)
-  }
-  try {
-    await pipeline(Readable.fromWeb(response.body as WebReadableStream<Uint8Array>), fs.createWriteStream(file, { mode: 0o644 }))
-  } catch (err) {
-    throw new Error(`artifact download from ${where} failed: ${(err as Error).message}`)
-  }
+function causeOf(err: unknown): string {
+  const cause = (err as { cause?: { code?: string; message?: string } }).cause
+  return (err as NodeJS.ErrnoException).code ?? cause?.code ?? cause?.message ?? (err as Error).message
 }
 
-/** Throws when the file's SHA-256 is not `expected`. */
+async function download(url: string, file: string, options: AcquireOptions): Promise<void> {
+  const fetchImpl = options.fetch ?? globalThis.fetch
+  const response = await fetchImpl(url, { signal: AbortSignal.timeout(options.timeoutMs ?? 10 * 60_000), redirect: 'manual' })
+  if (!response.ok || !response.body) throw new Error(`HTTP ${response.status}`)
+  await pipeline(Readable.fromWeb(response.body as WebReadableStream<Uint8Array>), fs.createWriteStream(file, { mode: 0o644 }))
+}
+
+/**
+ * Throws when the file's SHA-256 is not `expected`. The message names neither digest: what was
+ * fetched may be a file that is not an artifact.
+ */
 export async function verifyArtifact(file: string, expected: string): Promise<void> {
   const actual = await sha256File(file)
-  if (actual !== expected) throw new Error(`artifact checksum mismatch: expected sha256 ${expected}, got ${actual}`)
+  if (actual !== expected) throw new Error('artifact checksum mismatch')
 }
 
 /** Moves a verified download into `releases/<version>/<binary_name>` (mode 0755). */

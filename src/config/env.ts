@@ -9,6 +9,7 @@ import { ConfigError } from '../errors.js'
 import { parseDatabaseUrl } from '../db/url.js'
 import { parseDuration } from './duration.js'
 import { isPaymentMethod, PAYMENT_METHODS } from '../payments/states.js'
+import { allowedSourcesSetting } from '../artifacts/sources.js'
 
 export type Env = Record<string, string | undefined>
 
@@ -361,8 +362,14 @@ export const healthEvaluatorEnv = z.object({
 })
 
 export const databaseCommandEnv = z.object(sharedEnv)
+/** Rollout artifacts (docs/artifacts.md): the file:// and internal-host prefixes the operator allows. */
+export const artifactEnv = {
+  ARTIFACT_ALLOWED_SOURCES: allowedSourcesSetting,
+}
+
 export const apiServerEnv = z.object({
   ...sharedEnv,
+  ...artifactEnv,
   ...secretsEnv,
   NODEPLANE_CONFIG_DIR: lifecycleEnv.NODEPLANE_CONFIG_DIR,
   CHAIN_PROFILE_VERSION: lifecycleEnv.CHAIN_PROFILE_VERSION,
@@ -409,6 +416,7 @@ export type PaymentServiceConfig = ResolvedPaths<z.infer<typeof paymentServiceEn
 
 export const upEnv = z.object({
   ...sharedEnv,
+  ...artifactEnv,
   ...eventsEnv,
   ...httpEnv,
   ...portsEnv,

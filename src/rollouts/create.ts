@@ -13,6 +13,7 @@ import type { Queryable } from '../db/knex.js'
 import { ConflictError, ValidationError } from '../errors.js'
 import { describeIssues } from '../http/validation.js'
 import { z } from '../http/zod.js'
+import { artifactSourceProblem, type AllowedSources } from '../artifacts/sources.js'
 import { artifactOf } from './node-upgrade.js'
 import { binaryName, loadUpgradeManifest, MANIFEST_ID, oneBinaryProblem, MIGRATION_TYPES, versionString, type MigrationType, type UpgradeManifest } from './manifests.js'
 import {
@@ -137,6 +138,12 @@ export interface CreateOptions {
   configDir?: string
   catalogue: ChainCatalogue
   now: Date
+  /**
+   * ARTIFACT_ALLOWED_SOURCES: the file:// and internal-host prefixes a rollout's artifact may come
+   * from (docs/artifacts.md). None when absent: such an artifact is refused unless it is a release
+   * of the chain profile.
+   */
+  artifactSources?: AllowedSources
 }
 
 function parseBody<T extends z.ZodTypeAny>(schema: T, body: unknown): z.output<T> {
@@ -157,6 +164,11 @@ function profileAndNodeType(catalogue: ChainCatalogue, chainProfileId: string, t
   }
   checkNodeType(profile, type, problems, `${at}.node_type`)
   return profile
+}
+
+/** The artifact's source, for a 400 (src/artifacts/sources.ts): the profile's own releases are trusted. */
+function sourceProblem(field: string, url: string, profile: ChainProfile, options: CreateOptions): string | undefined {
+  return artifactSourceProblem(field, url, { allowed: options.artifactSources ?? [], trusted: profile.releases.map((r) => r.url) })
 }
 
 function checkNodeType(profile: ChainProfile, type: string, problems: string[], at: string): void {
@@ -217,6 +229,8 @@ export async function createRollout(db: Queryable, request: unknown, options: Cr
     for (const [field, value, fromManifest] of sent) {
       if (value !== undefined && value !== fromManifest) problems.push(`body.${field}: "${value}" disagrees with upgrade ${manifest.upgrade_id}, which says "${fromManifest}" (leave it out in auto mode)`)
     }
+    const source = sourceProblem(`upgrades/${profile.id}/${manifest.upgrade_id}.yaml: artifact`, manifest.target_binary_url, profile, options)
+    if (source) problems.push(source)
     const compatible = manifest.data.state_compatibility.compatible_source_versions
     if (!compatible.includes(body.source_version)) {
       problems.push(`body.source_version: upgrade ${manifest.upgrade_id} applies to ${compatible.join(', ')}, not ${body.source_version}`)
@@ -241,6 +255,8 @@ export async function createRollout(db: Queryable, request: unknown, options: Cr
     // rollback; refuse it here instead.
     if (!(await artifactOf(db, options.catalogue, profile.id, body.source_version, { nodeType: body.node_type }))) problems.push(noWayBack(profile, body.source_version))
     if (body.binary_name !== undefined && body.binary_name !== profile.binary_name) problems.push(oneBinaryProblem('body.binary_name', profile, body.binary_name))
+    const source = sourceProblem('body.target_binary_url', body.target_binary_url as string, profile, options)
+    if (source) problems.push(source)
     // The schema made these required in manual mode.
     target = {
       binary_name: body.binary_name as string,
@@ -324,6 +340,8 @@ export async function createRolloutGroup(db: Queryable, request: unknown, option
       }
       if (manifest.binary_name !== entry.binary_name) problems.push(`${at}.binary_name: upgrade ${manifest.upgrade_id} upgrades ${manifest.binary_name}, not ${entry.binary_name}`)
       if (manifest.target_version !== entry.version) problems.push(`${at}.version: upgrade ${manifest.upgrade_id} targets ${manifest.target_version}, not ${entry.version}`)
+      const source = sourceProblem(`${at}.upgrade_id: upgrades/${profile.id}/${manifest.upgrade_id}.yaml: artifact`, manifest.target_binary_url, profile, options)
+      if (source) problems.push(source)
       components.push({
         binary_name: entry.binary_name,
         node_type: entry.node_type,

@@ -305,7 +305,8 @@ async function resolveArtifact(manifestDir: string, artifact: string, checksum: 
   } catch (err) {
     return { problem: `artifact: cannot read ${local}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}` }
   }
-  if (actual !== checksum) return { problem: `checksum: ${artifact} does not match (the file's checksum is ${actual})` }
+  // The file's own digest is not echoed: a 400 must not tell what any file on this host hashes to.
+  if (actual !== checksum) return { problem: `checksum: ${artifact} does not match the artifact (checksum mismatch)` }
   return { url: pathToFileURL(local).href }
 }
 

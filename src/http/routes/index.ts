@@ -31,6 +31,8 @@ export interface ControlPlaneRouteDeps {
   chains?: ChainSource
   /** The payment service client (mTLS gRPC); absent when not configured (payment routes answer 503). */
   payments?: PaymentClient
+  /** ARTIFACT_ALLOWED_SOURCES (rollout creation; docs/artifacts.md); none when absent. */
+  artifactSources?: readonly string[]
 }
 
 export function controlPlaneRoutes(deps: ControlPlaneRouteDeps): ApiRoute[] {

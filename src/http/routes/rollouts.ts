@@ -34,6 +34,8 @@ export interface RolloutRouteDeps {
   now?: () => Date
   /** The chain catalogue; its config dir holds upgrades/. The package's own when absent. */
   chains?: ChainSource
+  /** ARTIFACT_ALLOWED_SOURCES (docs/artifacts.md); none when absent. */
+  artifactSources?: readonly string[]
 }
 
 const ADMIN = { scope: 'admin' } as const
@@ -127,7 +129,7 @@ export function rolloutRoutes(deps: RolloutRouteDeps): ApiRoute[] {
         409: errorResponse('The chain already has an active rollout (named in the error) or rollout group'),
       },
     }).handle(async ({ body, principal, log }) => {
-      const rollout = await createRollout(db, body, { createdBy: principal.userId, catalogue: await catalogue(), now: now() })
+      const rollout = await createRollout(db, body, { createdBy: principal.userId, catalogue: await catalogue(), now: now(), artifactSources: deps.artifactSources ?? [] })
       log.info({ rolloutId: rollout.id, chainProfileId: rollout.chain_profile_id, upgradeId: rollout.upgrade_id }, 'rollout created')
       return { status: 201, body: toRolloutView(rollout) }
     }),
@@ -221,7 +223,7 @@ export function rolloutRoutes(deps: RolloutRouteDeps): ApiRoute[] {
         409: errorResponse('The chain already has an active rollout group (named in the error) or rollout'),
       },
     }).handle(async ({ body, principal, log }) => {
-      const group = await createRolloutGroup(db, body, { createdBy: principal.userId, catalogue: await catalogue(), now: now() })
+      const group = await createRolloutGroup(db, body, { createdBy: principal.userId, catalogue: await catalogue(), now: now(), artifactSources: deps.artifactSources ?? [] })
       log.info({ groupId: group.id, chainProfileId: group.chain_profile_id }, 'rollout group created')
       return { status: 201, body: toRolloutGroupView(group) }
     }),

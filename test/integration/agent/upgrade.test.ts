@@ -217,7 +217,9 @@ describe('upgrade with the devnet-node releases', () => {
     const pid = supervisor?.status().pid
     const { result } = await node.upgrade({ artifact: { ...artifact('1.1.0'), sha256: sha256Of(release('1.0.0')) }, config_files: [node.config({ peers: 7 })] })
     const failure = await upgradeFailure(result)
-    expect(failure.error.message).toMatch(/failed at VerifyArtifact \(artifact checksum mismatch: expected sha256 [0-9a-f]{64}, got [0-9a-f]{64}\)/)
+    // Neither digest is echoed (docs/artifacts.md): what was fetched may be any file.
+    expect(failure.error.message).toContain('failed at VerifyArtifact (artifact checksum mismatch)')
+    expect(JSON.stringify(failure)).not.toMatch(/[0-9a-f]{64}/)
     expect(failure.result).toMatchObject({ phase: 'rolled_back', compensated: ['AcquireArtifact', 'BackupCurrentState'] })
     expect(supervisor?.status().pid).toBe(pid)
     await expectRolledBackToRunningV1(node)
@@ -228,7 +230,8 @@ describe('upgrade with the devnet-node releases', () => {
     const port = await freePort()
     const { result } = await node.upgrade({ artifact: { ...artifact('1.1.0'), url: `http://127.0.0.1:${port}/devnet-node-1.1.0.mjs?signature=secret` } })
     const failure = await upgradeFailure(result)
-    expect(failure.error.message).toContain(`failed at AcquireArtifact (artifact download from http://127.0.0.1:${port}/devnet-node-1.1.0.mjs failed: ECONNREFUSED)`)
+    // The same words as for an open port answering 404 (test/integration/artifacts/agent-failures.test.ts).
+    expect(failure.error.message).toContain(`failed at AcquireArtifact (artifact not found at http://127.0.0.1:${port}/devnet-node-1.1.0.mjs)`)
     expect(failure.error.message).not.toContain('secret')
     expect(failure.result).toMatchObject({ phase: 'rolled_back', compensated: ['BackupCurrentState'] })
     await expectRolledBackToRunningV1(node)
@@ -244,7 +247,7 @@ describe('upgrade with the devnet-node releases', () => {
     try {
       const { port } = server.address() as { port: number }
       const missing = await node.upgrade({ artifact: { ...artifact('1.1.0'), url: `http://127.0.0.1:${port}/nope.mjs` } })
-      expect((await upgradeFailure(missing.result)).error.message).toContain('failed: HTTP 404')
+      expect((await upgradeFailure(missing.result)).error.message).toContain('(artifact not found at http://127.0.0.1:')
       const { result } = await node.upgrade({ artifact: { ...artifact('1.1.0'), url: `http://127.0.0.1:${port}/devnet-node-1.1.0.mjs` } }, 'upgrade-2')
       expect(await result).toMatchObject({ phase: 'starting', actions_skipped: ['WriteConfigs'] })
       expect(await clientVersion(node.port)).toBe('devnet-node/v1.1.0')

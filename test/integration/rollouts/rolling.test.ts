@@ -152,7 +152,8 @@ describe.each(DIALECTS)('rollouts on real devnet nodes, %s', (dialect) => {
     const second = await createRollout(
       db,
       { chain_profile_id: 'devnet', node_type: 'full', binary_name: 'devnet-node', source_version: '1.1.1', target_version: '9.9.9-crash', target_binary_url: crash.url, target_binary_checksum: crash.checksum, health_wait_duration: '4s' },
-      { createdBy: fleet.operatorId, catalogue, now: new Date() },
+      // The crashing program is a file in the test's directory: an allowed source (docs/artifacts.md).
+      { createdBy: fleet.operatorId, catalogue, now: new Date(), artifactSources: [`${pathToFileURL(dir).href}/`] },
     )
     await startRollout(db, second.id, { by: fleet.operatorId })
     await untilStatus(db, second.id, ['failed', 'completed', 'paused'])
