@@ -9,6 +9,7 @@ import type { Logger } from 'pino'
 import { commandPayloads, isCommandType, type CommandPayload, type CommandType } from '../agents/protocol.js'
 import { ensureInstalled, type FetchLike } from './artifacts.js'
 import { backupToStore, restoreFromStore } from './backup.js'
+import { exportChainKeys, prepareBackup } from './bitcoin-node.js'
 import { captureKeys, injectKeys, loadOrCreateAgentKey } from './keys.js'
 import { open, type SealedBox } from '../secrets/sealed-box.js'
 import type { ChainSupervisor, SupervisorStatus } from './supervisor.js'
@@ -108,8 +109,12 @@ export function createExecutor(options: ExecutorOptions): Executor {
       return processResult(supervisor.status())
     },
     inject_keys: async (_id, p) => injectKeys(stateDir, p.keys, loadOrCreateAgentKey(stateDir).secretKey),
-    capture_keys: async (_id, p) => captureKeys(stateDir, p.paths, p.recipient_public_key),
+    capture_keys: async (_id, p) => {
+      await exportChainKeys(stateDir, p.exports ?? [], supervisor.deployment?.probe, { logger })
+      return captureKeys(stateDir, p.paths, p.recipient_public_key)
+    },
     backup: async (_id, p, report) => {
+      await prepareBackup(stateDir, supervisor, logger)
       report.progress('backup', `writing backup ${p.backup_id}`)
       return withBackupKey(p.key, (key) => backupToStore(stateDir, p.store_url, p.backup_id, key, clock(), logger))
     },

@@ -6,13 +6,13 @@
  * stops start-up instead of failing a provisioning workflow later.
  */
 import { createHash } from 'node:crypto'
-import { createReadStream } from 'node:fs'
+import { createReadStream, readFileSync } from 'node:fs'
 import fs from 'node:fs/promises'
 import path from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 import { parseDocument } from 'yaml'
 import { z } from 'zod'
-import { bitcoinSyncPolicy, commandPayloads, crashLoopSpec, isChainWritablePath, relativePath, sha256Hex, type CommandPayload } from '../agents/protocol.js'
+import { bitcoinSyncPolicy, commandPayloads, crashLoopSpec, isChainWritablePath, keyExport, relativePath, sha256Hex, type CommandPayload, type KeyExport } from '../agents/protocol.js'
 import { ConfigError, ValidationError } from '../errors.js'
 import { healthPolicySchema } from './health-policy.js'
 import { packageRoot } from '../package-root.js'
@@ -50,6 +50,12 @@ const releaseSchema = z
     /** A path relative to the profile's folder, or a file:// or http(s):// URL. */
     artifact: z.string().min(1).max(2048),
     sha256: sha256Hex,
+    /**
+     * The system package that installs the artifact (a file:// path outside the catalogue, e.g.
+     * Debian's litecoind): when the file is missing or another build, the release is unavailable
+     * (a node cannot be configured with it) instead of the whole catalogue refused.
+     */
+    package: z.string().regex(/^[a-z0-9][a-z0-9+.-]{0,99}$/, 'must be a Debian package name').optional(),
   })
   .strict()
 
@@ -80,6 +86,8 @@ const inputSpecSchema = z
     key_type: z.string().min(1).max(64).optional(),
     /** chain_generated: the file the chain writes, relative to the node's state directory (e.g. data/nodekey). */
     path: relativePath.optional(),
+    /** chain_generated: how the agent has the chain write the key to `path` (a key the chain keeps inside itself). */
+    export: keyExport.omit({ path: true }).optional(),
   })
   .strict()
   .superRefine((input, ctx) => {
@@ -100,6 +108,7 @@ const inputSpecSchema = z
     if (input.source === 'chain_generated' && !input.path) problem('path', 'a chain_generated secret needs the path the chain writes it to')
     if (input.source === 'chain_generated' && input.path && !isChainWritablePath(input.path)) problem('path', 'must be a file under data/ or config/ (where the chain writes)')
     if (input.source !== 'chain_generated' && input.path) problem('path', 'only chain_generated secrets have a path')
+    if (input.source !== 'chain_generated' && input.export) problem('export', 'only chain_generated secrets are exported by the chain')
     if (input.source !== 'user_provided' && input.validation) problem('validation', 'only text, proof and user_provided inputs are validated')
   })
 
@@ -172,13 +181,17 @@ export const chainProfileSchema = z
 type ChainProfileFile = Omit<z.infer<typeof chainProfileSchema>, 'keys' | 'inputs'> & { inputs: ProfileInput[] }
 
 /** An input spec as a profile declares it (the spec's fields plus `path` for chain-generated secrets). */
-export type ProfileInput = InputSpec & { path?: string }
+export type ProfileInput = InputSpec & { path?: string; export?: Omit<KeyExport, 'path'> }
 
 export interface ChainRelease {
   version: string
   /** Absolute: `file://` for artifacts shipped beside the profile. */
   url: string
   sha256: string
+  /** The `package` that should install the artifact, if any. */
+  package?: string
+  /** Why the release cannot be installed on this machine (its package is missing or another build); absent: available. */
+  unavailable?: string
 }
 
 export type ChainProfile = Omit<ChainProfileFile, 'releases'> & {
@@ -299,7 +312,14 @@ async function loadProfile(file: string, folder: string, text: string): Promise<
   for (const [i, release] of data.releases.entries()) {
     const resolved = await resolveArtifact(path.dirname(file), release)
     if ('problem' in resolved) problems.push(`releases[${i}].${resolved.problem}`)
-    else releases.push({ version: release.version, url: resolved.url, sha256: release.sha256 })
+    else
+      releases.push({
+        version: release.version,
+        url: resolved.url,
+        sha256: release.sha256,
+        ...(release.package ? { package: release.package } : {}),
+        ...(resolved.unavailable ? { unavailable: resolved.unavailable } : {}),
+      })
   }
   if (problems.length > 0) return { problems }
 
@@ -314,7 +334,7 @@ async function loadProfile(file: string, folder: string, text: string): Promise<
   const profile: ChainProfile = { ...rest, inputs, releases, file }
   for (const nodeType of Object.keys(data.node_types)) {
     try {
-      renderNodeConfig(profile, nodeType, { rpc_port: 8545, node_id: '00000000-0000-4000-8000-000000000000' })
+      renderNodeConfig(profile, nodeType, { rpc_port: 8545, node_id: '00000000-0000-4000-8000-000000000000' }, { evenUnavailable: true })
     } catch (err) {
       problems.push(`node type ${nodeType}: ${err instanceof ConfigError ? err.problems.join('; ') : (err as Error).message}`)
     }
@@ -322,7 +342,7 @@ async function loadProfile(file: string, folder: string, text: string): Promise<
   return problems.length > 0 ? { problems } : { profile }
 }
 
-async function resolveArtifact(profileDir: string, release: z.infer<typeof releaseSchema>): Promise<{ url: string } | { problem: string }> {
+async function resolveArtifact(profileDir: string, release: z.infer<typeof releaseSchema>): Promise<{ url: string; unavailable?: string } | { problem: string }> {
   let local: string
   if (/^[A-Za-z][A-Za-z0-9+.-]*:/.test(release.artifact)) {
     let url: URL
@@ -337,11 +357,24 @@ async function resolveArtifact(profileDir: string, release: z.infer<typeof relea
   } else {
     local = path.resolve(profileDir, release.artifact)
   }
+  if (release.package && !path.isAbsolute(release.artifact) && !release.artifact.startsWith('file:')) {
+    return { problem: 'package: only an artifact outside the catalogue (an absolute file:// URL) is installed by a package' }
+  }
   let actual: string
   try {
     actual = await sha256OfFile(local)
   } catch (err) {
-    return { problem: `artifact: cannot read ${local}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}` }
+    const code = (err as NodeJS.ErrnoException).code
+    if (release.package && code === 'ENOENT') {
+      return { url: pathToFileURL(local).href, unavailable: `${local} is not installed (Debian package ${release.package}: apt-get install ${release.package})` }
+    }
+    return { problem: `artifact: cannot read ${local}: ${code ?? (err as Error).message}` }
+  }
+  if (release.package && actual !== release.sha256) {
+    return {
+      url: pathToFileURL(local).href,
+      unavailable: `${local} is not the build this release pins (another version of the Debian package ${release.package} is installed); install the pinned one or add a release for it`,
+    }
   }
   if (actual !== release.sha256) {
     return { problem: `sha256: ${release.artifact} does not match the checksum (the file's SHA-256 is ${actual}); a changed artifact needs its new checksum in the profile` }
@@ -387,13 +420,16 @@ export function releaseFor(profile: ChainProfile, version: string): ChainRelease
 }
 
 /** The `configure` command for one node: the profile's templates rendered with this node's values. */
-export function renderNodeConfig(profile: ChainProfile, nodeType: string, input: NodeConfigInput): NodeConfiguration {
+export function renderNodeConfig(profile: ChainProfile, nodeType: string, input: NodeConfigInput, options: { evenUnavailable?: boolean } = {}): NodeConfiguration {
   const type = nodeTypeOf(profile, nodeType)
   if (!Number.isInteger(input.rpc_port) || input.rpc_port < 1 || input.rpc_port > 65_535) {
     throw new ValidationError(`rpc_port ${input.rpc_port} is not a port number`)
   }
   if (input.node_id.length === 0) throw new ValidationError('node_id must not be empty')
   const release = releaseFor(profile, input.version ?? profile.default_version)
+  if (release.unavailable && !options.evenUnavailable && !installedSince(release)) {
+    throw new ValidationError(`chain ${profile.id} release ${release.version} cannot be installed: ${release.unavailable}`, release.unavailable)
+  }
   const vars: Record<string, string> = {
     ...profile.vars,
     ...type.vars,
@@ -474,6 +510,15 @@ async function isDirectory(dir: string): Promise<boolean> {
 async function isFile(file: string): Promise<boolean> {
   try {
     return (await fs.stat(file)).isFile()
+  } catch {
+    return false
+  }
+}
+
+/** A package installed after the catalogue was loaded counts: an operator need not restart after `apt-get install`. */
+function installedSince(release: ChainRelease): boolean {
+  try {
+    return createHash('sha256').update(readFileSync(fileURLToPath(release.url))).digest('hex') === release.sha256
   } catch {
     return false
   }

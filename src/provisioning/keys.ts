@@ -4,6 +4,7 @@
  * agent's X25519 key, and come back from the host only sealed to the server key. Plaintext exists
  * only inside a step, never in a journal, a command row or a log.
  */
+import type { KeyExport } from '../agents/protocol.js'
 import { findRegistration } from '../agents/registrations.js'
 import type { ChainProfile, ProfileInput } from '../config/chains.js'
 import { toJson } from '../db/dialect.js'
@@ -131,7 +132,7 @@ export async function captureChainKeys(deps: LifecycleDeps, nodeId: string, prof
   if (!server) throw new Error('secrets are not initialised: no server key to seal captured keys to (nodeplane secrets init)')
   const result = (await runAgentCommand(
     deps,
-    { nodeId, type: 'capture_keys', payload: { paths: inputs.map((i) => i.path as string), recipient_public_key: server.public_key }, key: commandKey },
+    { nodeId, type: 'capture_keys', payload: { paths: inputs.map((i) => i.path as string), recipient_public_key: server.public_key, ...exportsOf(inputs) }, key: commandKey },
     heartbeat,
   )) as { keys: { path: string; sealed: SealedBox }[] }
   const dataKey = await createDataKey(deps.db, deps.masterKey, nodeId)
@@ -158,6 +159,12 @@ export async function captureChainKeys(deps: LifecycleDeps, nodeId: string, prof
     dataKey.destroy()
   }
   return inputs.map((i) => i.name)
+}
+
+/** Keys the chain keeps inside itself (a wallet's seed): the agent has the chain write them to their path first. */
+function exportsOf(inputs: ProfileInput[]): { exports?: KeyExport[] } {
+  const exports = inputs.flatMap((i) => (i.export ? [{ ...i.export, path: i.path as string }] : []))
+  return exports.length > 0 ? { exports } : {}
 }
 
 /**
