@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs from Debian's packages when it is missing: nats-server
-# (events tests) and the PostgreSQL server binaries (the Postgres half of every database test).
+# (events tests), the PostgreSQL server binaries (the Postgres half of every database test) and
+# litecoind (the litecoin chain's tests run the real Litecoin Core; chains/litecoin/profile.yaml
+# pins the build Debian bookworm ships, 0.21.2.1).
 # Needs root for apt-get; otherwise says what to install.
 set -euo pipefail
 
@@ -10,6 +12,9 @@ if ! command -v nats-server >/dev/null 2>&1 && [ ! -x /usr/sbin/nats-server ] &&
 fi
 if ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 && [ -z "${TEST_DATABASE_URL:-}" ] && [ -z "${PG_BIN_DIR:-}" ]; then
   missing+=(postgresql)
+fi
+if [ ! -x /usr/lib/litecoin/litecoind ]; then
+  missing+=(litecoind)
 fi
 [ ${#missing[@]} -eq 0 ] && exit 0
 
