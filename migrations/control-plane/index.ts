@@ -9,6 +9,7 @@ import * as incidents from './0007_incidents.js'
 import * as uptime from './0008_uptime.js'
 import * as rollouts from './0009_rollouts.js'
 import * as provisionRetries from './0010_provision_retries.js'
+import * as artifacts from './0011_artifacts.js'
 
 /** In order; a released migration is never edited, a change is a new entry. */
-export const controlPlaneMigrations: readonly Migration[] = [initialSchema, authServer, agents, nodeKeys, payments, healthEvaluation, incidents, uptime, rollouts, provisionRetries]
+export const controlPlaneMigrations: readonly Migration[] = [initialSchema, authServer, agents, nodeKeys, payments, healthEvaluation, incidents, uptime, rollouts, provisionRetries, artifacts]

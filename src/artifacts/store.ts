@@ -1,0 +1,74 @@
+/** The `artifacts` table: one exported function per operation; the caller owns the transaction. */
+import { toDate } from '../db/dialect.js'
+import { isUniqueViolation } from '../db/errors.js'
+import { uuidv7 } from '../db/ids.js'
+import type { Queryable } from '../db/knex.js'
+import { ConflictError } from '../errors.js'
+
+export interface ArtifactRecord {
+  id: string
+  binary_name: string
+  version: string
+  /** Lowercase hex. */
+  sha256: string
+  size_bytes: number
+  /** base64 Ed25519 signature; null: unsigned. */
+  signature: string | null
+  key_id: string | null
+  created_at: Date
+}
+
+export type NewArtifact = Omit<ArtifactRecord, 'id' | 'created_at'>
+
+function fromRow(row: Record<keyof ArtifactRecord, unknown>): ArtifactRecord {
+  return {
+    id: String(row.id),
+    binary_name: String(row.binary_name),
+    version: String(row.version),
+    sha256: String(row.sha256),
+    size_bytes: Number(row.size_bytes),
+    signature: (row.signature as string | null) ?? null,
+    key_id: (row.key_id as string | null) ?? null,
+    created_at: toDate(row.created_at),
+  }
+}
+
+/** ConflictError when (binary_name, version) is already stored. */
+export async function insertArtifact(db: Queryable, artifact: NewArtifact, now: Date): Promise<ArtifactRecord> {
+  const row = { id: uuidv7(now.getTime()), ...artifact, created_at: now }
+  try {
+    await db('artifacts').insert(row)
+  } catch (err) {
+    if (isUniqueViolation(err)) throw alreadyStored(artifact)
+    throw err
+  }
+  return row
+}
+
+export function alreadyStored(artifact: Pick<ArtifactRecord, 'binary_name' | 'version'>): ConflictError {
+  return new ConflictError(
+    `${artifact.binary_name} ${artifact.version} is already in the artifact store`,
+    'a released version never changes: give the new build a new version, or remove the stored one first (`nodeplane artifact remove`)',
+  )
+}
+
+export async function findArtifact(db: Queryable, binaryName: string, version: string): Promise<ArtifactRecord | undefined> {
+  const row = await db('artifacts').where({ binary_name: binaryName, version }).first()
+  return row ? fromRow(row as Record<keyof ArtifactRecord, unknown>) : undefined
+}
+
+/** Oldest first within a binary; binaries by name. */
+export async function listArtifacts(db: Queryable, filter: { binaryName?: string } = {}): Promise<ArtifactRecord[]> {
+  const query = db('artifacts').orderBy([{ column: 'binary_name' }, { column: 'created_at' }, { column: 'id' }])
+  if (filter.binaryName !== undefined) void query.where({ binary_name: filter.binaryName })
+  return ((await query) as Record<keyof ArtifactRecord, unknown>[]).map(fromRow)
+}
+
+/** Whether any stored artifact still has these bytes. */
+export async function digestInUse(db: Queryable, sha256: string): Promise<boolean> {
+  return (await db('artifacts').where({ sha256 }).first('id')) !== undefined
+}
+
+export async function deleteArtifact(db: Queryable, id: string): Promise<boolean> {
+  return (await db('artifacts').where({ id }).del()) > 0
+}
