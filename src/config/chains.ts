@@ -56,6 +56,13 @@ const releaseSchema = z
      * (a node cannot be configured with it) instead of the whole catalogue refused.
      */
     package: z.string().regex(/^[a-z0-9][a-z0-9+.-]{0,99}$/, 'must be a Debian package name').optional(),
+    /**
+     * The npm dependency (package.json's name for it, e.g. the alias anvil-1.5.1) that puts the
+     * artifact in node_modules/: an optional one may be absent (another platform), and the
+     * release is then unavailable instead of the whole catalogue refused. Another build is
+     * still refused: the lockfile pins exactly one.
+     */
+    npm_package: z.string().regex(/^(@[a-z0-9-~][a-z0-9-._~]*\/)?[a-z0-9-~][a-z0-9-._~]{0,213}$/, 'must be an npm package name').optional(),
   })
   .strict()
 
@@ -365,6 +372,9 @@ async function resolveArtifact(profileDir: string, release: z.infer<typeof relea
     actual = await sha256OfFile(local)
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code
+    if (release.npm_package && code === 'ENOENT') {
+      return { url: pathToFileURL(local).href, unavailable: `${local} is not installed (npm dependency ${release.npm_package}, optional and for linux x64 only: npm install on such a host)` }
+    }
     if (release.package && code === 'ENOENT') {
       return { url: pathToFileURL(local).href, unavailable: `${local} is not installed (Debian package ${release.package}: apt-get install ${release.package})` }
     }
