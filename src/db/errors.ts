@@ -29,3 +29,16 @@ export function isConnectionFailure(err: unknown): boolean {
   const message = String((err as { message?: unknown } | null)?.message ?? '')
   return /Knex: Timeout acquiring a connection|unable to open database|Connection terminated/i.test(message)
 }
+
+/**
+ * The database is away for now: unreachable, restarting, or it dropped the connection under a
+ * query (Postgres admin or crash shutdown, `57P01`/`57P02`, connection exceptions `08xxx`). An API
+ * request failing so is worth retrying shortly: 503 with Retry-After, not 500.
+ */
+export function isDatabaseUnavailable(err: unknown): boolean {
+  if (isConnectionFailure(err)) return true
+  const code = codeOf(err)
+  if (code && (code === '57P01' || code === '57P02' || code.startsWith('08'))) return true
+  const message = String((err as { message?: unknown } | null)?.message ?? '')
+  return /Connection ended unexpectedly|terminating connection|is not queryable|the database system is (starting up|shutting down|in recovery mode)/i.test(message)
+}

@@ -6,6 +6,8 @@
  *   Retry-After; the HTTP layer's own errors add their headers (Allow on 405). Body parser
  *   failures arrive here already turned into DomainErrors (body.ts).
  * - a 4xx thrown with `ctx.throw` (http-errors, `expose: true`) -> that status and message.
+ * - the database unreachable or restarting (src/db/errors.ts) -> 503 with Retry-After: the
+ *   request may succeed shortly; logged as a warning, not as a failure of ours.
  * - anything else -> 500 `{ error: "internal error", details: "request <id> failed; see server
  *   logs" }`; the error and its stack go to the log with the request id, never to the body.
  *
@@ -13,6 +15,7 @@
  * definition (400 naming the field); a schema failing deeper down is a server bug (a database row
  * or a response not matching its schema), and blaming the caller for it would hide the bug.
  */
+import { isDatabaseUnavailable } from '../db/errors.js'
 import { DomainError, RateLimitedError } from '../errors.js'
 import type { ApiContext, ApiMiddleware } from './context.js'
 import { ClientHttpError, HttpError, type ErrorBody } from './http-errors.js'
@@ -24,7 +27,12 @@ export interface ErrorAnswer {
   headers: Record<string, string>
   /** Logged at error level with the stack: nobody but us can act on it. */
   unexpected: boolean
+  /** For the log only: what the driver said (a 503's cause), never sent to the client. */
+  cause?: string
 }
+
+/** A restarting Postgres is back within seconds; readiness (/readyz) tells a balancer sooner. */
+const DATABASE_RETRY_AFTER_SECONDS = 2
 
 /** Headers that survive an error: set by the chain or the server, not by the failed handler. */
 const KEPT_HEADERS = new Set([REQUEST_ID_HEADER.toLowerCase(), 'connection'])
@@ -42,7 +50,7 @@ export function errorMapping(): ApiMiddleware {
 export function respondWithError(ctx: ApiContext, err: unknown): void {
   const answer = toErrorAnswer(err, ctx.state.requestId)
   if (answer.unexpected) ctx.state.log.error({ err }, 'request failed')
-  else if (answer.status >= 500) ctx.state.log.warn({ error: answer.body.error, details: answer.body.details }, 'request failed')
+  else if (answer.status >= 500) ctx.state.log.warn({ error: answer.body.error, details: answer.body.details, ...(answer.cause ? { cause: answer.cause } : {}) }, 'request failed')
 
   // Nothing more can be said once the response started, or when the client is gone.
   if (ctx.headerSent || !ctx.writable) return
@@ -65,6 +73,15 @@ export function toErrorAnswer(err: unknown, requestId: string): ErrorAnswer {
   }
   const clientError = fromExposedHttpError(err)
   if (clientError) return toErrorAnswer(clientError, requestId)
+  if (isDatabaseUnavailable(err)) {
+    return {
+      status: 503,
+      body: { error: 'service unavailable', details: `the database cannot be reached; retry in ${DATABASE_RETRY_AFTER_SECONDS} s (request ${requestId})` },
+      headers: { 'Retry-After': String(DATABASE_RETRY_AFTER_SECONDS) },
+      unexpected: false,
+      cause: driverReason(err),
+    }
+  }
   return {
     status: 500,
     body: { error: 'internal error', details: `request ${requestId} failed; see server logs` },
@@ -79,4 +96,9 @@ function fromExposedHttpError(err: unknown): DomainError | undefined {
   const { status, expose } = err as Error & { status?: unknown; expose?: unknown }
   if (typeof status !== 'number' || status < 400 || status >= 500 || expose !== true) return undefined
   return new ClientHttpError(status, err.message)
+}
+
+function driverReason(err: unknown): string {
+  const { code, message } = (err ?? {}) as { code?: unknown; message?: unknown }
+  return [typeof code === 'string' ? code : undefined, typeof message === 'string' ? message.slice(0, 200) : undefined].filter(Boolean).join(': ')
 }

@@ -206,6 +206,8 @@ function chainErrorResponses(auth: RouteAuth, validates: boolean, hasBody: boole
     errors[401] = 'Missing or invalid authentication'
     if (requiredScope(auth) !== undefined) errors[403] = `Required scope "${requiredScope(auth)}" missing`
     errors[429] = 'Rate limit exceeded; see Retry-After'
+    // Authentication reads the database: every authenticated route can meet it away.
+    errors[503] = 'The database cannot be reached for now; see Retry-After'
   }
   if (hasBody) {
     errors[413] = 'Request body over the size limit'

@@ -18,6 +18,7 @@ export interface Reply<T = unknown> {
   status: number
   body: T
   via: string
+  retryAfter: string | null
 }
 export interface NodeRow {
   id: string
@@ -60,7 +61,7 @@ export function splitStackProbe(stack: SplitStack, user: SplitStackUser, label: 
     } catch {
       // not JSON: kept as text
     }
-    return { status: res.status, body: parsed as T, via: base }
+    return { status: res.status, body: parsed as T, via: base, retryAfter: res.headers.get('retry-after') }
   }
   /** One request, to the live api-servers in turn. */
   function call<T = unknown>(method: string, url: string, body?: unknown, key = user.key): Promise<Reply<T>> {

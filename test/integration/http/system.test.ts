@@ -101,6 +101,27 @@ describe('GET /readyz with unreachable dependencies', () => {
   })
 })
 
+describe('a request while the database is away', () => {
+  it('answers 503 {error, details} with Retry-After, not 500, when Postgres refuses connections', async () => {
+    const db = createDatabase(`postgres://postgres@127.0.0.1:${await freePort()}/nodeplane`)
+    resources.add(() => db.destroy())
+    const routes = [
+      defineRoute({ method: 'get', path: '/api/v1/widgets', summary: 'List widgets', tags: ['widgets'], auth: 'none', responses: { 200: z.object({ n: z.number() }) } }).handle(async () => {
+        await db.raw('select 1')
+        return { status: 200, body: { n: 1 } }
+      }),
+    ]
+    const api = await resources.api({ db, routes })
+    const res = await getJson(`${api.url}/api/v1/widgets`)
+    expect(res.status).toBe(503)
+    expect(res.headers.get('retry-after')).toBe('2')
+    expect(res.body).toEqual({ error: 'service unavailable', details: expect.stringMatching(/^the database cannot be reached; retry in 2 s \(request .+\)$/) })
+    // A warning with the driver's reason, not an error with a stack: nothing of ours failed.
+    expect(api.logs.lines.filter((l) => l.level === 'error' || l.level === 'fatal')).toEqual([])
+    expect(api.logs.lines.find((l) => l.msg === 'request failed')).toMatchObject({ level: 'warn', cause: expect.stringContaining('ECONNREFUSED') })
+  })
+})
+
 describe('GET /metrics', () => {
   it('exposes default and HTTP metrics labelled by route template and daemon', async () => {
     const t = await resources.database('sqlite')
@@ -161,13 +182,13 @@ describe('GET /api/v1/openapi.json', () => {
     const list = doc.paths['/api/v1/widgets']?.get
     expect(list?.parameters?.map((p) => `${p.in}:${p.name}`).sort()).toEqual(['query:cursor', 'query:limit'])
     expect(list?.security).toEqual([{ bearerAuth: ['widgets:read'] }])
-    expect(Object.keys(list?.responses ?? {}).sort()).toEqual(['200', '400', '401', '403', '429', '500'])
+    expect(Object.keys(list?.responses ?? {}).sort()).toEqual(['200', '400', '401', '403', '429', '500', '503'])
     expect(JSON.stringify(list?.responses['200'])).toContain('next_cursor')
 
     const paint = doc.paths['/api/v1/widgets/{widgetId}/paint']?.post
     expect(paint?.parameters).toEqual([expect.objectContaining({ in: 'path', name: 'widgetId', required: true })])
     expect(JSON.stringify(paint?.requestBody)).toContain('"enum":["red","blue"]')
-    expect(Object.keys(paint?.responses ?? {}).sort()).toEqual(['204', '400', '401', '413', '415', '429', '500'])
+    expect(Object.keys(paint?.responses ?? {}).sort()).toEqual(['204', '400', '401', '413', '415', '429', '500', '503'])
 
     const health = doc.paths['/health']?.get
     expect(health?.security).toBeUndefined()
