@@ -478,10 +478,11 @@ export function rolloutCommandsSuite(dialect: Dialect): void {
 
     itOn('sqlite', 'rollout-group pause and resume (passed on to the component rollout), skip without --yes (no terminal: nothing asked): the group goes on and completes', { timeout: 240_000 }, async () => {
       // The full node runs 1.1.0 again: a group whose one component is the 1.0.0 release, with a
-      // health wait several times what the start and pause commands take on a loaded machine, so
-      // the pause finds the component running (the rollout takes the skip's cancel once the wait ends).
+      // health wait several times what the commands up to the skip take on a loaded machine, so the
+      // pause and the resume find the component's one batch running (its rollout takes the pause,
+      // resume and the skip's cancel once the wait ends, which is what the skip then waits for).
       await untilHealthy(nodes.full)
-      const created = await run(['rollout-group', 'create', '--chain', 'devnet', '--node-type', 'full', '--failure-policy', 'manual', '--component', 'devnet-node:1.0.0', '--health-wait', '20s', '--json'])
+      const created = await run(['rollout-group', 'create', '--chain', 'devnet', '--node-type', 'full', '--failure-policy', 'manual', '--component', 'devnet-node:1.0.0', '--health-wait', '30s', '--json'])
       expect(created.exitCode, created.stderr).toBe(0)
       const group = json<RolloutGroupStatusView>(created)
       const notRunning = await run(['rollout-group', 'pause', '--id', group.id])
