@@ -33,6 +33,15 @@ export interface OpenChainCatalogueOptions {
   logger: Logger
 }
 
+/** A release whose system package is missing loads as unavailable: say so once per load, with what to install. */
+function warnUnavailable(log: Logger, catalogue: ChainCatalogue): void {
+  for (const profile of catalogue.profiles.values()) {
+    for (const release of profile.releases) {
+      if (release.unavailable) log.warn({ chain: profile.id, version: release.version }, `chain ${profile.id} release ${release.version} is unavailable: ${release.unavailable}`)
+    }
+  }
+}
+
 /** Loads the catalogue once (a ConfigError stops start-up) and, for `latest`, keeps it current. */
 export async function openChainCatalogue(options: OpenChainCatalogueOptions): Promise<ChainCatalogueSource> {
   const log = options.logger.child({ component: 'chain-catalogue' })
@@ -40,6 +49,7 @@ export async function openChainCatalogue(options: OpenChainCatalogueOptions): Pr
   // it in a single assignment, so no request ever sees part of one version and part of another.
   let catalogue = await loadChainCatalogue(options.configDir, options.version)
   log.info({ version: catalogue.version, chains: [...catalogue.profiles.keys()] }, 'chain catalogue loaded')
+  warnUnavailable(log, catalogue)
   if (options.version !== LATEST_CATALOGUE) return pinned(catalogue)
 
   let rejected: string | undefined
@@ -63,6 +73,7 @@ export async function openChainCatalogue(options: OpenChainCatalogueOptions): Pr
     catalogue = next
     rejected = undefined
     log.info({ version: next.version, previous, chains: [...next.profiles.keys()] }, 'chain catalogue changed')
+    warnUnavailable(log, next)
     return true
   }
 

@@ -10,18 +10,19 @@ import { fileURLToPath } from 'node:url'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createApiRateLimiter } from '../../../src/auth/api-rate-limit.js'
 import { authenticatorFromSettings } from '../../../src/auth/authenticator.js'
-import { staticChainSource } from '../../../src/config/chain-source.js'
+import { openChainCatalogue, staticChainSource } from '../../../src/config/chain-source.js'
 import { defaultConfigDir, getProfile, loadChainCatalogue, renderNodeConfig, type ChainCatalogue } from '../../../src/config/chains.js'
 import type { Db } from '../../../src/db/knex.js'
 import { ConfigError, ValidationError } from '../../../src/errors.js'
 import { controlPlaneRoutes } from '../../../src/http/routes/index.js'
+import { createLogger } from '../../../src/log.js'
 import { findNode, insertNode } from '../../../src/nodes/node-store.js'
 import { requestProvision } from '../../../src/provisioning/index.js'
 import type { WorkflowWorker } from '../../../src/workflows/index.js'
 import { createTestDatabase, describeEachDialectConcurrently, type TestDatabase } from '../../helpers/db.js'
 import { insertSubscription } from '../../helpers/fixtures.js'
 import { newKey, newUser } from '../auth/api-harness.js'
-import { getJson, Resources } from '../http/harness.js'
+import { getJson, LogCapture, Resources } from '../http/harness.js'
 import { lifecycleSetting, startLifecycleWorker, untilRunFinished, type LifecycleSetting } from '../provisioning/harness.js'
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..')
@@ -102,6 +103,14 @@ describe('the litecoin profile', () => {
     )
     // It carries no digest of the file it found.
     expect(getProfile(mismatch, 'litecoin').releases[0]?.unavailable).not.toMatch(/[0-9a-f]{64}/)
+
+    // A process opening that catalogue says so once, with what to install.
+    const logs = new LogCapture()
+    const source = await openChainCatalogue({ configDir: configDir((p) => p.replace(`file://${LITECOIND}`, 'file:///nonexistent/litecoin/litecoind')), version: 'latest', checkIntervalMs: 0, logger: createLogger({ destination: logs, level: 'info' }) })
+    source.close()
+    expect(logs.lines.filter((l) => l.level === 'warn').map((l) => l.msg)).toEqual([
+      'chain litecoin release 0.21.2.1 is unavailable: /nonexistent/litecoin/litecoind is not installed (Debian package litecoind: apt-get install litecoind)',
+    ])
 
     // Without `package`, a missing artifact is still a broken catalogue.
     const broken = await loadChainCatalogue(configDir((p) => p.replace(`file://${LITECOIND}`, 'file:///nonexistent/litecoind').replace(/^ {4}package: litecoind\n/m, ''))).catch((err: unknown) => err)
