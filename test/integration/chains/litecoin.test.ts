@@ -12,6 +12,8 @@ import nacl from 'tweetnacl'
 import { afterAll, beforeAll, expect, it } from 'vitest'
 import { createApiRateLimiter } from '../../../src/auth/api-rate-limit.js'
 import { authenticatorFromSettings } from '../../../src/auth/authenticator.js'
+import { staticChainSource } from '../../../src/config/chain-source.js'
+import { getProfile, type ChainCatalogue } from '../../../src/config/chains.js'
 import type { Db } from '../../../src/db/knex.js'
 import { evaluateHeartbeats } from '../../../src/health/heartbeat-evaluation.js'
 import { controlPlaneRoutes } from '../../../src/http/routes/index.js'
@@ -46,6 +48,7 @@ describeEachDialectConcurrently('the litecoin chain on litecoind on %s', (dialec
     t = await createTestDatabase(dialect)
     db = t.db
     setting = await lifecycleSetting(db, { migrationCooldownMs: 3_600_000 })
+    setting.deps = { ...setting.deps, chains: staticChainSource(withSmallKeypool(setting.deps.chains.current())) }
     worker = startLifecycleWorker(db, setting.deps)
     // The heartbeat evaluation, as the health-evaluator runs it: a synced node becomes healthy.
     evaluator = setInterval(() => {
@@ -170,6 +173,18 @@ describeEachDialectConcurrently('the litecoin chain on litecoind on %s', (dialec
     await untilHealthy(node.id, 'the node on its third host to be healthy')
   })
 })
+
+/**
+ * The catalogue with litecoind's wallet keypool at 100 keys instead of 1,000: creating, dumping and
+ * backing up the wallet take a fraction as long, and nothing this test checks depends on the
+ * keypool's size (the seed, the balance and the derivation of every key are the same).
+ */
+function withSmallKeypool(catalogue: ChainCatalogue): ChainCatalogue {
+  const litecoin = getProfile(catalogue, 'litecoin')
+  if (!litecoin.config_files.some((f) => f.template.includes('\nserver=1\n'))) throw new Error('the litecoin profile no longer sets server=1 in its config')
+  const smaller = { ...litecoin, config_files: litecoin.config_files.map((f) => ({ ...f, template: f.template.replace('\nserver=1\n', '\nserver=1\nkeypool=100\n') })) }
+  return { ...catalogue, profiles: new Map([...catalogue.profiles, ['litecoin', smaller]]) }
+}
 
 /** hash160 of the compressed public key of a WIF private key: the `hdseedid` Bitcoin Core reports for that seed. */
 function seedIdOf(wif: string): string {
