@@ -1,4 +1,6 @@
 /** The `api-server` daemon: the public REST API on API_SERVER_PORT (8080). */
+import { localBlobStore } from '../src/artifacts/blob-store.js'
+import type { ReleasePublicKey } from '../src/artifacts/release-keys.js'
 import { createApiRateLimiter } from '../src/auth/api-rate-limit.js'
 import { authenticatorFromSettings, type AuthenticationSettings } from '../src/auth/authenticator.js'
 import type { KeySetOptions } from '../src/auth/idp-tokens.js'
@@ -25,6 +27,10 @@ export interface ApiServerSettings extends AuthenticationSettings {
   API_RATE_LIMIT_PER_MINUTE?: number
   /** Rollout artifact sources beyond public hosts (docs/artifacts.md); none when absent. */
   ARTIFACT_ALLOWED_SOURCES?: readonly string[]
+  /** The release public keys a stored artifact must be signed by (docs/artifacts.md). */
+  ARTIFACT_RELEASE_PUBLIC_KEYS?: readonly ReleasePublicKey[]
+  /** Holds the artifact store (`<data dir>/artifacts`); without it rollouts cannot name stored artifacts. */
+  NODEPLANE_DATA_DIR?: string
 }
 
 export interface ApiServerDeps {
@@ -74,6 +80,7 @@ export async function startApiServer(settings: ApiServerSettings, deps: ApiServe
       ...(deps.chains ? { chains: deps.chains } : {}),
       ...(deps.payments ? { payments: deps.payments } : {}),
       artifactSources: settings.ARTIFACT_ALLOWED_SOURCES ?? [],
+      ...(settings.NODEPLANE_DATA_DIR ? { artifactStore: { blobs: localBlobStore(settings.NODEPLANE_DATA_DIR), releaseKeys: settings.ARTIFACT_RELEASE_PUBLIC_KEYS ?? [] } } : {}),
     }),
   })
   const server = await startHttpServer(app, { host: settings.HTTP_HOST, port: settings.API_SERVER_PORT }).catch((err: NodeJS.ErrnoException) => {

@@ -17,6 +17,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import type { Readable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
+import { pathToFileURL } from 'node:url'
 import { NotFoundError, ValidationError } from '../errors.js'
 
 export interface ArtifactBlobStore {
@@ -27,6 +28,12 @@ export interface ArtifactBlobStore {
   read(sha256: string): Promise<Readable>
   /** Removes the blob; no error when it is already gone. */
   remove(sha256: string): Promise<void>
+  /**
+   * The URL a node agent fetches the blob from. The local store answers its `file://` path, which
+   * only agents sharing the control plane's filesystem can read (the local provider, `up`); a
+   * store for remote hosts answers the control plane's route (docs/artifacts.md: not built).
+   */
+  agentUrl(sha256: string): string
   /** Where it stores, for messages (no credentials). */
   readonly location: string
 }
@@ -77,6 +84,10 @@ export class LocalBlobStore implements ArtifactBlobStore {
       await fs.promises.rm(part, { force: true })
       throw err
     }
+  }
+
+  agentUrl(sha256: string): string {
+    return pathToFileURL(this.#path(sha256)).href
   }
 
   async has(sha256: string): Promise<boolean> {

@@ -2,7 +2,7 @@
 import { z } from 'zod'
 import { loadConfig, sharedEnv, type Env } from '../config/env.js'
 import { localBlobStore, type LocalBlobStore } from './blob-store.js'
-import { releasePublicKeysSetting, type ReleasePublicKey } from './signing.js'
+import { releasePublicKeysSetting, type ReleasePublicKey } from './release-keys.js'
 
 export const artifactCommandEnv = z.object({ ...sharedEnv, ARTIFACT_RELEASE_PUBLIC_KEYS: releasePublicKeysSetting })
 

@@ -5,11 +5,13 @@
  * (a file made by `nodeplane artifact keygen`); the control plane and the agents only ever hold
  * public keys.
  */
-import crypto from 'node:crypto'
 import fs from 'node:fs'
 import nacl from 'tweetnacl'
 import { z } from 'zod'
 import { ValidationError } from '../errors.js'
+import { releaseKeyId, type ReleasePublicKey } from './release-keys.js'
+
+export { parsePublicKey, releaseKeyId, releasePublicKeysSetting, type ReleasePublicKey } from './release-keys.js'
 
 export const SIGNATURE_ALGORITHM = 'ed25519'
 const PRIVATE_KEY_KIND = 'nodeplane-release-key'
@@ -25,11 +27,6 @@ export interface ArtifactIdentity {
 /** What is signed: one line per field, so no field can bleed into another. */
 export function signedStatement(artifact: ArtifactIdentity): Uint8Array {
   return new TextEncoder().encode(`nodeplane-artifact-v1\nbinary=${artifact.binary_name}\nversion=${artifact.version}\nsha256=${artifact.sha256}\nsize=${artifact.size_bytes}\n`)
-}
-
-/** First 16 hex digits of SHA-256 of the public key (as the server keys' ids). */
-export function releaseKeyId(publicKey: Uint8Array): string {
-  return crypto.createHash('sha256').update(publicKey).digest('hex').slice(0, 16)
 }
 
 export interface ReleaseKeyPair {
@@ -78,36 +75,6 @@ export function readPrivateKeyFile(file: string): ReleaseKeyPair {
 export function signArtifact(artifact: ArtifactIdentity, secretKey: Uint8Array): string {
   return Buffer.from(nacl.sign.detached(signedStatement(artifact), secretKey)).toString('base64')
 }
-
-export interface ReleasePublicKey {
-  key_id: string
-  key: Uint8Array
-}
-
-/** A public key given as base64 (a line of a `.pub` file, an entry of ARTIFACT_RELEASE_PUBLIC_KEYS). */
-export function parsePublicKey(text: string): ReleasePublicKey | undefined {
-  const trimmed = text.trim()
-  if (!/^[A-Za-z0-9+/]+={0,2}$/.test(trimmed)) return undefined
-  const key = new Uint8Array(Buffer.from(trimmed, 'base64'))
-  return key.length === nacl.sign.publicKeyLength ? { key_id: releaseKeyId(key), key } : undefined
-}
-
-/**
- * ARTIFACT_RELEASE_PUBLIC_KEYS: comma-separated base64 Ed25519 public keys (the `.pub` files'
- * lines). Only these verify a release signature.
- */
-export const releasePublicKeysSetting = z
-  .string()
-  .optional()
-  .transform((text, ctx) => {
-    const keys: ReleasePublicKey[] = []
-    for (const raw of (text ?? '').split(',').map((s) => s.trim()).filter((s) => s.length > 0)) {
-      const key = parsePublicKey(raw)
-      if (key) keys.push(key)
-      else ctx.addIssue({ code: z.ZodIssueCode.custom, message: `"${raw.slice(0, 60)}" is not a base64 Ed25519 public key (32 bytes; the line of a .pub file from \`nodeplane artifact keygen\`)` })
-    }
-    return keys
-  })
 
 /** The key that made `signature` over the artifact, among `keys`; undefined when none did (or it is malformed). */
 export function verifyingKey(artifact: ArtifactIdentity, signature: string, keys: readonly ReleasePublicKey[]): ReleasePublicKey | undefined {

@@ -10,6 +10,7 @@ import { parseDatabaseUrl } from '../db/url.js'
 import { parseDuration } from './duration.js'
 import { isPaymentMethod, PAYMENT_METHODS } from '../payments/states.js'
 import { allowedSourcesSetting } from '../artifacts/sources.js'
+import { releasePublicKeysSetting } from '../artifacts/release-keys.js'
 
 export type Env = Record<string, string | undefined>
 
@@ -365,6 +366,7 @@ export const databaseCommandEnv = z.object(sharedEnv)
 /** Rollout artifacts (docs/artifacts.md): the file:// and internal-host prefixes the operator allows. */
 export const artifactEnv = {
   ARTIFACT_ALLOWED_SOURCES: allowedSourcesSetting,
+  ARTIFACT_RELEASE_PUBLIC_KEYS: releasePublicKeysSetting,
 }
 
 export const apiServerEnv = z.object({

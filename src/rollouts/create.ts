@@ -13,6 +13,7 @@ import type { Queryable } from '../db/knex.js'
 import { ConflictError, ValidationError } from '../errors.js'
 import { describeIssues } from '../http/validation.js'
 import { z } from '../http/zod.js'
+import { resolveStoredArtifact, type ArtifactSource } from '../artifacts/resolve.js'
 import { artifactSourceProblem, type AllowedSources } from '../artifacts/sources.js'
 import { artifactOf } from './node-upgrade.js'
 import { binaryName, loadUpgradeManifest, MANIFEST_ID, oneBinaryProblem, MIGRATION_TYPES, versionString, type MigrationType, type UpgradeManifest } from './manifests.js'
@@ -91,7 +92,7 @@ export const createRolloutRequest = z
     source_version: versionString.openapi({ description: 'The version the nodes to upgrade run now', example: '1.0.0' }),
     binary_name: binaryName.optional().openapi({ description: 'Manual mode: required. Auto mode: from the manifest (must agree if sent)', example: 'devnet-node' }),
     target_version: versionString.optional().openapi({ example: '1.1.0' }),
-    target_binary_url: artifactUrl.optional().openapi({ description: 'http(s):// or file:// URL of the artifact' }),
+    target_binary_url: artifactUrl.optional().openapi({ description: 'Manual mode, optional: an http(s):// or file:// URL of the artifact (file://, loopback and private hosts only from ARTIFACT_ALLOWED_SOURCES). Without it, binary_name, target_version and target_binary_checksum name a signed artifact of the artifact store (docs/artifacts.md)' }),
     target_binary_checksum: requestChecksum.optional(),
     migration_type: z.enum(MIGRATION_TYPES).optional().openapi({ description: 'Manual mode: default non_breaking. Auto mode: from the manifest (must agree if sent)' }),
     ...tuning,
@@ -100,7 +101,8 @@ export const createRolloutRequest = z
   .strict()
   .superRefine((body, ctx) => {
     if (body.upgrade_id !== undefined) return
-    for (const field of ['binary_name', 'target_version', 'target_binary_url', 'target_binary_checksum'] as const) {
+    // Without target_binary_url, binary_name, target_version and the checksum name a stored artifact.
+    for (const field of ['binary_name', 'target_version', 'target_binary_checksum'] as const) {
       if (body[field] === undefined) ctx.addIssue({ code: z.ZodIssueCode.custom, path: [field], message: 'is required in manual mode (without upgrade_id)' })
     }
   })
@@ -144,6 +146,12 @@ export interface CreateOptions {
    * of the chain profile.
    */
   artifactSources?: AllowedSources
+  /**
+   * The artifact store and the release public keys (docs/artifacts.md): a rollout or manifest
+   * without a URL names a stored artifact, which must be there with that digest and signed by one
+   * of the keys. Absent: such a rollout is refused.
+   */
+  artifactStore?: ArtifactSource
 }
 
 function parseBody<T extends z.ZodTypeAny>(schema: T, body: unknown): z.output<T> {
@@ -169,6 +177,33 @@ function profileAndNodeType(catalogue: ChainCatalogue, chainProfileId: string, t
 /** The artifact's source, for a 400 (src/artifacts/sources.ts): the profile's own releases are trusted. */
 function sourceProblem(field: string, url: string, profile: ChainProfile, options: CreateOptions): string | undefined {
   return artifactSourceProblem(field, url, { allowed: options.artifactSources ?? [], trusted: profile.releases.map((r) => r.url) })
+}
+
+/**
+ * The URL agents fetch the target from: a free URL as given (within the allowed sources), or the
+ * artifact store's for binary, version and digest. A problem is pushed with `field`; the URL is
+ * then unused (nothing is written).
+ */
+async function targetUrl(
+  db: Queryable,
+  field: string,
+  url: string | null | undefined,
+  ref: { binary_name: string; version: string; checksum: string },
+  profile: ChainProfile,
+  options: CreateOptions,
+  problems: string[],
+): Promise<string> {
+  if (url !== null && url !== undefined) {
+    const problem = sourceProblem(field, url, profile, options)
+    if (problem) problems.push(problem)
+    return url
+  }
+  const stored = await resolveStoredArtifact(db, options.artifactStore, { binary_name: ref.binary_name, version: ref.version, sha256: ref.checksum.replace(/^sha256:/, '') })
+  if ('problem' in stored) {
+    problems.push(`${field}: ${stored.problem}`)
+    return ''
+  }
+  return stored.url
 }
 
 function checkNodeType(profile: ChainProfile, type: string, problems: string[], at: string): void {
@@ -222,15 +257,22 @@ export async function createRollout(db: Queryable, request: unknown, options: Cr
     const sent: [string, string | undefined, string][] = [
       ['binary_name', body.binary_name, manifest.binary_name],
       ['target_version', body.target_version, manifest.target_version],
-      ['target_binary_url', body.target_binary_url, manifest.target_binary_url],
+      ['target_binary_url', body.target_binary_url, manifest.target_binary_url ?? '(none: the artifact store)'],
       ['target_binary_checksum', body.target_binary_checksum, manifest.target_binary_checksum],
       ['migration_type', body.migration_type, manifest.migration_type],
     ]
     for (const [field, value, fromManifest] of sent) {
       if (value !== undefined && value !== fromManifest) problems.push(`body.${field}: "${value}" disagrees with upgrade ${manifest.upgrade_id}, which says "${fromManifest}" (leave it out in auto mode)`)
     }
-    const source = sourceProblem(`upgrades/${profile.id}/${manifest.upgrade_id}.yaml: artifact`, manifest.target_binary_url, profile, options)
-    if (source) problems.push(source)
+    const url = await targetUrl(
+      db,
+      `upgrades/${profile.id}/${manifest.upgrade_id}.yaml: artifact`,
+      manifest.target_binary_url,
+      { binary_name: manifest.binary_name, version: manifest.target_version, checksum: manifest.target_binary_checksum },
+      profile,
+      options,
+      problems,
+    )
     const compatible = manifest.data.state_compatibility.compatible_source_versions
     if (!compatible.includes(body.source_version)) {
       problems.push(`body.source_version: upgrade ${manifest.upgrade_id} applies to ${compatible.join(', ')}, not ${body.source_version}`)
@@ -241,7 +283,7 @@ export async function createRollout(db: Queryable, request: unknown, options: Cr
     target = {
       binary_name: manifest.binary_name,
       target_version: manifest.target_version,
-      target_binary_url: manifest.target_binary_url,
+      target_binary_url: url,
       target_binary_checksum: manifest.target_binary_checksum,
       migration_type: manifest.migration_type,
       upgrade_id: manifest.upgrade_id,
@@ -255,13 +297,21 @@ export async function createRollout(db: Queryable, request: unknown, options: Cr
     // rollback; refuse it here instead.
     if (!(await artifactOf(db, options.catalogue, profile.id, body.source_version, { nodeType: body.node_type }))) problems.push(noWayBack(profile, body.source_version))
     if (body.binary_name !== undefined && body.binary_name !== profile.binary_name) problems.push(oneBinaryProblem('body.binary_name', profile, body.binary_name))
-    const source = sourceProblem('body.target_binary_url', body.target_binary_url as string, profile, options)
-    if (source) problems.push(source)
-    // The schema made these required in manual mode.
+    // The schema made binary_name, target_version and target_binary_checksum required in manual
+    // mode; without target_binary_url they name a stored artifact.
+    const url = await targetUrl(
+      db,
+      body.target_binary_url === undefined ? 'body.target_binary_checksum' : 'body.target_binary_url',
+      body.target_binary_url,
+      { binary_name: body.binary_name as string, version: body.target_version as string, checksum: body.target_binary_checksum as string },
+      profile,
+      options,
+      problems,
+    )
     target = {
       binary_name: body.binary_name as string,
       target_version: body.target_version as string,
-      target_binary_url: body.target_binary_url as string,
+      target_binary_url: url,
       target_binary_checksum: body.target_binary_checksum as string,
       migration_type: body.migration_type ?? 'non_breaking',
       upgrade_id: null,
@@ -340,13 +390,20 @@ export async function createRolloutGroup(db: Queryable, request: unknown, option
       }
       if (manifest.binary_name !== entry.binary_name) problems.push(`${at}.binary_name: upgrade ${manifest.upgrade_id} upgrades ${manifest.binary_name}, not ${entry.binary_name}`)
       if (manifest.target_version !== entry.version) problems.push(`${at}.version: upgrade ${manifest.upgrade_id} targets ${manifest.target_version}, not ${entry.version}`)
-      const source = sourceProblem(`${at}.upgrade_id: upgrades/${profile.id}/${manifest.upgrade_id}.yaml: artifact`, manifest.target_binary_url, profile, options)
-      if (source) problems.push(source)
+      const url = await targetUrl(
+        db,
+        `${at}.upgrade_id: upgrades/${profile.id}/${manifest.upgrade_id}.yaml: artifact`,
+        manifest.target_binary_url,
+        { binary_name: manifest.binary_name, version: manifest.target_version, checksum: manifest.target_binary_checksum },
+        profile,
+        options,
+        problems,
+      )
       components.push({
         binary_name: entry.binary_name,
         node_type: entry.node_type,
         version: entry.version,
-        url: manifest.target_binary_url,
+        url,
         checksum: manifest.target_binary_checksum,
         upgrade_id: manifest.upgrade_id,
         migration_type: manifest.migration_type,

@@ -80,8 +80,11 @@ export const manifestFileSchema = z
     description: z.string().min(1).max(2000).optional(),
     binary_name: binaryName,
     target_version: versionString,
-    /** A path relative to the manifest's folder, or a file:// or http(s):// URL. */
-    artifact: z.string().min(1).max(2048),
+    /**
+     * A path relative to the manifest's folder, or a file:// or http(s):// URL. Absent: the
+     * artifact store's binary_name target_version with this checksum (docs/artifacts.md).
+     */
+    artifact: z.string().min(1).max(2048).optional(),
     checksum: checksumString,
     migration_type: z.enum(MIGRATION_TYPES),
     recovery_plan: z.string().trim().min(1, 'must say what an operator does when the upgrade cannot be undone automatically').max(10_000),
@@ -110,8 +113,8 @@ export interface UpgradeManifest {
   file: string
   binary_name: string
   target_version: string
-  /** Absolute: `file://` for an artifact shipped beside the manifest. */
-  target_binary_url: string
+  /** Absolute: `file://` for an artifact shipped beside the manifest. Null: from the artifact store. */
+  target_binary_url: string | null
   /** `sha256:<hex>` */
   target_binary_checksum: string
   migration_type: MigrationType
@@ -167,7 +170,7 @@ export async function loadUpgradeManifest(configDir: string, chainProfileId: str
   const data = parsed.data
 
   const problems: string[] = []
-  const artifact = await resolveArtifact(path.dirname(file), data.artifact, data.checksum)
+  const artifact = data.artifact === undefined ? { url: null } : await resolveArtifact(path.dirname(file), data.artifact, data.checksum)
   if ('problem' in artifact) problems.push(artifact.problem)
   if (data.state_compatibility.compatible_source_versions.includes(data.target_version)) {
     problems.push(`state_compatibility.compatible_source_versions: lists the target version ${data.target_version}`)

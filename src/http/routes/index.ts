@@ -1,4 +1,5 @@
 /** Every control-plane route the api-server serves under /api/v1, for createApiApp({ routes }). */
+import type { ArtifactSource } from '../../artifacts/resolve.js'
 import type { ChainSource } from '../../config/chain-source.js'
 import type { Db } from '../../db/knex.js'
 import type { Logger } from '../../log.js'
@@ -33,6 +34,8 @@ export interface ControlPlaneRouteDeps {
   payments?: PaymentClient
   /** ARTIFACT_ALLOWED_SOURCES (rollout creation; docs/artifacts.md); none when absent. */
   artifactSources?: readonly string[]
+  /** The artifact store and release public keys (rollouts naming stored artifacts). */
+  artifactStore?: ArtifactSource
 }
 
 export function controlPlaneRoutes(deps: ControlPlaneRouteDeps): ApiRoute[] {

@@ -6,6 +6,7 @@
  * action answers with the rollout or group as it is now: a signal is acted on by the workflow
  * (pause after the current batch), so its status moves afterwards.
  */
+import type { ArtifactSource } from '../../artifacts/resolve.js'
 import type { ChainSource } from '../../config/chain-source.js'
 import type { Db } from '../../db/knex.js'
 import { createGroupRequest, createRollout, createRolloutGroup, createRolloutRequest } from '../../rollouts/create.js'
@@ -36,6 +37,8 @@ export interface RolloutRouteDeps {
   chains?: ChainSource
   /** ARTIFACT_ALLOWED_SOURCES (docs/artifacts.md); none when absent. */
   artifactSources?: readonly string[]
+  /** The artifact store and release public keys; without it rollouts cannot name stored artifacts. */
+  artifactStore?: ArtifactSource
 }
 
 const ADMIN = { scope: 'admin' } as const
@@ -129,7 +132,7 @@ export function rolloutRoutes(deps: RolloutRouteDeps): ApiRoute[] {
         409: errorResponse('The chain already has an active rollout (named in the error) or rollout group'),
       },
     }).handle(async ({ body, principal, log }) => {
-      const rollout = await createRollout(db, body, { createdBy: principal.userId, catalogue: await catalogue(), now: now(), artifactSources: deps.artifactSources ?? [] })
+      const rollout = await createRollout(db, body, { createdBy: principal.userId, catalogue: await catalogue(), now: now(), artifactSources: deps.artifactSources ?? [], ...(deps.artifactStore ? { artifactStore: deps.artifactStore } : {}) })
       log.info({ rolloutId: rollout.id, chainProfileId: rollout.chain_profile_id, upgradeId: rollout.upgrade_id }, 'rollout created')
       return { status: 201, body: toRolloutView(rollout) }
     }),
@@ -223,7 +226,7 @@ export function rolloutRoutes(deps: RolloutRouteDeps): ApiRoute[] {
         409: errorResponse('The chain already has an active rollout group (named in the error) or rollout'),
       },
     }).handle(async ({ body, principal, log }) => {
-      const group = await createRolloutGroup(db, body, { createdBy: principal.userId, catalogue: await catalogue(), now: now(), artifactSources: deps.artifactSources ?? [] })
+      const group = await createRolloutGroup(db, body, { createdBy: principal.userId, catalogue: await catalogue(), now: now(), artifactSources: deps.artifactSources ?? [], ...(deps.artifactStore ? { artifactStore: deps.artifactStore } : {}) })
       log.info({ groupId: group.id, chainProfileId: group.chain_profile_id }, 'rollout group created')
       return { status: 201, body: toRolloutGroupView(group) }
     }),

@@ -195,7 +195,8 @@ describe.each(DIALECTS)('rollouts API on %s', (dialect) => {
       [{ ...AUTO, target_version: '2.0.0' }, 'body.target_version: "2.0.0" disagrees with upgrade devnet-1.1.0'],
       [{ ...AUTO, source_version: '0.1.0' }, 'body.source_version: upgrade devnet-1.1.0 applies to 1.0.0, not 0.1.0'],
       [{ ...MANUAL, target_binary_checksum: 'abc' }, 'body.target_binary_checksum: must be sha256:<64 hex digits>'],
-      [{ ...MANUAL, target_binary_url: undefined }, 'body.target_binary_url: is required in manual mode'],
+      // Without a URL, the artifact store's devnet-node 1.1.0: this server has none configured.
+      [{ ...MANUAL, target_binary_url: undefined }, 'body.target_binary_checksum: artifact not found: this server has no artifact store configured'],
       [{ ...MANUAL, strategy: 'fast' }, 'body.strategy'],
       [{ ...MANUAL, failure_threshold: 2 }, 'body.failure_threshold: must be between 0.0 and 1.0'],
       [{ ...MANUAL, health_wait_duration: '5 minutes' }, 'body.health_wait_duration: must be a duration'],

@@ -220,7 +220,8 @@ describe.each(DIALECTS)('creating rollouts on %s', (dialect) => {
     ['a manual source_version the chain has no release of', { ...MANUAL, source_version: '0.9.0' }, 'body.source_version: chain devnet has no release 0.9.0 (releases: 1.0.0, 1.1.0)'],
     ['manual without binary_name', { ...MANUAL, binary_name: undefined }, 'body.binary_name: is required in manual mode'],
     ['manual without target_version', { ...MANUAL, target_version: undefined }, 'body.target_version: is required in manual mode'],
-    ['manual without target_binary_url', { ...MANUAL, target_binary_url: undefined }, 'body.target_binary_url: is required in manual mode'],
+    // Without a URL, binary, version and checksum name a stored artifact: no store in these options.
+    ['manual without target_binary_url and no artifact store', { ...MANUAL, target_binary_url: undefined }, 'body.target_binary_checksum: artifact not found: this server has no artifact store configured'],
     ['manual without target_binary_checksum', { ...MANUAL, target_binary_checksum: undefined }, 'body.target_binary_checksum: is required in manual mode'],
     ['a bare hex checksum', { ...MANUAL, target_binary_checksum: CHECKSUM_110.slice(7) }, 'body.target_binary_checksum: must be sha256:<64 hex digits>'],
     ['a short checksum', { ...MANUAL, target_binary_checksum: 'sha256:abc' }, 'body.target_binary_checksum: must be sha256:<64 hex digits>'],

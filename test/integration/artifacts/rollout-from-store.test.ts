@@ -1,0 +1,156 @@
+/**
+ * Rollouts naming a stored artifact by binary, version and digest (src/artifacts/resolve.ts,
+ * src/rollouts/create.ts), on both databases: through the api-server daemon configured from its
+ * environment (NODEPLANE_DATA_DIR, ARTIFACT_RELEASE_PUBLIC_KEYS) and through createRollout /
+ * createRolloutGroup with manifests that carry no URL. An unknown artifact, another digest, an
+ * unsigned one, one signed by a key the server does not trust, a row whose signature was
+ * tampered with, and one whose bytes are gone are refused with 400 and nothing is written; a
+ * signed one is accepted and its agents are sent the store's URL. Then a real devnet node is
+ * upgraded to a stored, signed devnet-node 1.1.0.
+ */
+import fs from 'node:fs'
+import path from 'node:path'
+import { fileURLToPath, pathToFileURL } from 'node:url'
+import { afterAll, beforeAll, expect, it } from 'vitest'
+import { startApiServer } from '../../../daemons/api-server.js'
+import { localBlobStore, type LocalBlobStore } from '../../../src/artifacts/blob-store.js'
+import { addArtifact } from '../../../src/artifacts/service.js'
+import { generateReleaseKey, parsePublicKey, signArtifact, type ReleaseKeyPair } from '../../../src/artifacts/signing.js'
+import { loadChainCatalogue } from '../../../src/config/chains.js'
+import { apiServerEnv, loadConfig } from '../../../src/config/env.js'
+import type { Db } from '../../../src/db/knex.js'
+import { ValidationError } from '../../../src/errors.js'
+import { createLogger } from '../../../src/log.js'
+import { startRollout } from '../../../src/rollouts/control.js'
+import { createRollout, createRolloutGroup, type CreateOptions } from '../../../src/rollouts/create.js'
+import { describeEachDialectConcurrently } from '../../helpers/db.js'
+import { tempDir } from '../../helpers/cli.js'
+import { waitFor } from '../../helpers/ports.js'
+import { newKey, newUser } from '../auth/api-harness.js'
+import { getJson, LogCapture, Resources } from '../http/harness.js'
+import { binaryVersions, reportedVersions, startFleet, untilStatus } from '../rollouts/harness.js'
+import { T0 } from '../rollouts/helpers.js'
+
+const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..')
+const RELEASE_110 = path.join(repoRoot, 'chains/devnet/releases/devnet-node-1.1.0.mjs')
+
+describeEachDialectConcurrently('rollouts from the artifact store on %s', (dialect) => {
+  const resources = new Resources()
+  const dataDir = tempDir()
+  let db: Db
+  let blobs: LocalBlobStore
+  let trusted: ReleaseKeyPair
+  let other: ReleaseKeyPair
+  const digest: Record<string, string> = {}
+  beforeAll(async () => {
+    db = (await resources.database(dialect)).db
+    blobs = localBlobStore(dataDir)
+    trusted = generateReleaseKey()
+    other = generateReleaseKey()
+    const dir = tempDir()
+    const add = async (version: string, signing: Parameters<typeof addArtifact>[2]['signing']) => {
+      // Each version its own bytes (a comment line), so digests tell them apart.
+      const file = path.join(dir, `devnet-node-${version}.mjs`)
+      fs.writeFileSync(file, `${fs.readFileSync(RELEASE_110, 'utf8')}\n// ${version}\n`)
+      digest[version] = `sha256:${(await addArtifact(db, blobs, { file, binaryName: 'devnet-node', version, signing, now: T0 })).sha256}`
+    }
+    await add('1.2.0', { kind: 'key', key: trusted })
+    await add('1.2.1', { kind: 'key', key: other })
+    await add('1.2.2', { kind: 'unsigned' })
+    await add('1.2.3', { kind: 'key', key: trusted })
+    await add('1.2.4', { kind: 'key', key: trusted })
+    // 1.2.3's row claims the trusted key but carries a signature by the other one over it.
+    const record = (await db('artifacts').where({ version: '1.2.3' }).first()) as { sha256: string; size_bytes: number | string }
+    await db('artifacts')
+      .where({ version: '1.2.3' })
+      .update({ signature: signArtifact({ binary_name: 'devnet-node', version: '1.2.3', sha256: record.sha256, size_bytes: Number(record.size_bytes) }, other.secretKey) })
+    // 1.2.4's bytes are gone from the store.
+    await blobs.remove(digest['1.2.4']!.slice('sha256:'.length))
+    fs.rmSync(dir, { recursive: true, force: true })
+  })
+  afterAll(async () => {
+    await resources.cleanup()
+    fs.rmSync(dataDir, { recursive: true, force: true })
+  })
+
+  const MANUAL = { chain_profile_id: 'devnet', node_type: 'full', source_version: '1.0.0', binary_name: 'devnet-node' }
+  const count = async () => Number(((await db('rollouts').count({ n: '*' }).first()) as { n: unknown }).n)
+
+  it('the api-server refuses unknown, other-digest, unsigned, differently signed, tampered and missing artifacts (400), and accepts a signed one', async () => {
+    const config = loadConfig(apiServerEnv, { NODEPLANE_DATA_DIR: dataDir, ARTIFACT_RELEASE_PUBLIC_KEYS: trusted.public_key })
+    const logs = new LogCapture()
+    const server = await startApiServer({ ...config, API_SERVER_PORT: 0, HTTP_HOST: '127.0.0.1' }, { db, bus: resources.localBus(), logger: createLogger({ destination: logs, level: 'debug' }) })
+    resources.add(() => server.stop())
+    const admin = await newUser(db, { admin: true })
+    const key = (await newKey(db, admin.id, { scopes: ['*', 'admin'], admin: true })).key
+    const post = (body: unknown) => getJson(`${server.url}/api/v1/rollouts`, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: JSON.stringify(body) })
+
+    const refused: [string, string, string][] = [
+      ['1.9.9', digest['1.2.0']!, 'artifact not found: no devnet-node 1.9.9 in the artifact store'],
+      ['1.2.0', digest['1.2.1']!, 'checksum mismatch: the stored devnet-node 1.2.0 has other bytes than the checksum given'],
+      ['1.2.2', digest['1.2.2']!, 'devnet-node 1.2.2 is unsigned in the artifact store'],
+      ['1.2.1', digest['1.2.1']!, `signature mismatch: devnet-node 1.2.1 is not signed by a release key this server trusts (key ${other.key_id}; trusted: ${trusted.key_id})`],
+      ['1.2.3', digest['1.2.3']!, `signature mismatch: devnet-node 1.2.3 is not signed by a release key this server trusts (key ${trusted.key_id}`],
+      ['1.2.4', digest['1.2.4']!, 'artifact not found: the bytes of devnet-node 1.2.4 are missing from the artifact store'],
+    ]
+    for (const [version, checksum, expected] of refused) {
+      const res = await post({ ...MANUAL, target_version: version, target_binary_checksum: checksum })
+      expect(res.status, version).toBe(400)
+      expect(res.body, version).toEqual({ error: 'invalid request', details: expect.stringContaining(`body.target_binary_checksum: ${expected}`) })
+    }
+    expect(await count()).toBe(0)
+
+    const created = await post({ ...MANUAL, target_version: '1.2.0', target_binary_checksum: digest['1.2.0'] })
+    expect(created.status, JSON.stringify(created.body)).toBe(201)
+    expect(created.body).toMatchObject({ target_version: '1.2.0', target_binary_checksum: digest['1.2.0'], target_binary_url: blobs.agentUrl(digest['1.2.0']!.slice(7)) })
+    await db('rollouts').update({ status: 'cancelled' })
+  })
+
+  it('manifests without an artifact URL name the stored artifact, for rollouts and groups; without the store they are refused', async () => {
+    const catalogue = await loadChainCatalogue(repoRoot)
+    const configDir = tempDir()
+    fs.mkdirSync(path.join(configDir, 'upgrades', 'devnet'), { recursive: true })
+    const shipped = fs.readFileSync(path.join(repoRoot, 'upgrades/devnet/devnet-1.1.0.yaml'), 'utf8')
+    const manifest = (version: string) =>
+      shipped.replace(/^artifact: .*\n/m, '').replace(/^checksum: .*$/m, `checksum: ${digest[version]}`).replace(/^target_version: .*$/m, `target_version: "${version}"`)
+    fs.writeFileSync(path.join(configDir, 'upgrades/devnet/signed.yaml'), manifest('1.2.0'))
+    fs.writeFileSync(path.join(configDir, 'upgrades/devnet/other-key.yaml'), manifest('1.2.1'))
+    const options: CreateOptions = { createdBy: '00000000-0000-4000-8000-0000000000aa', catalogue, now: T0, configDir, artifactStore: { blobs, releaseKeys: [parsePublicKey(trusted.public_key)!] } }
+    const auto = (upgradeId: string) => ({ upgrade_id: upgradeId, chain_profile_id: 'devnet', node_type: 'full', source_version: '1.0.0' })
+    const group = (upgradeId: string, version: string) => ({ chain_profile_id: 'devnet', node_type: 'full', failure_policy: 'manual', component_order: [{ upgrade_id: upgradeId, binary_name: 'devnet-node', node_type: 'full', version }] })
+    const refusal = (promise: Promise<unknown>) => promise.then(() => undefined, (err: unknown) => err as ValidationError)
+
+    const before = await count()
+    expect((await refusal(createRollout(db, auto('other-key'), options)))?.details).toContain('upgrades/devnet/other-key.yaml: artifact: signature mismatch: devnet-node 1.2.1')
+    expect((await refusal(createRolloutGroup(db, group('other-key', '1.2.1'), options)))?.details).toContain('body.component_order[0].upgrade_id: upgrades/devnet/signed.yaml'.replace('signed', 'other-key'))
+    const { artifactStore: _none, ...withoutStore } = options
+    expect((await refusal(createRollout(db, auto('signed'), withoutStore)))?.details).toContain('artifact not found: this server has no artifact store configured')
+    expect(await count()).toBe(before)
+
+    const rollout = await createRollout(db, auto('signed'), options)
+    expect(rollout).toMatchObject({ upgrade_id: 'signed', target_version: '1.2.0', target_binary_checksum: digest['1.2.0'], target_binary_url: blobs.agentUrl(digest['1.2.0']!.slice(7)) })
+    await db('rollouts').where({ id: rollout.id }).update({ status: 'cancelled' })
+    const created = await createRolloutGroup(db, group('signed', '1.2.0'), options)
+    expect(created.component_order[0]).toMatchObject({ version: '1.2.0', url: blobs.agentUrl(digest['1.2.0']!.slice(7)), checksum: digest['1.2.0'] })
+    await db('rollout_groups').where({ id: created.id }).update({ status: 'cancelled' })
+  })
+
+  it('a real devnet node is upgraded to a stored, signed devnet-node 1.1.0', { timeout: 240_000 }, async () => {
+    const t = await resources.database(dialect)
+    await addArtifact(t.db, blobs, { file: RELEASE_110, binaryName: 'devnet-node', version: '1.1.0', signing: { kind: 'key', key: trusted }, now: new Date() })
+    const fleet = await startFleet(t.db, 1)
+    resources.add(() => fleet.stop())
+    const catalogue = fleet.setting.deps.chains.current()
+    const checksum = `sha256:${(await t.db('artifacts').where({ version: '1.1.0' }).first('sha256')).sha256 as string}`
+    const rollout = await createRollout(
+      t.db,
+      { ...MANUAL, target_version: '1.1.0', target_binary_checksum: checksum, health_wait_duration: '1s' },
+      { createdBy: fleet.operatorId, catalogue, now: new Date(), artifactStore: { blobs, releaseKeys: [parsePublicKey(trusted.public_key)!] } },
+    )
+    expect(rollout.target_binary_url).toBe(pathToFileURL(path.join(dataDir, 'artifacts', 'sha256', checksum.slice(7, 9), checksum.slice(7))).href)
+    await startRollout(t.db, rollout.id, { by: fleet.operatorId })
+    expect(await untilStatus(t.db, rollout.id, ['completed', 'failed', 'paused'])).toMatchObject({ status: 'completed', succeeded_nodes: 1 })
+    expect(await binaryVersions(t.db, fleet.nodes)).toEqual(['1.1.0'])
+    await waitFor(async () => (await reportedVersions(t.db, fleet.nodes))[0] === '1.1.0', 'the agent to report 1.1.0', 30_000, 200)
+  })
+})
