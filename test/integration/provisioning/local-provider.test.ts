@@ -127,8 +127,13 @@ describeEachDialectConcurrently('local infrastructure provider with a real node 
     expect(await waitFor(() => rpc(rpcPort, 'web3_clientVersion'), 'the chain to answer', 10_000)).toBe('devnet-node/v1.0.0')
 
     // Heartbeats carry the probe's view: the devnet node syncs 3 blocks, then is synced.
+    // The node row and agent_status are written by the heartbeat batch; wait for both, as a
+    // heartbeat taken before the chain answered may land after the one that set synced.
     await waitFor(async () => (await findNode(db, node.id))?.sync_status === 'synced', 'sync_status synced', 30_000, 100)
-    const status = await db('agent_status').where({ node_id: node.id }).first()
+    const status = await waitFor(async () => {
+      const row = (await db('agent_status').where({ node_id: node.id }).first()) as { process_state: string; metrics: unknown } | undefined
+      return row?.process_state === 'running' ? row : undefined
+    }, 'process_state running', 10_000, 100)
     expect(status).toMatchObject({ process_state: 'running', binary_version: '1.0.0' })
     expect(fromJson<Record<string, number>>(status.metrics)).toMatchObject({ rpc_up: 1, peer_count: 3 })
 
