@@ -1,7 +1,8 @@
 /**
- * An ethereum-anvil node on real parts: the repo's chain catalogue, the provision and migrate
- * workflows, the local provider's agent processes running Foundry's real anvil, and the heartbeat
- * and policy evaluations; transactions sent with ethers. One node per dialect, its tests in order.
+ * An ethereum-anvil node on real parts: the repo's chain catalogue, the provision, migrate and
+ * rollout workflows, the local provider's agent processes running Foundry's real anvil, and the
+ * heartbeat and policy evaluations; transactions sent with ethers. One node per dialect, its
+ * tests in order.
  */
 import crypto from 'node:crypto'
 import fs from 'node:fs'
@@ -15,6 +16,8 @@ import { createLogger } from '../../../src/log.js'
 import { findNode, insertNode } from '../../../src/nodes/node-store.js'
 import { runAgentCommand } from '../../../src/provisioning/agent-calls.js'
 import { requestMigration, requestProvision, type MigrateResult } from '../../../src/provisioning/index.js'
+import { startRollout } from '../../../src/rollouts/control.js'
+import { insertRollout, listRolloutNodes, requireRollout } from '../../../src/rollouts/store.js'
 import type { WorkflowWorker } from '../../../src/workflows/index.js'
 import { createTestDatabase, describeEachDialectConcurrently, type TestDatabase } from '../../helpers/db.js'
 import { insertUser, setNodeState } from '../../helpers/fixtures.js'
@@ -40,7 +43,7 @@ describeEachDialectConcurrently('an ethereum-anvil node on %s', (dialect) => {
     t = await createTestDatabase(dialect)
     db = t.db
     setting = await lifecycleSetting(db, { logger, heartbeatIntervalSeconds: 1 })
-    worker = startLifecycleWorker(db, setting.deps)
+    worker = startLifecycleWorker(db, setting.deps, 4, { rollouts: true })
     // The health-evaluator's two evaluations, as its cycle runs them: syncing -> healthy, and
     // application health by the profile's policy.
     evaluator = setInterval(() => {
@@ -194,6 +197,46 @@ describeEachDialectConcurrently('an ethereum-anvil node on %s', (dialect) => {
     expect(run.result).toMatchObject({ outcome: 'migrated', restored: true, backup: { taken: false } })
     await withChain(expectChainKept)
     await healthy('the node healthy on its third host')
+  })
+
+  it('an in-place upgrade to 1.7.1 cannot read the 1.5.1 chain (anvil changed its state format): rolled back to 1.5.1 with the chain intact', { timeout: 90_000 }, async () => {
+    const operatorId = await insertUser(db)
+    const target = setting.deps.chains.current().profiles.get('ethereum-anvil')?.releases.find((r) => r.version === '1.7.1')
+    if (!target) throw new Error('the profile has no 1.7.1 release')
+    const rollout = await insertRollout(
+      db,
+      {
+        chain_profile_id: 'ethereum-anvil',
+        node_type: 'full',
+        binary_name: 'anvil',
+        source_version: '1.5.1',
+        target_version: '1.7.1',
+        target_binary_url: target.url,
+        target_binary_checksum: `sha256:${target.sha256}`,
+        strategy: 'rolling',
+        batch_size: 1,
+        canary_size: null,
+        failure_threshold: 0.5,
+        health_wait_duration_ms: 1_500,
+        created_by: operatorId,
+      },
+      new Date(),
+    )
+    await startRollout(db, rollout.id, { by: operatorId })
+    const done = await waitFor(async () => {
+      const r = await requireRollout(db, rollout.id)
+      return ['completed', 'failed', 'paused'].includes(r.status) && r
+    }, 'the rollout to end', 60_000, 100)
+    expect(done.status).not.toBe('completed')
+    const [node] = await listRolloutNodes(db, rollout.id)
+    // The agent's StartNode saw 1.7.1 exit at once on the 1.5.1 state file, and compensated.
+    expect(node).toMatchObject({ status: 'failed', upgrade_phase: 'rolled_back' })
+    expect(node?.error_message).toMatch(/^upgrade to 1\.7\.1 failed: upgrade failed at StartNode \(the chain process exited during start \(exit code 2\); last output: error: invalid value .*failed to parse json file.*rolled back to version 1\.5\.1$/)
+    await withChain(async (provider) => {
+      expect(await provider.send('web3_clientVersion', [])).toBe('anvil/v1.5.1')
+      await expectChainKept(provider)
+    })
+    await healthy('the node healthy on 1.5.1 again')
   })
 })
 
