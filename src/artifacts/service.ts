@@ -5,14 +5,15 @@
  *
  * add: the bytes go to the blob store first, then the row, so a row never names a missing blob;
  * dying in between leaves an unreferenced blob that the next add of the same bytes reuses.
- * remove: the row goes first, then the blob when no other row still has those bytes.
+ * remove: refused while a rollout or a node needs the blob (store.ts, artifactInUse); then the
+ * row goes, then the blob when no other row still has those bytes.
  */
 import fs from 'node:fs'
 import type { Db } from '../db/knex.js'
-import { NotFoundError, ValidationError } from '../errors.js'
+import { ConflictError, NotFoundError, ValidationError } from '../errors.js'
 import { digestFile, type ArtifactBlobStore } from './blob-store.js'
 import { signArtifact, verifyingKey, type ArtifactIdentity, type ReleaseKeyPair, type ReleasePublicKey } from './signing.js'
-import { alreadyStored, deleteArtifact, digestInUse, findArtifact, insertArtifact, listArtifacts, type ArtifactRecord } from './store.js'
+import { alreadyStored, artifactInUse, deleteArtifact, digestInUse, findArtifact, insertArtifact, listArtifacts, type ArtifactRecord } from './store.js'
 
 export const BINARY_NAME = /^[A-Za-z0-9._-]{1,100}$/
 export const VERSION = /^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$/
@@ -112,6 +113,8 @@ export { listArtifacts }
 
 export async function removeArtifact(db: Db, blobs: ArtifactBlobStore, binaryName: string, version: string): Promise<ArtifactRecord> {
   const record = await requireArtifact(db, binaryName, version)
+  const inUse = await artifactInUse(db, blobs.agentUrl(record.sha256), record)
+  if (inUse) throw new ConflictError(`${binaryName} ${version} is in use: ${inUse}`, 'remove it once no rollout or node needs it')
   if (!(await deleteArtifact(db, record.id))) throw new NotFoundError(`no artifact ${binaryName} ${version} in the store`, 'it was removed meanwhile')
   if (!(await digestInUse(db, record.sha256))) await blobs.remove(record.sha256)
   return record

@@ -14,7 +14,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url'
 import { afterAll, beforeAll, expect, it } from 'vitest'
 import { startApiServer } from '../../../daemons/api-server.js'
 import { localBlobStore, type LocalBlobStore } from '../../../src/artifacts/blob-store.js'
-import { addArtifact } from '../../../src/artifacts/service.js'
+import { addArtifact, removeArtifact } from '../../../src/artifacts/service.js'
 import { generateReleaseKey, parsePublicKey, signArtifact, type ReleaseKeyPair } from '../../../src/artifacts/signing.js'
 import { loadChainCatalogue } from '../../../src/config/chains.js'
 import { apiServerEnv, loadConfig } from '../../../src/config/env.js'
@@ -103,6 +103,10 @@ describeEachDialectConcurrently('rollouts from the artifact store on %s', (diale
     const created = await post({ ...MANUAL, target_version: '1.2.0', target_binary_checksum: digest['1.2.0'] })
     expect(created.status, JSON.stringify(created.body)).toBe(201)
     expect(created.body).toMatchObject({ target_version: '1.2.0', target_binary_checksum: digest['1.2.0'], target_binary_url: blobs.agentUrl(digest['1.2.0']!.slice(7)) })
+    // The pending rollout needs its artifact: removing it is a conflict, and the bytes stay.
+    const id = (created.body as { id: string }).id
+    await expect(removeArtifact(db, blobs, 'devnet-node', '1.2.0')).rejects.toThrow(`devnet-node 1.2.0 is in use: rollout ${id} (pending) installs it`)
+    expect(await blobs.has(digest['1.2.0']!.slice(7))).toBe(true)
     await db('rollouts').update({ status: 'cancelled' })
   })
 
@@ -132,6 +136,7 @@ describeEachDialectConcurrently('rollouts from the artifact store on %s', (diale
     await db('rollouts').where({ id: rollout.id }).update({ status: 'cancelled' })
     const created = await createRolloutGroup(db, group('signed', '1.2.0'), options)
     expect(created.component_order[0]).toMatchObject({ version: '1.2.0', url: blobs.agentUrl(digest['1.2.0']!.slice(7)), checksum: digest['1.2.0'] })
+    await expect(removeArtifact(db, blobs, 'devnet-node', '1.2.0')).rejects.toThrow(`devnet-node 1.2.0 is in use: rollout group ${created.id} will install it`)
     await db('rollout_groups').where({ id: created.id }).update({ status: 'cancelled' })
   })
 
@@ -152,5 +157,7 @@ describeEachDialectConcurrently('rollouts from the artifact store on %s', (diale
     expect(await untilStatus(t.db, rollout.id, ['completed', 'failed', 'paused'])).toMatchObject({ status: 'completed', succeeded_nodes: 1 })
     expect(await binaryVersions(t.db, fleet.nodes)).toEqual(['1.1.0'])
     await waitFor(async () => (await reportedVersions(t.db, fleet.nodes))[0] === '1.1.0', 'the agent to report 1.1.0', 30_000, 200)
+    // The node runs it: a later rollback to 1.1.0 would fetch it again, so it stays.
+    await expect(removeArtifact(t.db, blobs, 'devnet-node', '1.1.0')).rejects.toThrow('devnet-node 1.1.0 is in use: 1 node(s) run 1.1.0, installed from it')
   })
 })
