@@ -36,7 +36,7 @@ describe('the ethereum-anvil profile', () => {
       expect(optional[`anvil-${release.version}`]).toBe(`npm:@foundry-rs/anvil-linux-amd64@${release.version}`)
       expect(fileURLToPath(release.url)).toBe(path.join(repoRoot, 'node_modules', `anvil-${release.version}`, 'bin', 'anvil'))
     }
-    expect(profile.releases.map((r) => r.version)).toEqual(['1.5.1', '1.7.1'])
+    expect(profile.releases.map((r) => r.version)).toEqual(['1.5.1', '1.7.0', '1.7.1'])
     const config = renderNodeConfig(profile, 'full', sampleNode)
     expect(config.artifact.version).toBe('1.5.1')
     expect(config.run).toMatchObject({ runtime: 'native' })
