@@ -19,6 +19,7 @@ import path from 'node:path'
 import type { Logger } from 'pino'
 import type { KeyExport, ProbeSpec } from '../agents/protocol.js'
 import { BitcoinRpcError, createBitcoinRpcClient, flushChainState, RPC_IN_WARMUP, type BitcoinRpcClient } from './probes/bitcoin-rpc.js'
+import { pendingRestoresFile } from './keys.js'
 import { resolveInside, writeFileAtomic, type StateDir } from './state-dir.js'
 import type { ChainSupervisor } from './supervisor.js'
 
@@ -50,6 +51,44 @@ export async function exportChainKeys(dir: StateDir, exports: readonly KeyExport
     writeFileAtomic(target, `${seed}\n`, 0o600)
     options.logger.info({ path: e.path, wallet: e.wallet }, 'exported the wallet seed for capture')
   }
+}
+
+/**
+ * After a start: keys put back by a migration without a snapshot (inject_keys `restore`) go back
+ * into the chain. `bitcoin_wallet_hd_seed`: a node without the wallet creates it blank
+ * (load_on_startup) and takes the seed (`sethdseed true <WIF>`), so its addresses are the old
+ * host's; a node that already has the wallet (restored some other way) is left alone. The record
+ * is removed once every key is back; a failure keeps it for the next start and fails this one.
+ */
+export async function restoreChainKeys(dir: StateDir, probe: ProbeSpec | undefined, options: ExportOptions): Promise<string[]> {
+  const file = pendingRestoresFile(dir)
+  let pending: KeyExport[]
+  try {
+    pending = JSON.parse(fs.readFileSync(file, 'utf8')) as KeyExport[]
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return []
+    throw err
+  }
+  if (probe?.type !== 'bitcoin_rpc') throw new Error(`restoring ${pending.map((e) => e.path).join(', ')} needs the node's bitcoin_rpc probe to reach its wallet; this node's probe is ${probe?.type ?? 'not set'}`)
+  const client = createBitcoinRpcClient(probe, dir.root)
+  await untilReady(client, options.readyTimeoutMs ?? probe.startup_grace_ms, options.pollMs ?? 250)
+  const restored: string[] = []
+  for (const e of pending) {
+    const loaded = await client.call<string[]>('listwallets')
+    const onDisk = await client.call<{ wallets: { name: string }[] }>('listwalletdir')
+    if (!loaded.includes(e.wallet) && !onDisk.wallets.some((w) => w.name === e.wallet)) {
+      const seed = fs.readFileSync(resolveInside(dir.root, e.path, 'restore path'), 'utf8').trim()
+      // createwallet name disable_private_keys blank passphrase avoid_reuse descriptors load_on_startup
+      await client.call('createwallet', [e.wallet, false, true, '', false, false, true], { timeoutMs: WALLET_CALL_TIMEOUT_MS })
+      await client.call('sethdseed', [true, seed], { wallet: e.wallet, timeoutMs: WALLET_CALL_TIMEOUT_MS })
+      options.logger.info({ path: e.path, wallet: e.wallet }, 'the node took its wallet back from the captured seed')
+      restored.push(e.path)
+    } else if (!loaded.includes(e.wallet)) {
+      await client.call('loadwallet', [e.wallet, true], { timeoutMs: WALLET_CALL_TIMEOUT_MS })
+    }
+  }
+  fs.rmSync(file, { force: true })
+  return restored
 }
 
 /** Before a live backup: a running node behind a bitcoin_rpc probe writes its chain state to disk. */

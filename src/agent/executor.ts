@@ -7,9 +7,10 @@
 import crypto from 'node:crypto'
 import type { Logger } from 'pino'
 import { commandPayloads, isCommandType, type CommandPayload, type CommandType } from '../agents/protocol.js'
+import type { ReleasePublicKey } from '../artifacts/release-keys.js'
 import { ensureInstalled, type FetchLike } from './artifacts.js'
 import { backupToStore, restoreFromStore } from './backup.js'
-import { exportChainKeys, prepareBackup } from './bitcoin-node.js'
+import { exportChainKeys, prepareBackup, restoreChainKeys } from './bitcoin-node.js'
 import { captureKeys, injectKeys, loadOrCreateAgentKey } from './keys.js'
 import { open, type SealedBox } from '../secrets/sealed-box.js'
 import type { ChainSupervisor, SupervisorStatus } from './supervisor.js'
@@ -42,6 +43,8 @@ export interface ExecutorOptions {
   logger: Logger
   clock?: () => Date
   fetch?: FetchLike
+  /** ARTIFACT_RELEASE_PUBLIC_KEYS: signed artifacts must verify against one (docs/artifacts.md). */
+  releaseKeys?: readonly ReleasePublicKey[]
   /** Test-only: fault injection for the upgrade actions and their compensations. */
   faults?: UpgradeFaults
 }
@@ -78,7 +81,7 @@ export function createExecutor(options: ExecutorOptions): Executor {
       assertSafeSegment(p.artifact.version, 'version')
       configFileTargets(stateDir, p.files)
       report.progress('configure', `installing ${p.binary_name} ${p.artifact.version}`)
-      const installed = await ensureInstalled(stateDir, p.binary_name, p.artifact, { fetch: options.fetch, logger })
+      const installed = await ensureInstalled(stateDir, p.binary_name, p.artifact, { fetch: options.fetch, logger, releaseKeys: options.releaseKeys })
       report.progress('configure', installed ? `installed ${p.artifact.version}` : `${p.artifact.version} already installed`)
       writeConfigFiles(stateDir, p.files)
       writeActiveDeployment(stateDir, {
@@ -98,6 +101,7 @@ export function createExecutor(options: ExecutorOptions): Executor {
     },
     start: async () => {
       await supervisor.start()
+      await restoreChainKeys(stateDir, supervisor.deployment?.probe, { logger })
       return processResult(supervisor.status())
     },
     stop: async () => {
@@ -131,6 +135,7 @@ export function createExecutor(options: ExecutorOptions): Executor {
           logger: logger.child({ command_id: id }),
           clock,
           fetch: options.fetch,
+          releaseKeys: options.releaseKeys,
           report,
           faults: options.faults,
           journal: {

@@ -7,7 +7,7 @@
 import fs from 'node:fs'
 import path from 'node:path'
 import { boxKeyPairFromSecret, generateBoxKeyPair, open, seal, type BoxKeyPair, type SealedBox } from '../secrets/sealed-box.js'
-import { isChainWritablePath } from '../agents/protocol.js'
+import { isChainWritablePath, type KeyExport } from '../agents/protocol.js'
 import { resolveInside, UnsafePathError, writeFileAtomic, type StateDir } from './state-dir.js'
 
 const SECRET_KEY_BYTES = 32
@@ -44,6 +44,8 @@ export interface InjectedKey {
   sealed: SealedBox
   /** `state`: a chain-generated key put back where the chain wrote it (a migration without a snapshot). */
   location?: 'keys' | 'state'
+  /** A key the chain keeps inside itself: recorded for restoreChainKeys after the next start. */
+  restore?: Omit<KeyExport, 'path'>
 }
 
 /**
@@ -72,6 +74,8 @@ export function injectKeys(dir: StateDir, keys: readonly InjectedKey[], agentSec
   } finally {
     for (const key of opened) key.plaintext.fill(0)
   }
+  const restores = keys.flatMap((k) => (k.restore ? [{ ...k.restore, path: k.path }] : []))
+  if (restores.length > 0) writeFileAtomic(pendingRestoresFile(dir), `${JSON.stringify(restores)}\n`, 0o600)
   return { paths: opened.map((k) => k.path) }
 }
 
@@ -88,8 +92,13 @@ function mkdirPrivate(base: string, target: string): void {
   }
 }
 
+/** Keys injected back into the chain's directory that the chain must take in again after its next start (restoreChainKeys). */
+export function pendingRestoresFile(dir: StateDir): string {
+  return path.join(dir.root, 'key-restores.json')
+}
+
 /** Files that never leave the host, whatever the recipient. */
-const NEVER_CAPTURED = ['agent-key']
+const NEVER_CAPTURED = ['agent-key', 'key-restores.json']
 
 /**
  * Reads each file (relative to the state directory, e.g. `data/nodekey`) and seals it to

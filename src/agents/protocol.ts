@@ -57,6 +57,8 @@ export const artifactSpec = z.object({
   /** `file://` or `http(s)://` */
   url: z.string().url().max(2048),
   sha256: sha256Hex,
+  /** base64 Ed25519 release signature of a stored artifact (docs/artifacts.md); agents with release keys verify it. */
+  signature: z.string().max(128).optional(),
 })
 export type ArtifactSpec = z.infer<typeof artifactSpec>
 
@@ -181,8 +183,11 @@ export const commandPayloads = {
             sealed: sealedBox,
             /** `keys` (default): `path` is under `keys/`; `state`: a chain-generated key put back where the chain wrote it (e.g. data/nodekey). */
             location: z.enum(['keys', 'state']).default('keys'),
+            /** A state key the chain keeps inside itself (capture_keys.exports): after the next start the agent has the chain take it back (a wallet from its seed) unless it already holds it. */
+            restore: keyExport.omit({ path: true }).optional(),
           })
-          .refine((k) => k.location === 'keys' || isChainWritablePath(k.path), { path: ['path'], message: `a state key must be under ${CHAIN_WRITABLE_DIRS.join('/ or ')}/` }),
+          .refine((k) => k.location === 'keys' || isChainWritablePath(k.path), { path: ['path'], message: `a state key must be under ${CHAIN_WRITABLE_DIRS.join('/ or ')}/` })
+          .refine((k) => k.restore === undefined || k.location === 'state', { path: ['restore'], message: 'only a state key is restored into the chain' }),
       )
       .min(1)
       .max(100),

@@ -101,14 +101,17 @@ export async function injectNodeKeys(
   const agentKey = Buffer.from(registration.public_key, 'base64')
   const dataKey = await loadDataKey(deps.db, deps.masterKey, nodeId).catch(() => undefined)
   if (!dataKey) return []
-  const chainPaths = new Map(chainGeneratedFrom ? secrets(chainGeneratedFrom, 'chain_generated').map((i) => [i.name, i.path as string]) : [])
-  const keys: { name: string; path: string; location: 'keys' | 'state'; sealed: SealedBox }[] = []
+  const chainInputs = new Map(chainGeneratedFrom ? secrets(chainGeneratedFrom, 'chain_generated').map((i) => [i.name, i]) : [])
+  const chainPaths = new Map([...chainInputs].map(([name, i]) => [name, i.path as string]))
+  const keys: { name: string; path: string; location: 'keys' | 'state'; sealed: SealedBox; restore?: Omit<KeyExport, 'path'> }[] = []
   try {
     for (const k of await decryptNodeKeys(deps.db, dataKey)) {
       const chainPath = k.source === 'chain_generated' ? chainPaths.get(k.name) : undefined
       if (k.source !== 'chain_generated' || chainPath !== undefined) {
         const content = k.key_type === 'opaque' ? k.plaintext : Buffer.from(`${k.plaintext.toString('hex')}\n`)
-        keys.push({ name: k.name, path: chainPath ?? k.name, location: chainPath === undefined ? 'keys' : 'state', sealed: seal(content, agentKey) })
+        // A key the chain keeps inside itself (a wallet's seed) goes back into the chain after its start.
+        const restore = chainPath === undefined ? undefined : chainInputs.get(k.name)?.export
+        keys.push({ name: k.name, path: chainPath ?? k.name, location: chainPath === undefined ? 'keys' : 'state', sealed: seal(content, agentKey), ...(restore ? { restore } : {}) })
         content.fill(0)
       }
       k.plaintext.fill(0)
@@ -117,7 +120,7 @@ export async function injectNodeKeys(
     dataKey.destroy()
   }
   if (keys.length === 0) return []
-  await runAgentCommand(deps, { nodeId, type: 'inject_keys', payload: { keys: keys.map(({ path, location, sealed }) => ({ path, location, sealed })) }, key: commandKey }, heartbeat)
+  await runAgentCommand(deps, { nodeId, type: 'inject_keys', payload: { keys: keys.map(({ path, location, sealed, restore }) => ({ path, location, sealed, ...(restore ? { restore } : {}) })) }, key: commandKey }, heartbeat)
   return keys.map((k) => k.name)
 }
 

@@ -3,7 +3,8 @@
  * the provisioning harness: provisioned until `healthy`; blocks mined to the wallet the node
  * created itself; its HD seed captured sealed to the server key, matching the wallet and
  * returned by keys export sealed to the caller; a live backup and a migration, then a host killed
- * outright and a migration from that backup; the wallet's balance intact after both.
+ * outright and a migration from that backup; the wallet's balance intact after both. A host killed
+ * before any backup: the node on the new host takes its wallet back from the captured seed.
  */
 import crypto from 'node:crypto'
 import fs from 'node:fs'
@@ -100,16 +101,20 @@ describeEachDialectConcurrently('the litecoin chain on litecoind on %s', (dialec
   const answer = <T>(nodeId: string, method: string, params: unknown[] = [], wallet?: string) =>
     waitFor(() => rpc<T>(nodeId, method, params, wallet).then((value) => ({ value })), `${method} to answer`, 30_000, 200).then((r) => r.value)
 
-  it('provisioned healthy; mined to its own wallet; the captured seed is the wallet\'s and keys export returns it sealed; backup, migration and a killed host keep the balance', { timeout: 180_000 }, async () => {
+  async function provisionedLitecoinNode(): Promise<{ id: string; userId: string }> {
     const user = await newUser(db)
     const subscriptionId = await insertSubscription(db, user.id)
     await db('subscriptions').where({ id: subscriptionId }).update({ chain_profile_id: 'litecoin' })
     const node = await insertNode(db, { subscription_id: subscriptionId, chain_profile_id: 'litecoin', node_type: 'full' })
-
     const run = await untilRunFinished(db, (await requestProvision(db, node.id)).run.id, 120_000)
     expect(run.status, run.error ?? '').toBe('completed')
     expect(run.result).toMatchObject({ outcome: 'provisioned', binary_version: '0.21.2.1', keys: { captured: ['wallet_seed'] } })
     await untilHealthy(node.id, 'the litecoin node to be healthy')
+    return { id: node.id, userId: user.id }
+  }
+
+  it('provisioned healthy; mined to its own wallet; the captured seed is the wallet\'s and keys export returns it sealed; backup, migration and a killed host keep the balance', { timeout: 180_000 }, async () => {
+    const node = await provisionedLitecoinNode()
 
     // The wallet the node created itself; blocks mined to it: 101 blocks make the first reward spendable.
     expect(await rpc<string[]>(node.id, 'listwallets')).toEqual(['nodeplane'])
@@ -134,7 +139,7 @@ describeEachDialectConcurrently('the litecoin chain on litecoind on %s', (dialec
     expect(agentLog).not.toContain(fs.readFileSync(path.join(state, 'data', 'regtest', '.cookie'), 'utf8').trim().split(':')[1])
 
     // keys export: the wallet's seed, sealed to the caller's key.
-    const token = (await newKey(db, user.id, { scopes: ['keys:export'] })).key
+    const token = (await newKey(db, node.userId, { scopes: ['keys:export'] })).key
     const recipient = nacl.box.keyPair()
     const exported = await getJson(`${api.url}/api/v1/nodes/${node.id}/keys/export`, {
       method: 'POST',
@@ -171,6 +176,29 @@ describeEachDialectConcurrently('the litecoin chain on litecoind on %s', (dialec
     expect(await answer<number>(node.id, 'getbalance', [], 'nodeplane')).toBe(50)
     expect((await answer<{ hdseedid: string }>(node.id, 'getwalletinfo', [], 'nodeplane')).hdseedid).toBe(hdseedid)
     await untilHealthy(node.id, 'the node on its third host to be healthy')
+  })
+
+  it('a host killed before any backup: the new host starts a new chain, and the node takes its wallet back from the captured seed', { timeout: 120_000 }, async () => {
+    const node = await provisionedLitecoinNode()
+    // The wallet's first address: the same seed derives it again on the new host.
+    const address = await rpc<string>(node.id, 'getnewaddress', [], 'nodeplane')
+    const { hdseedid } = await rpc<{ hdseedid: string }>(node.id, 'getwalletinfo', [], 'nodeplane')
+    const hostDir = path.dirname(await stateDirOf(node.id))
+    const { pid } = JSON.parse(fs.readFileSync(path.join(hostDir, 'host.json'), 'utf8')) as { pid: number }
+    process.kill(-pid, 'SIGKILL')
+    await db('nodes').where({ id: node.id }).update({ state: 'down' })
+
+    const run = await untilRunFinished(db, (await requestMigration(db, node.id, { reason: 'test: host gone, no snapshot' })).run.id, 120_000)
+    expect(run.status, run.error ?? '').toBe('completed')
+    expect(run.result).toMatchObject({ outcome: 'migrated', restored: false, keys_injected: ['wallet_seed'] })
+    expect(await answer<number>(node.id, 'getblockcount')).toBe(0)
+    expect(await answer<string[]>(node.id, 'listwallets')).toEqual(['nodeplane'])
+    expect((await rpc<{ hdseedid: string }>(node.id, 'getwalletinfo', [], 'nodeplane')).hdseedid).toBe(hdseedid)
+    expect(await rpc<string>(node.id, 'getnewaddress', [], 'nodeplane')).toBe(address)
+    const state = await stateDirOf(node.id)
+    expect(fs.existsSync(path.join(state, 'key-restores.json'))).toBe(false)
+    expect(fs.readFileSync(path.join(path.dirname(state), 'agent.log'), 'utf8')).toContain('the node took its wallet back from the captured seed')
+    await untilHealthy(node.id, 'the node on its new host to be healthy')
   })
 })
 
