@@ -50,7 +50,7 @@ export async function startNodeAgent(settings: NodeAgentSettings, deps: { logger
   const supervisor = new ChainSupervisor({ stateDir, logger: logger.child({ component: 'supervisor' }) })
   await supervisor.reapOrphan()
   await supervisor.resumeIfWanted().catch((err: unknown) => logger.error({ err }, 'could not start the chain process again after the agent restarted'))
-  const executor = createExecutor({ stateDir, supervisor, logger })
+  const executor = createExecutor({ stateDir, supervisor, logger, releaseKeys: settings.ARTIFACT_RELEASE_PUBLIC_KEYS })
   const backupPruning = startBackupPruning({ stateDir, logger })
   const client = new AgentClient({
     target: settings.AGENT_GATEWAY_URL,

@@ -11,6 +11,8 @@ import type { ReadableStream as WebReadableStream } from 'node:stream/web'
 import { fileURLToPath } from 'node:url'
 import type { Logger } from 'pino'
 import type { ArtifactSpec } from '../agents/protocol.js'
+import type { ReleasePublicKey } from '../artifacts/release-keys.js'
+import { verifyingKey } from '../artifacts/signing.js'
 import { assertSafeSegment, releaseBinaryPath, type StateDir } from './state-dir.js'
 
 export type FetchLike = typeof globalThis.fetch
@@ -20,6 +22,11 @@ export interface AcquireOptions {
   logger: Logger
   /** Whole-download limit (default 10 minutes, the upgrade activity's timeout). */
   timeoutMs?: number
+  /**
+   * The release public keys this agent was configured with (ARTIFACT_RELEASE_PUBLIC_KEYS). An
+   * artifact that carries a signature must verify against one of them.
+   */
+  releaseKeys?: readonly ReleasePublicKey[]
 }
 
 /** The URL without credentials or query string (signed URLs carry secrets there). */
@@ -97,6 +104,20 @@ export async function verifyArtifact(file: string, expected: string): Promise<vo
   if (actual !== expected) throw new Error('artifact checksum mismatch')
 }
 
+/**
+ * Checks a signed artifact's release signature against the agent's release keys, over the
+ * binary, version, digest and size it is installed as (src/artifacts/signing.ts). An artifact
+ * without a signature (a chain profile's release, an allowed free URL) is left to its checksum;
+ * a signature that verifies against none of the keys, or that the agent has no key to check,
+ * fails as "artifact signature mismatch", naming no digest. Call after verifyArtifact.
+ */
+export async function verifyReleaseSignature(file: string, binaryName: string, artifact: ArtifactSpec, releaseKeys: readonly ReleasePublicKey[] | undefined): Promise<void> {
+  if (artifact.signature === undefined) return
+  const size = (await fs.promises.stat(file)).size
+  const key = verifyingKey({ binary_name: binaryName, version: artifact.version, sha256: artifact.sha256, size_bytes: size }, artifact.signature, releaseKeys ?? [])
+  if (!key) throw new Error('artifact signature mismatch')
+}
+
 /** Moves a verified download into `releases/<version>/<binary_name>` (mode 0755). */
 export async function installArtifact(dir: StateDir, binaryName: string, version: string, downloaded: string): Promise<string> {
   const target = releaseBinaryPath(dir, binaryName, version)
@@ -115,6 +136,7 @@ export async function ensureInstalled(dir: StateDir, binaryName: string, artifac
   const downloaded = await acquireArtifact(dir, binaryName, artifact, options)
   try {
     await verifyArtifact(downloaded, artifact.sha256)
+    await verifyReleaseSignature(downloaded, binaryName, artifact, options.releaseKeys)
     await installArtifact(dir, binaryName, artifact.version, downloaded)
   } finally {
     await fs.promises.rm(downloaded, { force: true })

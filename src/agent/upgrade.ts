@@ -10,7 +10,8 @@ import fs from 'node:fs'
 import path from 'node:path'
 import type { Logger } from 'pino'
 import { PHASE_OF_ACTION, UPGRADE_ACTIONS, type CommandPayload, type UpgradeAction, type UpgradeResult } from '../agents/protocol.js'
-import { acquireArtifact, installArtifact, isInstalled, verifyArtifact, type FetchLike } from './artifacts.js'
+import type { ReleasePublicKey } from '../artifacts/release-keys.js'
+import { acquireArtifact, installArtifact, isInstalled, verifyArtifact, verifyReleaseSignature, type FetchLike } from './artifacts.js'
 import { snapshotState } from './backup.js'
 import type { ChainSupervisor } from './supervisor.js'
 import {
@@ -53,6 +54,8 @@ export interface UpgradeDeps {
   logger: Logger
   clock: () => Date
   fetch?: FetchLike
+  /** ARTIFACT_RELEASE_PUBLIC_KEYS: a signed artifact must verify against one (VerifyArtifact). */
+  releaseKeys?: readonly ReleasePublicKey[]
   report: ProgressReport
   journal: UpgradeJournalStore
   faults?: UpgradeFaults
@@ -167,6 +170,7 @@ class UpgradeRun {
       case 'VerifyArtifact':
         if (!this.journal.download) return { skipped: `version ${artifact.version} is already installed with this checksum` }
         await verifyArtifact(this.journal.download, artifact.sha256)
+        await verifyReleaseSignature(this.journal.download, this.#binaryName, artifact, this.deps.releaseKeys)
         return undefined
       case 'StopNode':
         if (supervisor.status().process_state !== 'running') return { skipped: 'the chain process is not running' }

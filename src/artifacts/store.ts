@@ -65,6 +65,12 @@ export async function listArtifacts(db: Queryable, filter: { binaryName?: string
   return ((await query) as Record<keyof ArtifactRecord, unknown>[]).map(fromRow)
 }
 
+/** The release signature of the stored binary version with these bytes; undefined when not stored or unsigned. */
+export async function storedSignature(db: Queryable, artifact: Pick<ArtifactRecord, 'binary_name' | 'version' | 'sha256'>): Promise<string | undefined> {
+  const row = (await db('artifacts').where(artifact).first('signature')) as { signature: string | null } | undefined
+  return row?.signature ?? undefined
+}
+
 /** Whether any stored artifact still has these bytes. */
 export async function digestInUse(db: Queryable, sha256: string): Promise<boolean> {
   return (await db('artifacts').where({ sha256 }).first('id')) !== undefined

@@ -207,6 +207,8 @@ export const nodeAgentEnv = z.object({
   /** Overrides the gateway's intervals (tests, debugging). */
   NODE_AGENT_HEARTBEAT_INTERVAL: optionalDuration(),
   NODE_AGENT_PROGRESS_CHECK_INTERVAL: optionalDuration(),
+  /** Release public keys a signed artifact must verify against (docs/artifacts.md). */
+  ARTIFACT_RELEASE_PUBLIC_KEYS: releasePublicKeysSetting,
 })
 
 

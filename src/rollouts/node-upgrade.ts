@@ -21,6 +21,7 @@ import type { ChainCatalogue } from '../config/chains.js'
 import { DEFAULT_HEALTH_POLICY } from '../config/health-policy.js'
 import { awaitCommand, cancelCommand, enqueueCommand, type AgentCommand } from '../agents/commands.js'
 import { upgradeResult, type ConfigFile, type RunSpec, type UpgradePhase } from '../agents/protocol.js'
+import { storedSignature } from '../artifacts/store.js'
 import { lockRow } from '../db/dialect.js'
 import type { Db, Queryable } from '../db/knex.js'
 import { raiseUpgradeFailureIncident } from '../health/incident-upgrade.js'
@@ -267,9 +268,11 @@ async function begin(deps: NodeUpgradeDeps, target: UpgradeTarget, ref: RolloutN
 }
 
 async function sendUpgrade(deps: NodeUpgradeDeps, target: UpgradeTarget, nodeId: string, key: string): Promise<AgentCommand> {
+  // A stored artifact travels with its release signature, which agents with release keys verify.
+  const signature = await storedSignature(deps.db, { binary_name: target.binaryName, version: target.version, sha256: hex(target.checksum) })
   const payload = {
     binary_name: target.binaryName,
-    artifact: { version: target.version, url: target.url, sha256: hex(target.checksum) },
+    artifact: { version: target.version, url: target.url, sha256: hex(target.checksum), ...(signature ? { signature } : {}) },
     ...(target.configFiles && target.configFiles.length > 0 ? { config_files: target.configFiles } : {}),
     ...(target.configVersion !== undefined ? { config_version: target.configVersion } : {}),
     ...(target.run ? { run: target.run } : {}),
