@@ -1,18 +1,41 @@
 import { defineConfig } from 'vitest/config'
 
+/**
+ * Files that spend most of their time waiting on real agents, chain processes and workflow timers
+ * (measured: a few CPU seconds per minute of wall time). They run in a second pool beside the
+ * CPU-bound files, so their waits overlap the others' work instead of holding one of the two
+ * process slots (docs/development.md, "Test run time").
+ */
+export const WAITING_FILES = [
+  'test/integration/rollouts/groups.test.ts',
+  'test/integration/rollouts/signals.test.ts',
+  'test/integration/rollouts/rolling.test.ts',
+  'test/integration/rollouts/config-changes.test.ts',
+  'test/integration/rollouts/failed-rollback.test.ts',
+  'test/integration/rollouts/group-source-version.test.ts',
+  'test/integration/health/heartbeat-evaluation.test.ts',
+  'test/integration/incidents/resolution.test.ts',
+  'test/integration/workflows/crash.test.ts',
+]
+
 export default defineConfig({
   test: {
-    include: ['test/**/*.test.ts'],
     globalSetup: ['test/helpers/global-setup.ts'],
     setupFiles: ['test/helpers/cpu-usage-setup.ts'],
     reporters: ['default', './test/helpers/slowest-files-reporter.ts'],
-    pool: 'forks',
-    // Two cores, and the process-bound files (split stacks, `nodeplane up`, fleets of agents)
-    // keep them busy too: two files at a time. Running more at once was measured slower, with
-    // timeouts (docs/development.md).
-    poolOptions: { forks: { maxForks: 2, minForks: 1 } },
     testTimeout: 30_000,
     hookTimeout: 60_000,
     teardownTimeout: 30_000,
+    poolOptions: {
+      // Two cores, and the process-bound files (split stacks, `nodeplane up`, fleets of agents)
+      // keep them busy too: two files at a time. Running more at once was measured slower, with
+      // timeouts (docs/development.md).
+      forks: { maxForks: 2, minForks: 1 },
+      threads: { maxThreads: 2, minThreads: 1 },
+    },
+    projects: [
+      { extends: true, test: { name: 'main', include: ['test/**/*.test.ts'], exclude: WAITING_FILES, pool: 'forks' } },
+      { extends: true, test: { name: 'waiting', include: WAITING_FILES, pool: 'threads' } },
+    ],
   },
 })

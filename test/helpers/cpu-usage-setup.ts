@@ -1,11 +1,12 @@
 /**
  * Records the CPU a test file used (its worker process and every child it started and reaped:
  * daemons, agents, CLI runs) so the slowest-files report can tell a file that waits on timers
- * from one that keeps the cores busy. Each file runs in its own forked worker, so the worker's
- * totals at the end are the file's. The log's path comes from the reporter
+ * from one that keeps the cores busy. Each file of the forks pool runs in its own forked worker,
+ * so the worker's totals at the end are the file's; the threads pool's files get none. The log's path comes from the reporter
  * (test/helpers/slowest-files-reporter.ts).
  */
 import fs from 'node:fs'
+import { isMainThread } from 'node:worker_threads'
 import { afterAll } from 'vitest'
 
 const CLOCK_TICKS_PER_SECOND = 100
@@ -21,6 +22,7 @@ function processCpuSeconds(): number {
 
 afterAll((suite) => {
   const log = process.env.NODEPLANE_TEST_CPU_LOG
-  if (!log || !('filepath' in suite)) return
+  // A file of the threads pool shares its process with vitest and the other threads: no figure of its own.
+  if (!log || !isMainThread || !('filepath' in suite)) return
   fs.appendFileSync(log, `${JSON.stringify({ file: suite.filepath, cpuSeconds: processCpuSeconds() })}\n`)
 })

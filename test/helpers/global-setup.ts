@@ -47,11 +47,24 @@ async function startShared(): Promise<SharedSetup> {
   return { server, sqliteDir, sqliteTemplates }
 }
 
+/**
+ * Every project of vitest.config.ts (the two pools) runs this setup, each with its own copy of
+ * this module: they share one server through the main process's globalThis, and the last project
+ * to finish stops it.
+ */
+const SHARED = Symbol.for('nodeplane.test.sharedSetup')
+type SharedSlot = { setup: Promise<SharedSetup>; users: number }
+const slots = globalThis as unknown as { [SHARED]?: SharedSlot }
+
 export async function setup(project: TestProject): Promise<() => Promise<void>> {
-  const shared = await startShared()
+  const slot = (slots[SHARED] ??= { setup: startShared(), users: 0 })
+  slot.users++
+  const shared = await slot.setup
   project.provide('postgresUrl', shared.server.url)
   project.provide('sqliteTemplates', shared.sqliteTemplates)
   return async () => {
+    if (--slot.users > 0) return
+    delete slots[SHARED]
     await shared.server.stop()
     fs.rmSync(shared.sqliteDir, { recursive: true, force: true })
   }

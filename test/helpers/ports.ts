@@ -1,5 +1,6 @@
 import fs from 'node:fs'
 import net from 'node:net'
+import { isMainThread } from 'node:worker_threads'
 
 /**
  * A port free on 127.0.0.1 for a server the test is about to start. Not from the kernel's
@@ -21,7 +22,9 @@ const SLICES_START = 20_000
 const SLICE = 3_000
 const SLICES = 4
 const EPHEMERAL_START = ephemeralRangeStart()
-const sliceStart = SLICES_START + (Number(process.env.VITEST_POOL_ID ?? process.pid) % SLICES) * SLICE
+// The forks and the threads pool (vitest.config.ts) number their workers 1 and 2 each: the
+// threads' workers take the two slices above the forks'.
+const sliceStart = SLICES_START + ((Number(process.env.VITEST_POOL_ID ?? process.pid) + (isMainThread ? 0 : 2)) % SLICES) * SLICE
 // A file after another in the same worker starts elsewhere in the slice.
 let nextInSlice = Math.floor(Math.random() * SLICE)
 
