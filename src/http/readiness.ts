@@ -1,8 +1,11 @@
 /**
- * Readiness (GET /readyz): a server can serve only with its database and, where it has one, its
- * event bus (the auth server has none, and reports no bus component), plus any component of its
- * own (the payment service: each enabled payment provider). Each
- * component is checked with a short deadline, all at once; a hung dependency makes the probe
+ * Readiness (GET /readyz): a server can serve only with its database and any component of its own
+ * (the payment service: each enabled payment provider). The event bus, where a server has one (the
+ * auth server has none, and reports no bus component), is reported but not required: every event a
+ * request causes goes through the outbox, in the request's own transaction, and the relay publishes
+ * it once the bus is back. A server without its bus is `degraded`, still ready; taking every API
+ * instance out of a balancer's rotation over a NATS blip would turn it into an outage (issue 22).
+ * Each component is checked with a short deadline, all at once; a hung dependency makes the probe
  * fail fast instead of hanging the prober. Concurrent probes share one check in flight, so a
  * flood of probes against a hanging database does not pile up connection attempts.
  */
@@ -23,6 +26,8 @@ export type ComponentCheck = () => Promise<ComponentStatus>
 
 export interface Readiness {
   ready: boolean
+  /** Components down that the server serves without (the bus): ready, but say so. */
+  degraded: string[]
   components: { database: ComponentStatus; bus?: ComponentStatus } & Record<string, ComponentStatus>
 }
 
@@ -59,8 +64,9 @@ export function createReadinessCheck(
         : undefined,
     ])
     const others = Object.fromEntries(await ownStatus)
-    const ready = database.status === 'up' && (busStatus === undefined || busStatus.status === 'up') && Object.values(others).every((c) => c.status === 'up')
-    return { ready, components: { ...(busStatus ? { database, bus: busStatus } : { database }), ...others } }
+    const ready = database.status === 'up' && Object.values(others).every((c) => c.status === 'up')
+    const degraded = busStatus?.status === 'down' ? ['bus'] : []
+    return { ready, degraded, components: { ...(busStatus ? { database, bus: busStatus } : { database }), ...others } }
   }
   return () => {
     inFlight ??= check().finally(() => {

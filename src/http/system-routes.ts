@@ -26,7 +26,8 @@ const components = z.object({ database: componentStatus, bus: componentStatus.op
 
 const readyBody = z
   .object({
-    status: z.literal('ready'),
+    status: z.enum(['ready', 'degraded']).openapi({ description: '`degraded`: ready, with a component it serves without (the event bus) down' }),
+    degraded: z.array(z.string()).optional().openapi({ description: 'The components down that the server serves without; their events wait in the outbox' }),
     components,
   })
   .openapi('Ready')
@@ -61,7 +62,7 @@ export function systemRoutes(deps: SystemRouteDeps): ApiRoute[] {
     defineRoute({
       method: 'get',
       path: '/readyz',
-      summary: 'Readiness: database, event bus and the server\'s own dependencies (payment providers) reachable',
+      summary: 'Readiness: the database and the server\'s own dependencies (payment providers) reachable; the event bus reported, not required',
       tags: ['system'],
       auth: 'none',
       responses: {
@@ -69,8 +70,10 @@ export function systemRoutes(deps: SystemRouteDeps): ApiRoute[] {
         503: { description: 'A component is down', schema: notReadyBody },
       },
     }).handle(async ({ log }) => {
-      const { ready, components } = await deps.readiness()
-      if (ready) return { status: 200, body: { status: 'ready', components } }
+      const { ready, degraded, components } = await deps.readiness()
+      if (ready && degraded.length === 0) return { status: 200, body: { status: 'ready', components } }
+      // Not logged: the bus client logs its own disconnection, and probes come every few seconds.
+      if (ready) return { status: 200, body: { status: 'degraded', degraded, components } }
       const details = Object.entries(components)
         .filter(([, c]) => c.status === 'down')
         .map(([name, c]) => `${name}: ${c.error ?? 'down'}`)

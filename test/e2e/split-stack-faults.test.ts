@@ -150,7 +150,7 @@ describe('faults survived on the split stack (separate daemon processes, own Pos
     await probe.expectNothingLostNothingTwice('1f')
   })
 
-  it('2: NATS stopped while a payment completes: the event waits in the outbox, activates once when NATS is back', { timeout: 300_000 }, async () => {
+  it('2: NATS stopped while a payment completes: the servers stay ready (degraded), the event waits in the outbox, activates once when NATS is back', { timeout: 300_000 }, async () => {
     onTestFailed(() => stack.printLogs())
     // 15 s here; the minute-long outage with a rollout reporting is split-stack-workers.test.ts, 2b.
     const OUTAGE_MS = 15_000
@@ -170,6 +170,12 @@ describe('faults survived on the split stack (separate daemon processes, own Pos
     )
     expect(await countUnpublished(stack.paymentsDb)).toBeGreaterThan(0)
     expect(await probe.ok('GET', `/api/v1/payments/${paymentId}`)).toMatchObject({ status: 'completed' })
+    // Still in rotation without NATS (issue 22, item 3): every api-server and the payment service
+    // answer /readyz 200, degraded, naming the bus.
+    for (const base of [...stack.apiUrls, stack.paymentHttpUrl]) {
+      const res = await fetch(`${base}/readyz`)
+      expect({ via: base, status: res.status, body: await res.json() }).toMatchObject({ status: 200, body: { status: 'degraded', degraded: ['bus'], components: { database: { status: 'up' }, bus: { status: 'down' } } } })
+    }
     await sleep(Math.max(0, OUTAGE_MS - (Date.now() - stoppedAt)))
     expect((await probe.subscriptionRow(subscriptionId)).status).toBe('pending_payment')
     expect(await count(stack.db, 'nodes', { subscription_id: subscriptionId })).toBe(0)

@@ -57,19 +57,29 @@ describe.each(DIALECTS)('GET /readyz on %s', (dialect) => {
     })
   })
 
-  it('is 503 naming the bus when the event bus is closed', async () => {
+  it('is 200 degraded naming the bus when the event bus is closed: requests still work, their events wait in the outbox', async () => {
     const t = await resources.database(dialect)
     const bus = createLocalBus()
     const api = await resources.api({ db: t.db, bus })
     await bus.close()
     const res = await getJson(`${api.url}/readyz`)
-    expect(res.status).toBe(503)
+    expect(res.status).toBe(200)
     expect(res.body).toEqual({
-      status: 'not_ready',
-      error: 'not ready',
-      details: 'bus: event bus is closed',
+      status: 'degraded',
+      degraded: ['bus'],
       components: { database: { status: 'up' }, bus: { status: 'down', error: 'event bus is closed' } },
     })
+  })
+
+  it('is 503 naming the database, and the bus as well, when both are down', async () => {
+    const t = await resources.database(dialect)
+    const db = t.connect()
+    const bus = createLocalBus()
+    const api = await resources.api({ db, bus })
+    await Promise.all([db.destroy(), bus.close()])
+    const res = await getJson(`${api.url}/readyz`)
+    expect(res.status).toBe(503)
+    expect(res.body).toMatchObject({ status: 'not_ready', details: expect.stringMatching(/^database: .+; bus: event bus is closed$/) })
   })
 })
 
@@ -83,21 +93,21 @@ describe('GET /readyz with unreachable dependencies', () => {
     expect(res.body).toMatchObject({ components: { database: { status: 'down', error: expect.stringContaining('ECONNREFUSED') }, bus: { status: 'up' } } })
   })
 
-  it('is 503 within the deadline when a dependency hangs', async () => {
+  it('answers within the deadline when a dependency hangs, naming it down', async () => {
     const t = await resources.database('sqlite')
     const api = await resources.api({ db: t.db, bus: controllableBus(() => new Promise(() => undefined)), readinessTimeoutMs: 200 })
     const started = Date.now()
     const res = await getJson(`${api.url}/readyz`)
     expect(Date.now() - started).toBeLessThan(2_000)
-    expect(res.status).toBe(503)
-    expect(res.body).toMatchObject({ components: { database: { status: 'up' }, bus: { status: 'down', error: 'no answer within 200 ms' } } })
+    expect(res.status).toBe(200)
+    expect(res.body).toMatchObject({ status: 'degraded', components: { database: { status: 'up' }, bus: { status: 'down', error: 'no answer within 200 ms' } } })
   })
 
-  it('is 503 with the error a bus reports', async () => {
+  it('reports the error a bus gives', async () => {
     const t = await resources.database('sqlite')
     const api = await resources.api({ db: t.db, bus: controllableBus(async () => ({ ok: false, error: 'nats: connection closed' })) })
     const res = await getJson(`${api.url}/readyz`)
-    expect(res).toMatchObject({ status: 503, body: { details: 'bus: nats: connection closed' } })
+    expect(res).toMatchObject({ status: 200, body: { status: 'degraded', degraded: ['bus'], components: { bus: { status: 'down', error: 'nats: connection closed' } } } })
   })
 })
 
