@@ -8,6 +8,7 @@ import os from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { commandPayloads } from '../../../src/agents/protocol.js'
 import { createApiRateLimiter } from '../../../src/auth/api-rate-limit.js'
 import { authenticatorFromSettings } from '../../../src/auth/authenticator.js'
 import { openChainCatalogue, staticChainSource } from '../../../src/config/chain-source.js'
@@ -125,6 +126,13 @@ describe('the litecoin profile', () => {
     expect((exportOnGenerated as ConfigError).problems).toEqual(['chains/litecoin/profile.yaml: inputs[0].export: only chain_generated secrets are exported by the chain'])
     const badWallet = await loadChainCatalogue(configDir((p) => p.replace('wallet: nodeplane', 'wallet: ../other'))).catch((err: unknown) => err)
     expect((badWallet as ConfigError).problems[0]).toMatch(/inputs\[0\]\.export\.wallet: must be 1 to 64 letters/)
+    // The agent's side of the same rules: a key restored into the chain is a state key, an export's path is the chain's.
+    const sealed = { ephemeral_public_key: 'a', nonce: 'b', ciphertext: 'c' }
+    const restoreUnderKeys = commandPayloads.inject_keys.safeParse({ keys: [{ path: 'seed', sealed, restore: { type: 'bitcoin_wallet_hd_seed', wallet: 'nodeplane' } }] })
+    expect(restoreUnderKeys.success ? [] : restoreUnderKeys.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`)).toEqual(['keys.0.restore: only a state key is restored into the chain'])
+    const exportOutside = commandPayloads.capture_keys.safeParse({ paths: ['agent-key'], recipient_public_key: 'k', exports: [{ type: 'bitcoin_wallet_hd_seed', path: 'agent-key', wallet: 'nodeplane' }] })
+    expect(exportOutside.success ? [] : exportOutside.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`)).toEqual(['exports.0.path: must be a file under data/ or config/'])
+
     const packagedRelative = await loadChainCatalogue(configDir((p) => p.replace(`file://${LITECOIND}`, 'releases/litecoind'))).catch((err: unknown) => err)
     expect((packagedRelative as ConfigError).problems).toEqual([
       'chains/litecoin/profile.yaml: releases[0].package: only an artifact outside the catalogue (an absolute file:// URL) is installed by a package',
