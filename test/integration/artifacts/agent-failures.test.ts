@@ -3,7 +3,8 @@
  * loopback HTTP servers and files: a closed port, an open port answering 404, a redirect and a
  * missing file are the same "artifact not found" (the URL's owner learns nothing about the
  * host's ports or files), a redirect is never followed, and a checksum mismatch names no digest,
- * neither in the error nor in the agent's log. No database is involved.
+ * neither in the error nor in the agent's log; a signed artifact installs only when its release
+ * signature verifies against the agent's keys. No database is involved.
  */
 import crypto from 'node:crypto'
 import fs from 'node:fs'
@@ -13,7 +14,8 @@ import path from 'node:path'
 import { pathToFileURL } from 'node:url'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { acquireArtifact, ensureInstalled } from '../../../src/agent/artifacts.js'
-import { openStateDir, type StateDir } from '../../../src/agent/state-dir.js'
+import { openStateDir, releaseBinaryPath, type StateDir } from '../../../src/agent/state-dir.js'
+import { generateReleaseKey, parsePublicKey, signArtifact } from '../../../src/artifacts/signing.js'
 import { createLogger } from '../../../src/log.js'
 import { tempDir } from '../../helpers/cli.js'
 import { freePort } from '../../helpers/ports.js'
@@ -95,5 +97,28 @@ describe('agent artifact failures', () => {
     expect(text).not.toContain(masterKeyDigest.slice(0, 16))
     // The agent's log keeps each cause for its operator (never a digest).
     expect(logs.lines.filter((l) => l.msg === 'artifact not found').map((l) => l.cause)).toEqual(['ECONNREFUSED', 'HTTP 404', 'HTTP 302', 'ENOENT'])
+  })
+
+  it('a signed artifact installs only when its signature verifies against the agent\'s release keys; a failure names no digest', async () => {
+    const file = path.join(dir, 'chain-2.0.0')
+    fs.writeFileSync(file, 'a release\n')
+    const sha256 = crypto.createHash('sha256').update(fs.readFileSync(file)).digest('hex')
+    const identity = { binary_name: 'chain', version: '2.0.0', sha256, size_bytes: fs.statSync(file).size }
+    const [release, other] = [generateReleaseKey(), generateReleaseKey()]
+    const keys = [parsePublicKey(release.public_key)!]
+    const artifact = (signature: string) => ({ version: '2.0.0', url: pathToFileURL(file).href, sha256, signature })
+    const install = (signature: string, releaseKeys: typeof keys) =>
+      ensureInstalled(stateDir, 'chain', artifact(signature), { logger, releaseKeys }).then(
+        () => 'installed',
+        (err: unknown) => (err as Error).message,
+      )
+    // Another key; the right key over another version (relabelled); no key configured to check it.
+    expect(await install(signArtifact(identity, other.secretKey), keys)).toBe('artifact signature mismatch')
+    expect(await install(signArtifact({ ...identity, version: '2.0.1' }, release.secretKey), keys)).toBe('artifact signature mismatch')
+    expect(await install(signArtifact(identity, release.secretKey), [])).toBe('artifact signature mismatch')
+    expect(fs.existsSync(releaseBinaryPath(stateDir, 'chain', '2.0.0'))).toBe(false)
+    expect(logs.text()).not.toContain(sha256.slice(0, 16))
+    expect(await install(signArtifact(identity, release.secretKey), keys)).toBe('installed')
+    expect(fs.readFileSync(releaseBinaryPath(stateDir, 'chain', '2.0.0'), 'utf8')).toBe('a release\n')
   })
 })

@@ -23,12 +23,14 @@ import { ValidationError } from '../../../src/errors.js'
 import { createLogger } from '../../../src/log.js'
 import { startRollout } from '../../../src/rollouts/control.js'
 import { createRollout, createRolloutGroup, type CreateOptions } from '../../../src/rollouts/create.js'
+import { listRolloutNodes } from '../../../src/rollouts/store.js'
+import { findNode } from '../../../src/nodes/node-store.js'
 import { describeEachDialectConcurrently } from '../../helpers/db.js'
 import { tempDir } from '../../helpers/cli.js'
 import { waitFor } from '../../helpers/ports.js'
 import { newKey, newUser } from '../auth/api-harness.js'
 import { getJson, LogCapture, Resources } from '../http/harness.js'
-import { binaryVersions, reportedVersions, startFleet, untilStatus } from '../rollouts/harness.js'
+import { binaryVersions, devnetRollout, reportedVersions, startFleet, untilStatus } from '../rollouts/harness.js'
 import { T0 } from '../rollouts/helpers.js'
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..')
@@ -140,10 +142,11 @@ describeEachDialectConcurrently('rollouts from the artifact store on %s', (diale
     await db('rollout_groups').where({ id: created.id }).update({ status: 'cancelled' })
   })
 
-  it('a real devnet node is upgraded to a stored, signed devnet-node 1.1.0', { timeout: 240_000 }, async () => {
+  it('a real devnet node with the release key is upgraded to a stored, signed 1.1.0; an artifact signed by another key is refused at creation and again by its agent', { timeout: 240_000 }, async () => {
     const t = await resources.database(dialect)
     await addArtifact(t.db, blobs, { file: RELEASE_110, binaryName: 'devnet-node', version: '1.1.0', signing: { kind: 'key', key: trusted }, now: new Date() })
-    const fleet = await startFleet(t.db, 1)
+    // The hosts' agents trust the release key (docs/artifacts.md, "Agents").
+    const fleet = await startFleet(t.db, 1, { agentEnv: { ARTIFACT_RELEASE_PUBLIC_KEYS: trusted.public_key } })
     resources.add(() => fleet.stop())
     const catalogue = fleet.setting.deps.chains.current()
     const checksum = `sha256:${(await t.db('artifacts').where({ version: '1.1.0' }).first('sha256')).sha256 as string}`
@@ -159,5 +162,31 @@ describeEachDialectConcurrently('rollouts from the artifact store on %s', (diale
     await waitFor(async () => (await reportedVersions(t.db, fleet.nodes))[0] === '1.1.0', 'the agent to report 1.1.0', 30_000, 200)
     // The node runs it: a later rollback to 1.1.0 would fetch it again, so it stays.
     await expect(removeArtifact(t.db, blobs, 'devnet-node', '1.1.0')).rejects.toThrow('devnet-node 1.1.0 is in use: 1 node(s) run 1.1.0, installed from it')
+
+    // 1.1.1: a build signed by another key. Creation refuses it...
+    const dir = tempDir()
+    const file = path.join(dir, 'devnet-node-1.1.1.mjs')
+    fs.writeFileSync(file, `${fs.readFileSync(RELEASE_110, 'utf8')}\n// 1.1.1\n`)
+    const forged = await addArtifact(t.db, blobs, { file, binaryName: 'devnet-node', version: '1.1.1', signing: { kind: 'key', key: other }, now: new Date() })
+    fs.rmSync(dir, { recursive: true, force: true })
+    const request = { ...MANUAL, source_version: '1.1.0', target_version: '1.1.1', target_binary_checksum: `sha256:${forged.sha256}` }
+    const refused = await createRollout(t.db, request, { createdBy: fleet.operatorId, catalogue, now: new Date(), artifactStore: { blobs, releaseKeys: [parsePublicKey(trusted.public_key)!] } }).then(
+      () => undefined,
+      (err: unknown) => err as ValidationError,
+    )
+    expect(refused?.details).toContain('body.target_binary_checksum: signature mismatch: devnet-node 1.1.1 is not signed by a release key this server trusts')
+    // ...and a rollout that got past it anyway (written straight into the database, as by a
+    // server configured with the other key) is refused by the agent, which stays on 1.1.0.
+    const bypass = await devnetRollout(t.db, fleet, { source_version: '1.1.0', target_version: '1.1.1', target_binary_url: blobs.agentUrl(forged.sha256), target_binary_checksum: `sha256:${forged.sha256}`, health_wait_duration_ms: 1_000 })
+    // Only healthy nodes on the source version are upgraded: after its upgrade the node first syncs.
+    await waitFor(async () => (await findNode(t.db, fleet.nodes[0] as string))?.state === 'healthy', 'the node to be healthy on 1.1.0', 60_000, 100)
+    await startRollout(t.db, bypass.id, { by: fleet.operatorId })
+    const ended = await untilStatus(t.db, bypass.id, ['completed', 'failed', 'paused'])
+    expect(ended.total_nodes, JSON.stringify(ended)).toBe(1)
+    const [node] = await listRolloutNodes(t.db, bypass.id)
+    expect(node).toMatchObject({ status: 'failed', upgrade_phase: 'rolled_back' })
+    expect(node?.error_message).toContain('VerifyArtifact (artifact signature mismatch)')
+    expect(node?.error_message).not.toMatch(/[0-9a-f]{64}/)
+    expect(await binaryVersions(t.db, fleet.nodes)).toEqual(['1.1.0'])
   })
 })

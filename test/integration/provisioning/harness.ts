@@ -38,6 +38,8 @@ export async function lifecycleSetting(
     heartbeatIntervalSeconds?: number
     /** devnet-node makes a block every this many ms (default: the profile's); see `withDevnetBlockTime`. */
     devnetBlockTimeMs?: number
+    /** More environment for the hosts' node agents (e.g. ARTIFACT_RELEASE_PUBLIC_KEYS). */
+    agentEnv?: Record<string, string>
   } = {},
 ): Promise<LifecycleSetting> {
   // `now`: one injected clock for the gateway and the workflows (tests that move time).
@@ -51,7 +53,7 @@ export async function lifecycleSetting(
   const store = tempDir('nodeplane-lifecycle-backups-')
   const masterKey = LocalFileMasterKey.fromBytes(crypto.randomBytes(32))
   await ensureServerKeyPair(db, masterKey)
-  const provider = new LocalInfrastructureProvider({ root, logger: quiet, agentEnv: { LOG_LEVEL: 'info', NODE_AGENT_HEARTBEAT_INTERVAL: '200ms' } })
+  const provider = new LocalInfrastructureProvider({ root, logger: quiet, agentEnv: { LOG_LEVEL: 'info', NODE_AGENT_HEARTBEAT_INTERVAL: '200ms', ...options.agentEnv } })
   const deps: LifecycleDeps = {
     db,
     logger: options.logger ?? quiet,
