@@ -13,6 +13,7 @@ import { staticChainSource } from '../../../src/config/chain-source.js'
 import { getProfile, type ChainCatalogue } from '../../../src/config/chains.js'
 import type { Db } from '../../../src/db/knex.js'
 import { evaluateHeartbeats } from '../../../src/health/heartbeat-evaluation.js'
+import { evaluatePolicies } from '../../../src/health/policy-evaluation.js'
 import { controlPlaneRoutes } from '../../../src/http/routes/index.js'
 import { createLogger } from '../../../src/log.js'
 import { findNode, insertNode } from '../../../src/nodes/node-store.js'
@@ -36,6 +37,7 @@ export interface LitecoinStack {
   rpc<T>(nodeId: string, method: string, params?: unknown[], wallet?: string): Promise<T>
   /** Once the node answers: `start` returns once litecoind stayed up a moment, before its RPC and wallet are up. */
   answer<T>(nodeId: string, method: string, params?: unknown[], wallet?: string): Promise<T>
+  /** healthy, synced, and application health ok by the profile's policy. */
   untilHealthy(nodeId: string, what: string): Promise<unknown>
   /** A litecoin node of a new user, provisioned through the provision workflow until healthy. */
   provisionedLitecoinNode(): Promise<{ id: string; userId: string }>
@@ -59,12 +61,17 @@ export function useLitecoinStack(dialect: Dialect): LitecoinStack {
     setting = await lifecycleSetting(db, { migrationCooldownMs: 3_600_000 })
     setting.deps = { ...setting.deps, chains: staticChainSource(withSmallKeypool(setting.deps.chains.current())) }
     worker = startLifecycleWorker(db, setting.deps)
-    // The heartbeat evaluation, as the health-evaluator runs it: a synced node becomes healthy.
+    // The heartbeat and policy evaluations, as the health-evaluator runs them: a synced node becomes
+    // healthy, and the profile's health policy (rpc_up, block_lag) judges its application health.
     evaluator = setInterval(() => {
-      evaluating = evaluating.then(() => evaluateHeartbeats(db, { now: new Date(), heartbeatTimeoutMs: 60_000, intervalMs: 250, logger: quiet })).then(
-        () => undefined,
-        () => undefined,
-      )
+      const now = new Date()
+      evaluating = evaluating
+        .then(() => evaluateHeartbeats(db, { now, heartbeatTimeoutMs: 60_000, intervalMs: 250, logger: quiet }))
+        .then(() => evaluatePolicies(db, { now, catalogue: setting.deps.chains.current(), reportMaxAgeMs: 60_000, logger: quiet }))
+        .then(
+          () => undefined,
+          () => undefined,
+        )
     }, 250)
     const { authenticate } = authenticatorFromSettings(
       { AUTH_PROVIDER: 'idp', AUTH_IDP_AUTHORIZED_PARTY: [], AUTH_CLOCK_SKEW: 30_000, AUTH_LEGACY_JWKS_URL: 'http://127.0.0.1:9/.well-known/jwks.json' },
@@ -101,7 +108,7 @@ export function useLitecoinStack(dialect: Dialect): LitecoinStack {
   const untilHealthy = (nodeId: string, what: string) =>
     waitFor(async () => {
       const node = await findNode(db, nodeId)
-      return node?.state === 'healthy' && node.sync_status === 'synced' && node
+      return node?.state === 'healthy' && node.sync_status === 'synced' && node.application_health === 'ok' && node
     }, what, 60_000, 100)
 
   return {
