@@ -9,6 +9,8 @@
  *   wallet (`dumpwallet`) into a private directory under `data/`, keeps only the HD seed's line
  *   (the WIF private key every wallet key derives from) at the export's path (mode 0600) and
  *   deletes the dump. The capture then reads that file like any chain-generated key.
+ * - **Key restore** (inject_keys `restore`, a migration without a snapshot): after the next start
+ *   the node takes the captured seed back into a wallet of that name (`restoreChainKeys`).
  * - **Flush before a backup**: the node writes its block index and UTXO set to disk only about
  *   hourly, so a live copy of its data directory would restart at its last write (on regtest,
  *   block 0) with the wallet's coins gone; `flushChainState` has it write them first.
@@ -22,8 +24,6 @@ import { BitcoinRpcError, createBitcoinRpcClient, flushChainState, RPC_IN_WARMUP
 import { pendingRestoresFile } from './keys.js'
 import { resolveInside, writeFileAtomic, type StateDir } from './state-dir.js'
 import type { ChainSupervisor } from './supervisor.js'
-
-type BitcoinProbe = Extract<ProbeSpec, { type: 'bitcoin_rpc' }>
 
 export interface ExportOptions {
   logger: Logger
