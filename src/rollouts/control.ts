@@ -65,7 +65,8 @@ function refusal(r: RolloutRecord, signal: RolloutSignal): string | null {
     case 'resume':
       return r.status === 'paused' && !rollingBack ? null : rollingBack ? 'it is being rolled back' : 'only a paused rollout can be resumed'
     case 'cancel':
-      return (r.status === 'running' || r.status === 'paused') && !rollingBack ? null : rollingBack ? 'it is being rolled back' : 'only a running or paused rollout can be cancelled'
+      if ((r.status === 'pending' || r.status === 'scheduled') && r.group_id) return 'its group decides its components: cancel the group instead'
+      return ['pending', 'scheduled', 'running', 'paused'].includes(r.status) && !rollingBack ? null : rollingBack ? 'it is being rolled back' : 'only a pending, scheduled, running or paused rollout can be cancelled'
     case 'rollback':
       return (r.status === 'running' || r.status === 'paused') && !rollingBack ? null : rollingBack ? 'it is already being rolled back' : 'only a running or paused rollout can be rolled back'
     case 'force':
@@ -80,9 +81,22 @@ export async function signalRollout(db: Db, rolloutId: string, signal: RolloutSi
   const current = await requireRollout(db, rolloutId)
   const refused = refusal(current, signal)
   if (refused) throw new ConflictError(`cannot ${signal.replace('_', ' ')} rollout ${current.id}: it is ${current.status}`, refused)
+  if (signal === 'cancel' && (current.status === 'pending' || current.status === 'scheduled')) return cancelBeforeStart(db, current, now)
   const payload: ControlSignal = { signal, by: options.by }
   await sendSignal(db, { name: ROLLOUT_WORKFLOW, key: rolloutId }, CONTROL_SIGNAL, payload, { now })
   return current
+}
+
+/**
+ * A rollout that has touched no node ends at once: cancelled, which frees its chain's active slot.
+ * A scheduled one's workflow, asleep until the scheduled time, then finds it cancelled and ends.
+ */
+async function cancelBeforeStart(db: Db, current: RolloutRecord, now: Date): Promise<RolloutRecord> {
+  return db.transaction(async (trx) => {
+    const moved = await updateRolloutStatus(trx, current.id, 'cancelled', { expectedVersion: current.version, now })
+    await publishRolloutEvent(trx, 'completed', rolloutProgress(moved), now)
+    return moved
+  })
 }
 
 /** A failed node of a running or paused rollout goes back to pending: the next batch takes it. */

@@ -29,6 +29,10 @@ import {
 } from './store.js'
 
 /** Defaults when the request leaves a field out (docs/rollouts.md, "Defaults"). */
+/** A schedule further ahead would hold the chain's one active rollout slot for longer than any plan needs. */
+export const MAX_SCHEDULE_AHEAD_DAYS = 30
+const MAX_SCHEDULE_AHEAD_MS = MAX_SCHEDULE_AHEAD_DAYS * 86_400_000
+
 export const ROLLOUT_DEFAULTS = {
   strategy: 'rolling' as RolloutStrategy,
   batch_size: 10,
@@ -96,7 +100,7 @@ export const createRolloutRequest = z
     target_binary_checksum: requestChecksum.optional(),
     migration_type: z.enum(MIGRATION_TYPES).optional().openapi({ description: 'Manual mode: default non_breaking. Auto mode: from the manifest (must agree if sent)' }),
     ...tuning,
-    scheduled_at: z.string().datetime({ offset: true, message: 'must be an ISO 8601 date-time' }).optional().openapi({ description: 'Start no earlier than this (future) time: POST …/start then makes the rollout scheduled' }),
+    scheduled_at: z.string().datetime({ offset: true, message: 'must be an ISO 8601 date-time' }).optional().openapi({ description: `Start no earlier than this time, in the future and at most ${MAX_SCHEDULE_AHEAD_DAYS} days ahead: POST …/start then makes the rollout scheduled` }),
   })
   .strict()
   .superRefine((body, ctx) => {
@@ -323,6 +327,7 @@ export async function createRollout(db: Queryable, request: unknown, options: Cr
   if (body.scheduled_at !== undefined) {
     scheduledAt = new Date(body.scheduled_at)
     if (scheduledAt.getTime() <= options.now.getTime()) problems.push(`body.scheduled_at: ${body.scheduled_at} is not in the future (now ${options.now.toISOString()})`)
+    else if (scheduledAt.getTime() > options.now.getTime() + MAX_SCHEDULE_AHEAD_MS) problems.push(`body.scheduled_at: ${body.scheduled_at} is more than ${MAX_SCHEDULE_AHEAD_DAYS} days ahead (now ${options.now.toISOString()})`)
   }
   if (problems.length > 0) throw invalid(problems)
 

@@ -74,9 +74,16 @@ async function runRollout(ctx: WorkflowContext, deps: RolloutDeps, rolloutId: st
     const r = await requireRollout(deps.db, rolloutId)
     return { status: r.status, scheduled_at: r.scheduled_at?.toISOString() ?? null }
   })
+  // Cancelled before its workflow first ran (control.ts cancels a scheduled rollout at once).
+  if (first.status === 'cancelled') return result(deps.db, rolloutId)
   if (first.status === 'scheduled' && first.scheduled_at) {
     await ctx.sleepUntil(new Date(first.scheduled_at))
-    await ctx.step('scheduled-start', () => move(deps, rolloutId, 'running', {}, { event: 'started', notify: 'rollout_started' }))
+    const started = await ctx.step('scheduled-start', async () => {
+      // Cancelled while it waited (control.ts): nothing to start.
+      if ((await requireRollout(deps.db, rolloutId)).status === 'cancelled') return 'cancelled'
+      return move(deps, rolloutId, 'running', {}, { event: 'started', notify: 'rollout_started' })
+    })
+    if (started === 'cancelled') return result(deps.db, rolloutId)
   }
   const plan = await ctx.step('plan', () => planRollout(deps, rolloutId))
 

@@ -13,10 +13,14 @@ export type RolloutStatus = (typeof ROLLOUT_STATUSES)[number]
 /** Spec: at most one rollout per chain profile in these. */
 export const ACTIVE_ROLLOUT_STATUSES: readonly RolloutStatus[] = ['pending', 'scheduled', 'running', 'paused']
 
-/** Spec: "Rollout status" — every other move is refused (409). */
+/**
+ * Spec: "Rollout status" — every other move is refused (409). Extension (docs/rollouts.md):
+ * pending and scheduled may be cancelled, or a rollout scheduled far ahead would hold its chain's
+ * one active slot until it fired.
+ */
 export const ROLLOUT_TRANSITIONS: Readonly<Record<RolloutStatus, readonly RolloutStatus[]>> = {
-  pending: ['scheduled', 'running'],
-  scheduled: ['running'],
+  pending: ['scheduled', 'running', 'cancelled'],
+  scheduled: ['running', 'cancelled'],
   running: ['paused', 'completed', 'failed', 'cancelled', 'rolled_back'],
   paused: ['running', 'cancelled', 'rolled_back'],
   completed: [],

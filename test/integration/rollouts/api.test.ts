@@ -204,6 +204,8 @@ describe.each(DIALECTS)('rollouts API on %s', (dialect) => {
       [{ ...MANUAL, chain_profile_id: 'nochain' }, 'unknown chain profile "nochain"'],
       [{ ...MANUAL, node_type: 'validator' }, 'chain devnet has no node type "validator"'],
       [{ ...MANUAL, scheduled_at: '2020-01-01T00:00:00Z' }, 'body.scheduled_at: 2020-01-01T00:00:00Z is not in the future'],
+      // T0 is 2025-03-01T12:00Z: a schedule may be 30 days ahead at most.
+      [{ ...MANUAL, scheduled_at: '2025-03-31T12:00:01Z' }, 'body.scheduled_at: 2025-03-31T12:00:01Z is more than 30 days ahead'],
       [{ ...MANUAL, extra: true }, "Unrecognized key(s) in object: 'extra'"],
     ]
     for (const [body, expected] of bad) {
@@ -265,7 +267,7 @@ describe.each(DIALECTS)('rollouts API on %s', (dialect) => {
   it('starts and signals a rollout through the control functions; refused moves are 409 and change nothing', async () => {
     const { db, call, api } = await setup(dialect)
     const rollout = (await call('POST', '/api/v1/rollouts', AUTO)).body as RolloutView
-    for (const action of ['pause', 'resume', 'cancel', 'rollback', 'force', 'approve-canary']) {
+    for (const action of ['pause', 'resume', 'rollback', 'force', 'approve-canary']) {
       const refused = await call('POST', `/api/v1/rollouts/${rollout.id}/${action}`)
       expect(refused.status, action).toBe(409)
       expect(isErrorBody(refused.body)).toBe(true)
@@ -295,6 +297,22 @@ describe.each(DIALECTS)('rollouts API on %s', (dialect) => {
     expect(early.status).toBe(409)
     expect(early.body).toEqual({ error: `cannot start rollout ${later.id}: it is scheduled`, details: 'only a pending rollout can be started' })
     expect(await db('rollouts').where({ id: later.id }).first('status', 'version')).toMatchObject({ status: 'scheduled', version: 2 })
+  })
+
+  it('cancels a pending or a scheduled rollout at once (an extension of the spec), which frees the chain; a cancelled one is not started', async () => {
+    const { db, call } = await setup(dialect)
+    const pending = (await call('POST', '/api/v1/rollouts', AUTO)).body as RolloutView
+    const cancelled = await call('POST', `/api/v1/rollouts/${pending.id}/cancel`)
+    expect(cancelled).toMatchObject({ status: 200, body: { id: pending.id, status: 'cancelled', started_at: null } })
+    expect(await call('POST', `/api/v1/rollouts/${pending.id}/cancel`)).toMatchObject({ status: 409, body: { error: `cannot cancel rollout ${pending.id}: it is cancelled` } })
+    expect((await call('POST', `/api/v1/rollouts/${pending.id}/start`)).status).toBe(409)
+    const events = (await db('outbox').where({ subject: `events.rollout.${pending.id}.completed` }).select('payload')) as Array<{ payload: unknown }>
+    expect(events.map((e) => (typeof e.payload === 'string' ? JSON.parse(e.payload) : e.payload))).toEqual([expect.objectContaining({ rollout_id: pending.id, status: 'cancelled' })])
+
+    const later = (await call('POST', '/api/v1/rollouts', { ...MANUAL, scheduled_at: at(3_600_000).toISOString() })).body as RolloutView
+    expect((await call('POST', `/api/v1/rollouts/${later.id}/start`)).body).toMatchObject({ status: 'scheduled' })
+    expect(await call('POST', `/api/v1/rollouts/${later.id}/cancel`)).toMatchObject({ status: 200, body: { id: later.id, status: 'cancelled' } })
+    expect((await call('POST', '/api/v1/rollouts', AUTO)).status).toBe(201)
   })
 
   it('creates, shows and starts a group; status shows each component not_started until its rollout exists', async () => {
