@@ -11,7 +11,7 @@ import type { ReleasePublicKey } from '../artifacts/release-keys.js'
 import { ensureInstalled, type FetchLike } from './artifacts.js'
 import { backupToStore, restoreFromStore } from './backup.js'
 import { exportChainKeys, prepareBackup, restoreChainKeys } from './bitcoin-node.js'
-import { captureKeys, injectKeys, loadOrCreateAgentKey } from './keys.js'
+import { captureKeys, injectKeys, loadOrCreateAgentKey, untilKeyFilesWritten } from './keys.js'
 import { open, type SealedBox } from '../secrets/sealed-box.js'
 import type { ChainSupervisor, SupervisorStatus } from './supervisor.js'
 import { runUpgrade, type ProgressReport, type UpgradeFaults } from './upgrade.js'
@@ -115,6 +115,7 @@ export function createExecutor(options: ExecutorOptions): Executor {
     inject_keys: async (_id, p) => injectKeys(stateDir, p.keys, loadOrCreateAgentKey(stateDir).secretKey),
     capture_keys: async (_id, p) => {
       await exportChainKeys(stateDir, p.exports ?? [], supervisor.deployment?.probe, { logger })
+      await untilKeyFilesWritten(stateDir, p.paths)
       return captureKeys(stateDir, p.paths, p.recipient_public_key)
     },
     backup: async (_id, p, report) => {

@@ -97,6 +97,24 @@ export function pendingRestoresFile(dir: StateDir): string {
   return path.join(dir.root, 'key-restores.json')
 }
 
+/**
+ * Waits (up to `timeoutMs`) for each key file that exists but is still empty to get its content:
+ * a chain creates its key file and then writes it (devnet-node's `wx` open, a rewrite in place),
+ * and a capture between the two would seal nothing. A missing file is left to captureKeys.
+ */
+export async function untilKeyFilesWritten(dir: StateDir, paths: readonly string[], timeoutMs = 2_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs
+  const empty = () =>
+    paths.some((p) => {
+      try {
+        return fs.statSync(resolveInside(dir.root, p, 'capture path')).size === 0
+      } catch {
+        return false
+      }
+    })
+  while (empty() && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20))
+}
+
 /** Files that never leave the host, whatever the recipient. */
 const NEVER_CAPTURED = ['agent-key', 'key-restores.json']
 
@@ -118,6 +136,7 @@ export function captureKeys(dir: StateDir, paths: readonly string[], recipientPu
         const code = (err as NodeJS.ErrnoException).code
         throw new Error(code === 'ENOENT' ? `key file ${p} does not exist on the node` : `cannot read key file ${p}: ${code ?? (err as Error).message}`)
       }
+      if (content.length === 0) throw new Error(`key file ${p} is empty on the node (the chain has not written it)`)
       try {
         return { path: p, sealed: seal(content, recipient) }
       } finally {

@@ -128,7 +128,7 @@ describe('agent keys', () => {
     expect(fs.readFileSync(dir.agentKeyFile, 'utf8')).not.toBe('x')
   })
 
-  it('captures files sealed to the recipient, and names a missing file', async () => {
+  it('captures files sealed to the recipient, waits for one created but not yet written, and names a missing or empty file', async () => {
     const { dir, executor } = node()
     fs.writeFileSync(path.join(dir.dataDir, 'nodekey'), 'chain generated node key\n', { mode: 0o600 })
     const recipient = generateBoxKeyPair()
@@ -145,6 +145,18 @@ describe('agent keys', () => {
       executor.execute({ id: 'capture-2', type: 'capture_keys', payload: { paths: ['data/nodekey', 'data/missing.key'], recipient_public_key: recipientKey } }, quiet),
     ).rejects.toThrow(new CommandError('key file data/missing.key does not exist on the node'))
     expect(() => captureKeys(dir, ['agent-key'], recipientKey)).toThrow(/agent-key cannot be captured/)
+
+    // A key file the chain has created but not yet written: the capture waits for its content
+    // instead of sealing nothing; one that stays empty is refused, naming it.
+    const late = path.join(dir.dataDir, 'late.key')
+    fs.writeFileSync(late, '', { mode: 0o600 })
+    setTimeout(() => fs.writeFileSync(late, 'written a moment later\n'), 300)
+    const waited = (await executor.execute({ id: 'capture-3', type: 'capture_keys', payload: { paths: ['data/late.key'], recipient_public_key: recipientKey } }, quiet)) as {
+      keys: Array<{ path: string; sealed: SealedBox }>
+    }
+    expect(Buffer.from(open(waited.keys[0]!.sealed, recipient.secretKey)).toString('utf8')).toBe('written a moment later\n')
+    fs.writeFileSync(path.join(dir.dataDir, 'never.key'), '', { mode: 0o600 })
+    expect(() => captureKeys(dir, ['data/never.key'], recipientKey)).toThrow(/key file data\/never.key is empty on the node/)
     expect(() => captureKeys(dir, ['data/nodekey'], 'c2hvcnQ=')).toThrow(/recipient_public_key must be a base64 X25519 public key/)
   })
 })
