@@ -12,7 +12,9 @@
  * - no crash loop within the window: the agent reporting `crash_loop`, or the chain process
  *   restarted by the supervisor at all (a freshly installed binary that crashes once while
  *   being watched is not healthy).
- * The first condition broken ends the validation at once.
+ * The first condition broken ends the validation at once. Only reports of the version installed
+ * count: a heartbeat the agent took before the upgrade (of the old process, healthy) can reach the
+ * control plane after the upgrade completed, and its receive time is no proof of the new binary.
  */
 import type { HealthPolicy } from '../config/health-policy.js'
 import { fromJson, toDateOrNull } from '../db/dialect.js'
@@ -23,6 +25,8 @@ export interface HealthValidationOptions {
   nodeId: string
   /** When the upgrade command completed: only heartbeats after it count. */
   since: Date
+  /** The version installed: only reports of it count. */
+  version: string
   durationMs: number
   policy: HealthPolicy
   pollIntervalMs: number
@@ -35,6 +39,7 @@ export type HealthValidation = { ok: true } | { ok: false; reason: string }
 export interface Observation {
   state: string
   reported_at: Date | null
+  binary_version: string | null
   sync_status: string | null
   process_state: string | null
   restarts_in_window: number | null
@@ -45,13 +50,14 @@ async function observe(db: Queryable, nodeId: string): Promise<Observation | und
   const row = (await db('nodes')
     .leftJoin('agent_status', 'agent_status.node_id', 'nodes.id')
     .where('nodes.id', nodeId)
-    .first('nodes.state', 'agent_status.reported_at', 'agent_status.sync_status', 'agent_status.process_state', 'agent_status.restarts_in_window', 'agent_status.metrics')) as
+    .first('nodes.state', 'agent_status.reported_at', 'agent_status.binary_version', 'agent_status.sync_status', 'agent_status.process_state', 'agent_status.restarts_in_window', 'agent_status.metrics')) as
     | Record<string, unknown>
     | undefined
   if (!row) return undefined
   return {
     state: String(row.state),
     reported_at: toDateOrNull(row.reported_at),
+    binary_version: (row.binary_version as string | null) ?? null,
     sync_status: (row.sync_status as string | null) ?? null,
     process_state: (row.process_state as string | null) ?? null,
     restarts_in_window: row.restarts_in_window === null || row.restarts_in_window === undefined ? null : Number(row.restarts_in_window),
@@ -74,12 +80,13 @@ export class HealthJudge {
   constructor(
     private readonly since: Date,
     private readonly policy: HealthPolicy,
+    private readonly version: string,
   ) {}
 
   /** A failure, or undefined while the window may go on. */
   see(seen: Observation): HealthValidation | undefined {
     if (seen.state === 'down' || seen.state === 'failed') return { ok: false, reason: `the node is ${seen.state}` }
-    if (!seen.reported_at || seen.reported_at.getTime() <= this.since.getTime()) return undefined
+    if (!seen.reported_at || seen.reported_at.getTime() <= this.since.getTime() || seen.binary_version !== this.version) return undefined
     this.#heartbeatSeen = true
     if (seen.sync_status === 'stalled') return { ok: false, reason: 'the agent reports the chain head stalled' }
     if (seen.process_state === 'crash_loop') return { ok: false, reason: 'the chain process is in a crash loop' }
@@ -105,7 +112,7 @@ export class HealthJudge {
 
 export async function validateNodeHealth(db: Queryable, options: HealthValidationOptions): Promise<HealthValidation> {
   const until = options.since.getTime() + options.durationMs
-  const judge = new HealthJudge(options.since, options.policy)
+  const judge = new HealthJudge(options.since, options.policy, options.version)
   for (;;) {
     options.heartbeat?.()
     const seen = await observe(db, options.nodeId)

@@ -175,6 +175,7 @@ async function runNodeChange(deps: NodeUpgradeDeps, target: UpgradeTarget, ref: 
   const validation = await validateNodeHealth(deps.db, {
     nodeId: ref.nodeId,
     since: completedAt,
+    version: target.version,
     durationMs: target.healthWaitMs,
     policy: deps.catalogue().profiles.get(target.chainProfileId)?.health_policy ?? DEFAULT_HEALTH_POLICY,
     pollIntervalMs: deps.pollIntervalMs,

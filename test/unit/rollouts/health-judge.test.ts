@@ -20,6 +20,7 @@ function report(secondsAfter: number, metrics: Record<string, number>, extra: Pa
   return {
     state: 'maintenance',
     reported_at: new Date(since.getTime() + secondsAfter * 1000),
+    binary_version: '1.1.0',
     sync_status: 'synced',
     process_state: 'running',
     restarts_in_window: 0,
@@ -29,7 +30,7 @@ function report(secondsAfter: number, metrics: Record<string, number>, extra: Pa
 }
 
 function judge(observations: Observation[]) {
-  const j = new HealthJudge(since, policy)
+  const j = new HealthJudge(since, policy, '1.1.0')
   for (const seen of observations) {
     const failure = j.see(seen)
     if (failure) return failure
@@ -40,6 +41,13 @@ function judge(observations: Observation[]) {
 describe('health validation verdict', () => {
   it('passes a node whose probe fails while it starts and answers once it is up', () => {
     expect(judge([report(1, starting), report(2, starting), report(3, up), report(4, up)])).toEqual({ ok: true })
+  })
+
+  it('counts only reports of the version installed: a healthy heartbeat of the old binary received after the upgrade is no proof', () => {
+    const old = { binary_version: '1.0.0' }
+    expect(judge([report(1, up, old), report(2, up, old), report(3, starting)])).toMatchObject({ ok: false, reason: expect.stringMatching(/never came up/) })
+    expect(judge([report(1, up, old), report(2, up, old)])).toMatchObject({ ok: false, reason: expect.stringMatching(/^no heartbeat within/) })
+    expect(judge([report(1, up, old), report(2, starting), report(3, up), report(4, up)])).toEqual({ ok: true })
   })
 
   it('fails at once when application health turns critical after the node came up', () => {
