@@ -1,4 +1,5 @@
 import { defineConfig } from 'vitest/config'
+import DurationSequencer from './test/helpers/duration-sequencer.js'
 
 /**
  * Files that spend most of their time waiting on real agents, chain processes and workflow timers
@@ -23,6 +24,7 @@ export default defineConfig({
     globalSetup: ['test/helpers/global-setup.ts'],
     setupFiles: ['test/helpers/cpu-usage-setup.ts'],
     reporters: ['default', './test/helpers/slowest-files-reporter.ts'],
+    sequence: { sequencer: DurationSequencer },
     testTimeout: 30_000,
     hookTimeout: 60_000,
     teardownTimeout: 30_000,
