@@ -291,11 +291,13 @@ async function followCommand(
   mirror = true,
 ): Promise<AgentCommand> {
   const deadline = deps.now().getTime() + deps.commandTimeoutMs
-  let phase: string | null = null
+  // A step run again (at least once) finds the node's phase already past what the finished
+  // command last reported: mirroring only forward never takes it back (verifying -> starting).
+  let phase: string | null = mirror ? (await readRolloutNode(deps.db, ref.id)).upgrade_phase : null
   for (;;) {
     heartbeat?.()
     const seen = await awaitCommand(deps.db, command.id, { timeoutMs: Math.max(deps.pollIntervalMs * 4, 200), pollIntervalMs: deps.pollIntervalMs, now: deps.now })
-    if (mirror && seen.progress_phase && seen.progress_phase !== phase && isUpgradePhase(seen.progress_phase)) {
+    if (mirror && seen.progress_phase && seen.progress_phase !== phase && isUpgradePhase(seen.progress_phase) && !behind(seen.progress_phase, phase)) {
       const reported: UpgradePhase = seen.progress_phase
       phase = reported
       await deps.db.transaction((trx) => setPhase(trx, ref, reported, 'in_progress', event, deps.now()))
@@ -309,6 +311,13 @@ async function followCommand(
 }
 
 const PHASES: readonly string[] = ['preparing', 'stopped', 'mutating', 'starting', 'verifying', 'completed', 'rollbacking', 'rolled_back', 'failed_rollback']
+/** The agent's phases, then the control plane's verifying, in the order an upgrade passes them. */
+const FORWARD: readonly string[] = ['preparing', 'stopped', 'mutating', 'starting', 'verifying']
+/** Whether `reported` comes before `current` on the way forward (anything else may be mirrored). */
+function behind(reported: string, current: string | null): boolean {
+  const at = current === null ? -1 : FORWARD.indexOf(current)
+  return at >= 0 && FORWARD.indexOf(reported) < at
+}
 function isUpgradePhase(value: string): value is UpgradePhase {
   return PHASES.includes(value)
 }
