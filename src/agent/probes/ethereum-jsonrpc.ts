@@ -79,7 +79,7 @@ export function createEthereumProbe(spec: EthereumProbeSpec, options: EthereumPr
     try {
       answers = await call(AbortSignal.timeout(spec.timeout_ms))
       height = quantity('eth_blockNumber', answers.eth_blockNumber)
-      peers = answers.net_peerCount === NOT_IMPLEMENTED ? undefined : quantity('net_peerCount', answers.net_peerCount)
+      peers = answers.net_peerCount === METHOD_ABSENT ? undefined : quantity('net_peerCount', answers.net_peerCount)
       if (answers.eth_syncing !== false && !isObject(answers.eth_syncing)) throw new ProbeFailure('eth_syncing returned neither false nor a sync object')
     } catch (err) {
       return { sync_status: 'unknown', healthy: false, metrics: { rpc_up: 0 }, error: describe(err, spec.timeout_ms) }
@@ -150,11 +150,12 @@ async function post(endpoint: Endpoint, body: unknown, signal: AbortSignal, tole
   }
 }
 
-const NOT_IMPLEMENTED = Symbol('not implemented')
+/** An optional method the client does not have (anvil answers net_peerCount with method not found). */
+const METHOD_ABSENT = Symbol('method absent')
 
 function resultOf(method: string, answer: unknown): unknown {
   if (!isObject(answer)) throw new ProbeFailure(`${method}: no answer`)
-  if (isObject(answer.error) && answer.error.code === METHOD_NOT_FOUND && OPTIONAL.has(method)) return NOT_IMPLEMENTED
+  if (isObject(answer.error) && answer.error.code === METHOD_NOT_FOUND && OPTIONAL.has(method)) return METHOD_ABSENT
   if (isObject(answer.error)) {
     const code = typeof answer.error.code === 'number' ? ` ${answer.error.code}` : ''
     const message = typeof answer.error.message === 'string' ? `: ${answer.error.message.slice(0, 200)}` : ''
