@@ -14,22 +14,13 @@ import { afterAll, beforeAll, expect, it } from 'vitest'
 import { signedStatement } from '../../src/artifacts/signing.js'
 import { createTestDatabase, describeEachDialectConcurrently, type TestDatabase } from '../helpers/db.js'
 import { nodeplane, tempDir, type CliResult } from '../helpers/cli.js'
+import type { ArtifactView } from '../../src/artifacts/service.js'
 
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
 const RELEASE_100 = path.join(REPO, 'chains/devnet/releases/devnet-node-1.0.0.mjs')
 const RELEASE_110 = path.join(REPO, 'chains/devnet/releases/devnet-node-1.1.0.mjs')
 const sha256 = (file: string) => crypto.createHash('sha256').update(fs.readFileSync(file)).digest('hex')
 
-interface ArtifactView {
-  binary_name: string
-  version: string
-  sha256: string
-  size_bytes: number
-  signed: boolean
-  key_id: string | null
-  signature: string | null
-  created_at: string
-}
 
 describeEachDialectConcurrently('artifact commands on %s', (dialect) => {
   let t: TestDatabase
