@@ -10,6 +10,7 @@ import * as uptime from './0008_uptime.js'
 import * as rollouts from './0009_rollouts.js'
 import * as provisionRetries from './0010_provision_retries.js'
 import * as artifacts from './0011_artifacts.js'
+import * as agentChainPid from './0012_agent_chain_pid.js'
 
 /** In order; a released migration is never edited, a change is a new entry. */
-export const controlPlaneMigrations: readonly Migration[] = [initialSchema, authServer, agents, nodeKeys, payments, healthEvaluation, incidents, uptime, rollouts, provisionRetries, artifacts]
+export const controlPlaneMigrations: readonly Migration[] = [initialSchema, authServer, agents, nodeKeys, payments, healthEvaluation, incidents, uptime, rollouts, provisionRetries, artifacts, agentChainPid]

@@ -1,8 +1,14 @@
 /**
  * The node agent's side of the protocol (proto/agent.proto): registers, keeps the stream to the
- * gateway open (reconnecting with backoff), heartbeats, and runs the commands it receives,
- * reporting acknowledgement, progress, stalls and the outcome (spec: "Agent commands run
- * asynchronously").
+ * gateway open, heartbeats, and runs the commands it receives, reporting acknowledgement,
+ * progress, stalls and the outcome (spec: "Agent commands run asynchronously").
+ *
+ * Reconnecting (issue 22): a lost stream or a failed attempt moves to the next configured gateway
+ * at once; when every gateway of the list failed in a row, the agent waits a short, jittered delay
+ * (`reconnect`: doubling from `initialMs`, never above `maxMs`) and goes round again. Each attempt
+ * after a failure dials a fresh gRPC channel with a subchannel of its own: a channel that failed
+ * keeps its own exponential backoff (up to 2 minutes in grpc-js) and answers every call with the
+ * old ECONNREFUSED until it ends, so a gateway back after a short outage waited out that backoff.
  */
 import os from 'node:os'
 import * as grpc from '@grpc/grpc-js'
@@ -24,6 +30,8 @@ export interface HostSnapshot {
   restarts_in_window: number
   sync_status: string
   metrics: Record<string, number>
+  /** The chain process's pid while one runs. */
+  chain_pid?: number | undefined
 }
 
 /** What the agent reports about its host in each heartbeat (supervisor + probe + state dir). */
@@ -56,7 +64,8 @@ export interface AgentClientOptions {
   /** Overrides what the gateway says (tests). */
   heartbeatIntervalMs?: number
   progressCheckIntervalMs?: number
-  reconnect?: { initialMs: number; maxMs: number }
+  /** Delays between rounds over the gateways (default `AGENT_RECONNECT`). */
+  reconnect?: ReconnectPolicy
   /** A refusal that retrying cannot fix (bad token, retired node). */
   onFatal?: (reason: string) => void
 }
@@ -76,6 +85,31 @@ interface RunningCommand {
 
 type Duplex = grpc.ClientDuplexStream<AgentMessageOut, GatewayMessage>
 
+export interface ReconnectPolicy {
+  /** The delay after the first round in which every gateway failed. */
+  initialMs: number
+  /** The longest delay: bounds how long a gateway that is reachable again waits for its agents. */
+  maxMs: number
+}
+
+/**
+ * The production policy: a gateway reachable again has its agents back within about a second
+ * (`maxMs` plus a connection), while an absent gateway costs each agent about one refused
+ * connection a second.
+ */
+export const AGENT_RECONNECT: ReconnectPolicy = { initialMs: 250, maxMs: 1_000 }
+
+/**
+ * A delay drawn from [half, whole] of `ms`: a fleet that lost its gateway together spreads its
+ * attempts over the window instead of arriving at the same instant ("equal jitter").
+ */
+export function jittered(ms: number, random: () => number = Math.random): number {
+  return Math.round(ms / 2 + random() * (ms / 2))
+}
+
+/** A warning at the start of an outage, then one a minute while it lasts; each attempt at debug. */
+const OUTAGE_WARNING_EVERY_MS = 60_000
+
 const FATAL_CODES = new Set([grpc.status.UNAUTHENTICATED, grpc.status.FAILED_PRECONDITION, grpc.status.PERMISSION_DENIED])
 
 type GatewayClient = grpc.Client & Record<string, (...args: unknown[]) => unknown>
@@ -87,17 +121,28 @@ export class AgentClient {
   private stream: Duplex | undefined
   private heartbeatTimer: NodeJS.Timeout | undefined
   private reconnectTimer: NodeJS.Timeout | undefined
+  /** Ends a pending wait early (stop()). */
+  private wake: (() => void) | undefined
   private readonly running = new Map<string, RunningCommand>()
   /** Outcomes of commands run by this process, re-reported when a command arrives again. */
   private readonly outcomes = new Map<string, Outcome>()
-  private backoffMs: number
+  private readonly reconnect: ReconnectPolicy
   private stopped = false
   private connectedOnce = false
+  /** When the current outage began (the first failure since the last stream), for the log. */
+  private unreachableSince: number | undefined
+  private lastOutageWarning = 0
   heartbeatsSent = 0
+  /** Attempts that failed to reach a gateway since start (for tests and the bench). */
+  failedAttempts = 0
 
   constructor(private readonly options: AgentClientOptions) {
     this.targets = options.target.split(',').map((t) => t.trim()).filter((t) => t.length > 0)
-    this.backoffMs = options.reconnect?.initialMs ?? 1_000
+    if (this.targets.length === 0) throw new Error('AgentClient: target names no gateway (host:port, or several separated by commas)')
+    this.reconnect = options.reconnect ?? AGENT_RECONNECT
+    if (!(this.reconnect.initialMs > 0 && this.reconnect.maxMs >= this.reconnect.initialMs)) {
+      throw new Error(`AgentClient: reconnect needs 0 < initialMs <= maxMs (got ${this.reconnect.initialMs} and ${this.reconnect.maxMs})`)
+    }
   }
 
   /** The gateway this agent dials now. */
@@ -112,6 +157,11 @@ export class AgentClient {
       const channelOptions: grpc.ChannelOptions = {
         'grpc.keepalive_time_ms': 30_000,
         'grpc.keepalive_timeout_ms': 10_000,
+        // A fresh channel must not pick up a failed one's subchannel (and its backoff) from the
+        // process-wide pool; and a channel's own retries stay as short as the agent's.
+        'grpc.use_local_subchannel_pool': 1,
+        'grpc.initial_reconnect_backoff_ms': this.reconnect.initialMs,
+        'grpc.max_reconnect_backoff_ms': this.reconnect.maxMs,
         ...(this.options.serverName ? { 'grpc.ssl_target_name_override': this.options.serverName, 'grpc.default_authority': this.options.serverName } : {}),
       }
       client = new Service(this.target, grpc.credentials.createSsl(this.options.ca), channelOptions) as unknown as GatewayClient
@@ -120,34 +170,80 @@ export class AgentClient {
     return client
   }
 
-  /** After a failed attempt or a lost stream: the next gateway of the list (the same one when there is one). */
-  private nextTarget(): void {
+  /**
+   * After a failed attempt or a lost stream: the channel to that gateway is dropped (the next
+   * attempt dials afresh) and the next gateway of the list is tried (the same one when there is one).
+   */
+  private abandonTarget(): void {
+    const client = this.clients.get(this.target)
+    this.clients.delete(this.target)
+    client?.close()
     this.targetIndex = (this.targetIndex + 1) % this.targets.length
   }
 
-  /** Connects in the background; resolves once the first stream is open. */
+  /** Connects in the background; resolves once the first stream is open (or the agent is refused or stopped). */
   start(): Promise<void> {
-    return new Promise((resolve) => {
-      const attempt = () => {
-        if (this.stopped) return resolve()
-        this.session().then(
-          () => resolve(),
-          (err: unknown) => {
-            if (this.stopped) return resolve()
-            const status = err as Partial<grpc.StatusObject>
-            if (status.code !== undefined && FATAL_CODES.has(status.code)) {
-              this.options.logger.error({ code: grpc.status[status.code], details: status.details }, 'the gateway refused this agent')
-              this.options.onFatal?.(`${grpc.status[status.code]}: ${status.details ?? ''}`)
-              return resolve()
-            }
-            this.options.logger.warn({ target: this.target, details: status.details ?? (err as Error).message, retry_in_ms: this.backoffMs }, 'cannot reach the agent-gateway; retrying')
-            this.nextTarget()
-            this.scheduleReconnect(attempt)
-          },
-        )
+    return this.connectLoop(0)
+  }
+
+  /**
+   * Tries the gateways in turn from the current one, with no wait between them; after a round in
+   * which all failed, waits a jittered delay that doubles up to `maxMs`. `firstDelayMs` spreads a
+   * fleet whose gateway went away at one instant.
+   */
+  private async connectLoop(firstDelayMs: number): Promise<void> {
+    if (firstDelayMs > 0 && !(await this.wait(firstDelayMs))) return
+    let delayMs = this.reconnect.initialMs
+    for (;;) {
+      for (let tried = 0; tried < this.targets.length; tried++) {
+        if (this.stopped) return
+        try {
+          await this.session()
+          return
+        } catch (err) {
+          if (this.stopped) return
+          const status = err as Partial<grpc.StatusObject>
+          if (status.code !== undefined && FATAL_CODES.has(status.code)) {
+            this.options.logger.error({ code: grpc.status[status.code], details: status.details }, 'the gateway refused this agent')
+            this.options.onFatal?.(`${grpc.status[status.code]}: ${status.details ?? ''}`)
+            return
+          }
+          this.failedAttempts += 1
+          this.noteUnreachable(status.details ?? (err as Error).message)
+          this.abandonTarget()
+        }
       }
-      attempt()
+      if (!(await this.wait(jittered(delayMs)))) return
+      delayMs = Math.min(delayMs * 2, this.reconnect.maxMs)
+    }
+  }
+
+  /** Resolves false when the agent was stopped meanwhile. */
+  private wait(ms: number): Promise<boolean> {
+    return new Promise((resolve) => {
+      if (this.stopped) return resolve(false)
+      this.wake = () => resolve(false)
+      this.reconnectTimer = setTimeout(() => {
+        this.wake = undefined
+        resolve(!this.stopped)
+      }, ms)
+      this.reconnectTimer.unref()
     })
+  }
+
+  private noteUnreachable(details: string): void {
+    const now = Date.now()
+    const fields = { target: this.target, details }
+    if (this.unreachableSince === undefined) {
+      this.unreachableSince = now
+      this.lastOutageWarning = now
+      this.options.logger.warn(fields, 'cannot reach the agent-gateway; retrying every gateway about once a second')
+    } else if (now - this.lastOutageWarning >= OUTAGE_WARNING_EVERY_MS) {
+      this.lastOutageWarning = now
+      this.options.logger.warn({ ...fields, unreachable_for_ms: now - this.unreachableSince }, 'still cannot reach any agent-gateway; retrying')
+    } else {
+      this.options.logger.debug(fields, 'agent-gateway attempt failed')
+    }
   }
 
   get connected(): boolean {
@@ -157,6 +253,7 @@ export class AgentClient {
   async stop(): Promise<void> {
     this.stopped = true
     if (this.reconnectTimer) clearTimeout(this.reconnectTimer)
+    this.wake?.()
     if (this.heartbeatTimer) clearInterval(this.heartbeatTimer)
     for (const command of this.running.values()) clearInterval(command.timer)
     const stream = this.stream
@@ -170,13 +267,6 @@ export class AgentClient {
       })
     }
     for (const client of this.clients.values()) client.close()
-  }
-
-  private scheduleReconnect(attempt: () => void): void {
-    const delay = this.backoffMs
-    this.backoffMs = Math.min(this.backoffMs * 2, this.options.reconnect?.maxMs ?? 30_000)
-    this.reconnectTimer = setTimeout(attempt, delay)
-    this.reconnectTimer.unref()
   }
 
   /** Register, then open the stream; rejects with a gRPC status when either fails. */
@@ -218,8 +308,12 @@ export class AgentClient {
       return
     }
     this.stream = stream
-    this.backoffMs = this.options.reconnect?.initialMs ?? 1_000
-    this.options.logger.info({ node_id: this.options.nodeId, target: this.target, reconnect: this.connectedOnce }, 'connected to the agent-gateway')
+    const unreachableForMs = this.unreachableSince === undefined ? undefined : Date.now() - this.unreachableSince
+    this.unreachableSince = undefined
+    this.options.logger.info(
+      { node_id: this.options.nodeId, target: this.target, reconnect: this.connectedOnce, ...(unreachableForMs !== undefined ? { unreachable_for_ms: unreachableForMs } : {}) },
+      'connected to the agent-gateway',
+    )
     this.connectedOnce = true
 
     stream.on('data', (message: GatewayMessage) => {
@@ -236,8 +330,9 @@ export class AgentClient {
         return
       }
       this.options.logger.warn({ target: this.target, details: err?.details ?? 'stream ended' }, 'lost the agent-gateway stream; reconnecting')
-      this.nextTarget()
-      this.scheduleReconnect(() => void this.start())
+      this.unreachableSince ??= Date.now()
+      this.abandonTarget()
+      void this.connectLoop(Math.round(Math.random() * this.reconnect.initialMs))
     }
     stream.on('error', onGone)
     stream.on('end', () => onGone())
@@ -266,6 +361,7 @@ export class AgentClient {
         metrics: snapshot.metrics,
         process_state: snapshot.process_state,
         restarts_in_window: snapshot.restarts_in_window,
+        chain_pid: snapshot.chain_pid ?? 0,
       },
     })
     this.heartbeatsSent += 1

@@ -32,7 +32,7 @@ export class HostReporter implements AgentHost {
   async snapshot(): Promise<HostSnapshot> {
     const status = this.supervisor.status()
     const deployment = this.supervisor.deployment
-    const base = { binary_version: deployment?.version ?? '', process_state: status.process_state, restarts_in_window: status.restarts_in_window }
+    const base = { binary_version: deployment?.version ?? '', process_state: status.process_state, restarts_in_window: status.restarts_in_window, chain_pid: status.pid }
     if (status.process_state !== 'running' || !deployment?.probe) {
       // Between a crash and its restart the state stays `running` with no pid: the grace is kept.
       if (status.process_state !== 'running') this.startup = undefined
@@ -46,7 +46,7 @@ export class HostReporter implements AgentHost {
       // describes the one before. Report the process as it is now, with nothing measured yet.
       if (after.process_state !== 'running') this.startup = undefined
       else this.startup = { pid: after.pid, since: this.now(), answered: false }
-      return { ...base, process_state: after.process_state === 'running' ? 'starting' : after.process_state, restarts_in_window: after.restarts_in_window, sync_status: 'unknown', metrics: {} }
+      return { ...base, process_state: after.process_state === 'running' ? 'starting' : after.process_state, restarts_in_window: after.restarts_in_window, chain_pid: after.pid, sync_status: 'unknown', metrics: {} }
     }
     if (report.healthy) this.startup.answered = true
     const grace = deployment.probe.startup_grace_ms ?? DEFAULT_STARTUP_GRACE_MS

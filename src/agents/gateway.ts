@@ -358,6 +358,7 @@ export class AgentGateway {
       syncStatus,
       processState,
       restartsInWindow: heartbeat.restarts_in_window,
+      chainPid: heartbeat.chain_pid ? heartbeat.chain_pid : null,
       metrics: finiteMetrics(heartbeat.metrics),
       runningCommandIds: heartbeat.running_command_ids.slice(0, 100),
     })

@@ -29,6 +29,8 @@ export interface HeartbeatMessage {
   metrics: Record<string, number>
   process_state: string
   restarts_in_window: number
+  /** 0 when no chain process runs (proto3 default); older agents never set it. */
+  chain_pid?: number
 }
 
 export type AgentMessage =

@@ -20,6 +20,8 @@ export interface HeartbeatRecord {
   restartsInWindow: number
   metrics: Record<string, number>
   runningCommandIds: string[]
+  /** The chain process's pid on the host; null when none runs. Operators only. */
+  chainPid?: number | null
 }
 
 interface Entry {
@@ -152,6 +154,7 @@ export async function upsertAgentStatus(db: Queryable, records: readonly Heartbe
         sync_status: r.syncStatus,
         process_state: r.processState,
         restarts_in_window: r.restartsInWindow,
+        chain_pid: r.chainPid ?? null,
         metrics: toJson(r.metrics),
         running_command_ids: toJson(r.runningCommandIds),
       })),
@@ -170,4 +173,5 @@ export interface AgentStatus {
   restarts_in_window: number
   metrics: Record<string, number>
   running_command_ids: string[]
+  chain_pid: number | null
 }
