@@ -16,6 +16,7 @@ import type { BusSubscription, EventBus } from '../src/events/bus.js'
 import { ConfigError } from '../src/errors.js'
 import type { Logger } from '../src/log.js'
 import type { MasterKey } from '../src/secrets/master-key.js'
+import type { ReleasePublicKey } from '../src/artifacts/release-keys.js'
 import { registerLifecycleWorkflows, type LifecycleDeps } from '../src/provisioning/index.js'
 import { registerRolloutWorkflows } from '../src/rollouts/index.js'
 import { startPaymentConsumer } from '../src/subscriptions/activation.js'
@@ -26,7 +27,13 @@ import { devCaDir } from './agent-gateway.js'
 export { orchestratorEnv }
 
 export type OrchestratorSettings = Pick<z.infer<typeof orchestratorEnv>, 'WORKFLOW_LEASE' | 'WORKFLOW_POLL_INTERVAL' | 'WORKFLOW_CONCURRENCY'>
-export type LifecycleSettings = z.infer<z.ZodObject<typeof lifecycleEnv>> & { NODEPLANE_DATA_DIR: string; AGENT_GATEWAY_PORT: number; LOG_LEVEL: string }
+export type LifecycleSettings = z.infer<z.ZodObject<typeof lifecycleEnv>> & {
+  NODEPLANE_DATA_DIR: string
+  AGENT_GATEWAY_PORT: number
+  LOG_LEVEL: string
+  /** Handed to the agents the local provider starts, so they can verify signed artifacts from the store. */
+  ARTIFACT_RELEASE_PUBLIC_KEYS?: ReleasePublicKey[]
+}
 
 /** The local provider and how new agents reach the gateway, from the settings; `chains` is opened by the caller (who closes it). */
 export async function lifecycleDeps(settings: LifecycleSettings, deps: { db: Db; logger: Logger; masterKey: MasterKey; chains: ChainSource; now?: () => Date }): Promise<LifecycleDeps> {
@@ -39,7 +46,7 @@ export async function lifecycleDeps(settings: LifecycleSettings, deps: { db: Db;
   const local = new LocalInfrastructureProvider({
     root: settings.LOCAL_HOSTS_DIR ?? path.join(settings.NODEPLANE_DATA_DIR, 'hosts'),
     logger: deps.logger.child({ component: 'local-provider' }),
-    agentEnv: { LOG_LEVEL: settings.LOG_LEVEL },
+    agentEnv: { LOG_LEVEL: settings.LOG_LEVEL, ...releaseKeysEnv(settings.ARTIFACT_RELEASE_PUBLIC_KEYS ?? []) },
   })
   return {
     db: deps.db,
@@ -59,6 +66,14 @@ export async function lifecycleDeps(settings: LifecycleSettings, deps: { db: Db;
     pollIntervalMs: 250,
     ...(deps.now ? { now: deps.now } : {}),
   }
+}
+
+/**
+ * The release public keys as the node agent reads them. Without them an agent refuses every
+ * signed artifact (docs/artifacts.md, "Agents"), so a rollout from the store could never install.
+ */
+function releaseKeysEnv(keys: ReleasePublicKey[]): Record<string, string> {
+  return keys.length > 0 ? { ARTIFACT_RELEASE_PUBLIC_KEYS: keys.map((k) => Buffer.from(k.key).toString('base64')).join(',') } : {}
 }
 
 /** The workflows this orchestrator runs. */

@@ -396,6 +396,7 @@ export const orchestratorEnv = z.object({
   ...workflowEnv,
   ...lifecycleEnv,
   ...secretsEnv,
+  ARTIFACT_RELEASE_PUBLIC_KEYS: artifactEnv.ARTIFACT_RELEASE_PUBLIC_KEYS,
   AGENT_GATEWAY_PORT: portsEnv.AGENT_GATEWAY_PORT,
 })
 export const agentGatewayEnv = z.object({
