@@ -65,7 +65,6 @@ export async function startNodeAgent(settings: NodeAgentSettings, deps: { logger
     logger,
     ...(settings.NODE_AGENT_HEARTBEAT_INTERVAL ? { heartbeatIntervalMs: settings.NODE_AGENT_HEARTBEAT_INTERVAL } : {}),
     ...(settings.NODE_AGENT_PROGRESS_CHECK_INTERVAL ? { progressCheckIntervalMs: settings.NODE_AGENT_PROGRESS_CHECK_INTERVAL } : {}),
-    reconnect: { initialMs: 500, maxMs: 30_000 },
     onFatal: deps.onFatal,
   })
   // Connection happens in the background: an agent started before its gateway keeps trying.
