@@ -9,7 +9,8 @@
  * | pending_payment | event payment.completed   | active     |
  * | pending_payment | cleanup, older than TTL   | deleted    |
  * | active          | cleanup, expires_at past  | expiring   |
- * | expiring        | cleanup, grace past       | terminated |
+ * | active          | operator ends it with its node (extension, `node terminate --end-subscription`) | terminated |
+ * | expiring        | cleanup, grace past; or an operator, as above | terminated |
  * | terminated      | —                         | (terminal) |
  *
  * Every status write goes through `transitionSubscription` (one row, optimistic lock on
@@ -23,7 +24,9 @@ import { SUBSCRIPTION_STATUSES, type SubscriptionStatus } from './views.js'
 
 export const SUBSCRIPTION_TRANSITIONS: Readonly<Record<SubscriptionStatus, readonly SubscriptionStatus[]>> = {
   pending_payment: ['active'],
-  active: ['expiring'],
+  // active -> terminated is an extension of the spec's table: an operator ends a subscription
+  // with its node (operator-termination.ts), rather than leave it paid with no node behind it.
+  active: ['expiring', 'terminated'],
   expiring: ['terminated'],
   terminated: [],
 }

@@ -36,9 +36,11 @@ describe('the subscription status table', () => {
     ['pending_payment', 'active'],
     ['active', 'expiring'],
     ['expiring', 'terminated'],
+    // Extension (docs/subscriptions.md, "Operator termination"): `node terminate --end-subscription`.
+    ['active', 'terminated'],
   ]
 
-  it.each(SUBSCRIPTION_STATUSES.flatMap((from) => SUBSCRIPTION_STATUSES.map((to) => [from, to] as const)))('%s -> %s is allowed only as the spec lists it', (from, to) => {
+  it.each(SUBSCRIPTION_STATUSES.flatMap((from) => SUBSCRIPTION_STATUSES.map((to) => [from, to] as const)))('%s -> %s is allowed only as the spec (and the documented extension) lists it', (from, to) => {
     const allowed = spec.some(([f, t]) => f === from && t === to)
     expect(canTransitionSubscription(from, to)).toBe(allowed)
   })
