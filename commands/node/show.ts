@@ -1,20 +1,30 @@
 import * as Flags from '@oclif/core/flags'
 import { BaseCommand } from '../../src/cli/base-command.js'
 import { apiClientFor, apiUrlFlag } from '../../src/cli/api-flags.js'
+import { withControlPlaneDatabase } from '../../src/cli/control-plane-db.js'
 import { shortTime } from '../../src/cli/display.js'
-import { NotFoundError } from '../../src/errors.js'
+import { isUuid } from '../../src/db/ids.js'
+import { NotFoundError, ValidationError } from '../../src/errors.js'
+import { findOperatorNodeView, type OperatorNodeView } from '../../src/nodes/operator-view.js'
 import type { NodeView } from '../../src/nodes/views.js'
 
 export default class NodeShow extends BaseCommand<typeof NodeShow> {
   static override summary = 'Show one node through the API: its states, display state, versions and last heartbeat'
-  static override description = 'An unknown id, or a node that is not yours, exits 3. Needs the scope nodes:read.'
-  static override examples = ['<%= config.bin %> node show --id 0193a1b2-…', '<%= config.bin %> node show --id "$NODE_ID" --json | jq -r .display_state']
+  static override description =
+    'An unknown id, or a node that is not yours, exits 3. Needs the scope nodes:read. With --wide (operators), the node is read from the control-plane database (DATABASE_URL) instead, with its agent\'s latest report: the chain process\'s pid on the host, the agent version and process state.'
+  static override examples = [
+    '<%= config.bin %> node show --id 0193a1b2-…',
+    '<%= config.bin %> node show --id "$NODE_ID" --json | jq -r .display_state',
+    '<%= config.bin %> node show --id "$NODE_ID" --wide --json | jq -r .agent.chain_pid',
+  ]
   static override flags = {
     id: Flags.string({ description: 'node id (`nodeplane node list`)', required: true }),
     'api-url': apiUrlFlag,
+    wide: Flags.boolean({ description: "operators: read the control-plane database and add the agent's report (chain pid)", default: false }),
   }
 
-  async run(): Promise<NodeView> {
+  async run(): Promise<NodeView | OperatorNodeView> {
+    if (this.flags.wide) return this.showWide()
     const api = apiClientFor(this.env(), this.flags['api-url'])
     const node = await api.get<NodeView>(`/nodes/${encodeURIComponent(this.flags.id)}`).catch((err: unknown) => {
       if (err instanceof NotFoundError) throw new NotFoundError(`no node ${this.flags.id} among the nodes you can see`, 'list them with `nodeplane node list`')
@@ -23,6 +33,27 @@ export default class NodeShow extends BaseCommand<typeof NodeShow> {
     if (!this.jsonEnabled()) this.log(describeNode(node))
     return node
   }
+
+  private async showWide(): Promise<OperatorNodeView> {
+    const id = this.flags.id
+    if (!isUuid(id)) throw new ValidationError(`"${id.slice(0, 60)}" is not a node id (UUID)`, 'list the nodes with `nodeplane node list`')
+    const node = await withControlPlaneDatabase(this.env(), (db) => findOperatorNodeView(db, id.toLowerCase()))
+    if (!node) throw new NotFoundError(`no node ${id} in the control-plane database`, 'list them with `nodeplane node list`')
+    if (!this.jsonEnabled()) this.log(`${describeNode(node)}\n${describeAgent(node)}`)
+    return node
+  }
+}
+
+function describeAgent(node: OperatorNodeView): string {
+  const { agent } = node
+  const line = (label: string, value: string) => `  ${`${label}:`.padEnd(22)}${value}`
+  return [
+    line('agent report', shortTime(agent.reported_at, 'never')),
+    line('agent version', agent.agent_version ?? '-'),
+    line('process state', agent.process_state ?? '-'),
+    line('chain pid', agent.chain_pid === null ? '-' : String(agent.chain_pid)),
+    line('restarts (window)', agent.restarts_in_window === null ? '-' : String(agent.restarts_in_window)),
+  ].join('\n')
 }
 
 function describeNode(node: NodeView): string {
