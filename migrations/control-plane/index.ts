@@ -11,6 +11,7 @@ import * as rollouts from './0009_rollouts.js'
 import * as provisionRetries from './0010_provision_retries.js'
 import * as artifacts from './0011_artifacts.js'
 import * as agentChainPid from './0012_agent_chain_pid.js'
+import * as agentGatewayPresence from './0013_agent_gateway_presence.js'
 
 /** In order; a released migration is never edited, a change is a new entry. */
-export const controlPlaneMigrations: readonly Migration[] = [initialSchema, authServer, agents, nodeKeys, payments, healthEvaluation, incidents, uptime, rollouts, provisionRetries, artifacts, agentChainPid]
+export const controlPlaneMigrations: readonly Migration[] = [initialSchema, authServer, agents, nodeKeys, payments, healthEvaluation, incidents, uptime, rollouts, provisionRetries, artifacts, agentChainPid, agentGatewayPresence]

@@ -6,6 +6,8 @@
 import os from 'node:os'
 import crypto from 'node:crypto'
 import * as grpc from '@grpc/grpc-js'
+import type { ArtifactBlobStore } from '../artifacts/blob-store.js'
+import { fetchArtifactHandler } from '../artifacts/gateway-fetch.js'
 import type { Db } from '../db/knex.js'
 import { isDomainError, UnauthorizedError } from '../errors.js'
 import type { Logger } from '../log.js'
@@ -31,6 +33,7 @@ import {
   type RegisterRequest,
   type RegisterResponse,
 } from './grpc.js'
+import { PRESENCE_LAPSE_INTERVALS, pruneGatewayPresence, recordGatewayPresence } from './gateway-presence.js'
 import { HeartbeatBatcher } from './heartbeats.js'
 import { PROCESS_STATES } from './protocol.js'
 import { markManyConnected, markManyDisconnected, recordRegistration } from './registrations.js'
@@ -46,7 +49,14 @@ export interface AgentGatewayOptions {
   heartbeatFlushIntervalMs: number
   commandPollIntervalMs: number
   now?: () => Date
+  /** The artifact store FetchArtifact serves from (docs/artifacts.md); absent: every fetch is "artifact not found". */
+  artifacts?: ArtifactBlobStore
   onHeartbeatsFlushed?: (latenciesMs: Float64Array) => void
+  /**
+   * How often this gateway records that it is receiving (gateway-presence.ts); default the
+   * agents' heartbeat interval.
+   */
+  presenceIntervalMs?: number
 }
 
 type Stream = grpc.ServerDuplexStream<AgentMessage, GatewayMessage>
@@ -81,6 +91,8 @@ export class AgentGateway {
   private readonly sessions = new Map<string, Session>()
   private readonly now: () => Date
   private pollTimer: NodeJS.Timeout | undefined
+  private presenceTimer: NodeJS.Timeout | undefined
+  private startedAt: Date | undefined
   private polls = 0
   private polling = false
   private closed = false
@@ -117,6 +129,13 @@ export class AgentGateway {
       Register: (call: grpc.ServerUnaryCall<RegisterRequest, RegisterResponse>, callback: grpc.sendUnaryData<RegisterResponse>) =>
         void this.register(call, callback),
       Connect: (call: Stream) => void this.connect(call),
+      FetchArtifact: fetchArtifactHandler({
+        db: options.db,
+        blobs: options.artifacts,
+        logger: options.logger,
+        authenticate: (metadata) => this.authenticate(metadata),
+        toStatus: (err, call) => this.toStatus(err, call),
+      }),
     })
   }
 
@@ -132,7 +151,22 @@ export class AgentGateway {
     this.heartbeats.start()
     this.pollTimer = setInterval(() => void this.deliverPending(), this.options.commandPollIntervalMs)
     this.pollTimer.unref()
+    this.startedAt = this.now()
+    const presenceMs = this.options.presenceIntervalMs ?? this.options.heartbeatIntervalSeconds * 1_000
+    await this.recordPresence(presenceMs)
+    await pruneGatewayPresence(this.options.db, this.now()).catch((err: unknown) => this.options.logger.warn({ err }, 'could not prune lapsed gateway presence rows'))
+    this.presenceTimer = setInterval(() => void this.recordPresence(presenceMs), presenceMs)
+    this.presenceTimer.unref()
     return bound
+  }
+
+  /** Tells the heartbeat evaluation that heartbeats can reach the control plane (gateway-presence.ts). */
+  private async recordPresence(presenceMs: number, liveUntil?: Date): Promise<void> {
+    if (!this.startedAt) return
+    const until = liveUntil ?? new Date(this.now().getTime() + PRESENCE_LAPSE_INTERVALS * presenceMs)
+    await recordGatewayPresence(this.options.db, this.gatewayId, this.startedAt, until).catch((err: unknown) =>
+      this.options.logger.warn({ err }, 'could not record this gateway as receiving heartbeats; retrying'),
+    )
   }
 
   /** Stops accepting calls, ends every stream (agents reconnect elsewhere), flushes heartbeats. */
@@ -140,6 +174,7 @@ export class AgentGateway {
     if (this.closed) return
     this.closed = true
     if (this.pollTimer) clearInterval(this.pollTimer)
+    if (this.presenceTimer) clearInterval(this.presenceTimer)
     for (const session of this.sessions.values()) session.call.end()
     await new Promise<void>((resolve) => {
       const timer = setTimeout(() => {
@@ -156,6 +191,8 @@ export class AgentGateway {
     // Streams still being set up are refused, and every disconnect is written, before the database goes.
     while (this.linking) await this.linking
     await this.heartbeats.stop()
+    // From here no heartbeat is received: the evaluation must not count this gateway as present.
+    await this.recordPresence(0, this.now())
   }
 
   private async authenticate(metadata: grpc.Metadata): Promise<AuthenticatedAgent> {

@@ -15,7 +15,13 @@
  *    - down with a fresh heartbeat (the grace before its migration starts) -> healthy;
  *    - syncing whose agent reports synced, heartbeat fresh -> healthy.
  * Nodes in maintenance are skipped (spec); provisioning is the provision workflow's business.
+ *
+ * Steps 2 and 3's move to down are held while no agent-gateway has been receiving heartbeats for
+ * the whole timeout (issue 22; src/agents/gateway-presence.ts): with every gateway gone, or back
+ * for less than the timeout, a missing heartbeat says nothing about the node, and counting it
+ * would take a healthy fleet down (and then migrate it) for an outage of the control plane's own.
  */
+import { heartbeatsReceivedSince } from '../agents/gateway-presence.js'
 import type { Db } from '../db/knex.js'
 import { isConcurrentWriteFailure } from '../db/errors.js'
 import { ConflictError } from '../errors.js'
@@ -56,6 +62,11 @@ export interface HeartbeatEvaluationResult {
   moves: NodeMove[]
   /** Moves refused because another writer changed the node first; the next cycle sees it again. */
   conflicts: number
+  /**
+   * Since when some gateway has been receiving without a break (no further back than the timeout);
+   * null when none is. Timeouts are counted only when this is a whole timeout ago.
+   */
+  receivingSince: Date | null
 }
 
 type NodeRowOf = Parameters<typeof nodeFromRow>[0]
@@ -64,6 +75,13 @@ export async function evaluateHeartbeats(db: Db, options: HeartbeatEvaluationOpt
   const { now } = options
   const cutoff = new Date(now.getTime() - options.heartbeatTimeoutMs)
   const countedBefore = new Date(now.getTime() - Math.max(1, Math.floor(options.intervalMs / 2)))
+  const receivingSince = await heartbeatsReceivedSince(db, now, cutoff)
+  const judging = receivingSince !== null && receivingSince.getTime() <= cutoff.getTime()
+  if (receivingSince === null) {
+    options.logger.warn('no agent-gateway is receiving heartbeats; missed heartbeats are not counted until one has been up for the heartbeat timeout')
+  } else if (!judging) {
+    options.logger.info({ receiving_since: receivingSince.toISOString(), counting_from: new Date(receivingSince.getTime() + options.heartbeatTimeoutMs).toISOString() }, 'agent-gateways receiving again after none was; missed heartbeats counted once they have been up for the heartbeat timeout')
+  }
 
   const reset = await db('nodes')
     .whereIn('state', [...HEARTBEAT_EVALUATED_STATES, 'down'])
@@ -71,7 +89,9 @@ export async function evaluateHeartbeats(db: Db, options: HeartbeatEvaluationOpt
     .where('last_heartbeat', '>=', cutoff)
     .update({ consecutive_failures: 0 })
 
-  const counted = await db('nodes')
+  const counted = !judging
+    ? 0
+    : await db('nodes')
     .whereIn('state', HEARTBEAT_EVALUATED_STATES)
     .where((q) => q.whereNull('last_heartbeat').orWhere('last_heartbeat', '<', cutoff))
     .where('state_changed_at', '<', cutoff)
@@ -83,6 +103,7 @@ export async function evaluateHeartbeats(db: Db, options: HeartbeatEvaluationOpt
       q
         .where((failing) =>
             failing
+            .whereRaw(judging ? '1 = 1' : '1 = 0')
             .whereIn('state', HEARTBEAT_EVALUATED_STATES)
             .where('consecutive_failures', '>=', FAILURES_BEFORE_DOWN)
             .where('state_changed_at', '<', cutoff)
@@ -119,7 +140,7 @@ export async function evaluateHeartbeats(db: Db, options: HeartbeatEvaluationOpt
     for (const conflict of result.conflicts) options.logger.debug({ nodeId: conflict.nodeId, err: conflict.message }, 'node changed during heartbeat evaluation; next cycle')
     conflicts += result.conflicts.length
   }
-  return { reset, counted, moves, conflicts }
+  return { reset, counted, moves, conflicts, receivingSince }
 }
 
 function moveFor(node: NodeRecord): { to: NodeState; reason: string } {

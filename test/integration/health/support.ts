@@ -1,4 +1,5 @@
 /** Shared setting for the health evaluation tests: nodes placed in a state at a moved clock. */
+import { recordGatewayPresence } from '../../../src/agents/gateway-presence.js'
 import { fromJson } from '../../../src/db/dialect.js'
 import type { Db } from '../../../src/db/knex.js'
 import type { HealthEvaluationSettings } from '../../../src/health/evaluator.js'
@@ -65,16 +66,25 @@ export async function healthEvents(db: Db, nodeId: string): Promise<HealthEvent[
 
 export const at = (ms: number): Date => new Date(T0 + ms)
 
-/** A fresh database per test (call inside a describe): `database()` creates it, destroyed after the test. */
-export function freshDatabases(dialect: Dialect): { database(): Promise<Db>; current(): TestDatabase | undefined } {
+/** An agent-gateway receiving heartbeats from a day before T0 to a year after (gateway-presence.ts). */
+export async function gatewayPresentThroughout(db: Db): Promise<void> {
+  await recordGatewayPresence(db, 'gateway-throughout', new Date(T0 - 24 * HOUR), new Date(T0 + 365 * 24 * HOUR))
+}
+
+/**
+ * A fresh database per test (call inside a describe): `database()` creates it, destroyed after the
+ * test. A gateway is receiving throughout unless `{ gateway: false }`.
+ */
+export function freshDatabases(dialect: Dialect): { database(options?: { gateway?: boolean }): Promise<Db>; current(): TestDatabase | undefined } {
   let t: TestDatabase | undefined
   afterEach(async () => {
     await t?.destroy()
     t = undefined
   })
   return {
-    async database() {
+    async database(options = {}) {
       t = await createTestDatabase(dialect)
+      if (options.gateway !== false) await gatewayPresentThroughout(t.db)
       return t.db
     },
     current: () => t,

@@ -7,6 +7,7 @@
 import { afterEach, describe, expect, it } from 'vitest'
 import { evaluationLeaseMs } from '../../../src/health/evaluator.js'
 import { tryAcquireLease } from '../../../src/jobs/lease.js'
+import { recordGatewayPresence } from '../../../src/agents/gateway-presence.js'
 import { evaluateHeartbeats } from '../../../src/health/heartbeat-evaluation.js'
 import { createWorkflowRegistry, createWorkflowWorker, startWorkflow, type WorkflowFunction } from '../../../src/workflows/index.js'
 import { createTestDatabase, DIALECTS, type TestDatabase } from '../../helpers/db.js'
@@ -107,6 +108,8 @@ describe.each(DIALECTS)('clock skew between daemons on %s', (dialect) => {
     const node = await insertTestNode(db, new Date(t0.getTime() - 600_000))
     await setNodeState(db, node.id, 'healthy')
     await db('nodes').where({ id: node.id }).update({ last_heartbeat: new Date(t0.getTime() - 120_000), state_changed_at: new Date(t0.getTime() - 600_000) })
+    // A gateway receiving throughout: the timeouts are the node's (gateway-presence.ts).
+    await recordGatewayPresence(db, 'gateway', new Date(t0.getTime() - 3_600_000), new Date(t0.getTime() + 3_600_000))
     const evaluate = (at: number) => evaluateHeartbeats(db, { now: new Date(t0.getTime() + at), heartbeatTimeoutMs: 60_000, intervalMs: EVALUATION_INTERVAL_MS, logger: silentLogger })
     const failures = async () => Number((await db('nodes').where({ id: node.id }).first('consecutive_failures')).consecutive_failures)
 
