@@ -2,7 +2,7 @@
 # Installs what the test suite needs from Debian's packages when it is missing: nats-server
 # (events tests), the PostgreSQL server binaries (the Postgres half of every database test) and
 # litecoind (the litecoin chain's tests run the real Litecoin Core; chains/litecoin/profile.yaml
-# pins the build Debian bookworm ships, 0.21.2.1).
+# pins the build Debian bookworm ships, 0.21.2.1) and openssl.
 # Needs root for apt-get; otherwise says what to install.
 set -euo pipefail
 
@@ -15,6 +15,11 @@ if ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 && [ -z "${TEST_DATAB
 fi
 if [ ! -x /usr/lib/litecoin/litecoind ]; then
   missing+=(litecoind)
+fi
+# The development PKI's test issues from an RSA CA made by the openssl tool (a data directory's
+# CA from before the PKI used ECDSA).
+if ! command -v openssl >/dev/null 2>&1; then
+  missing+=(openssl)
 fi
 [ ${#missing[@]} -eq 0 ] && exit 0
 
