@@ -7,6 +7,7 @@ import path from 'node:path'
 import * as grpc from '@grpc/grpc-js'
 import type { z } from 'zod'
 import { AgentGateway } from '../src/agents/gateway.js'
+import { localBlobStore } from '../src/artifacts/blob-store.js'
 import { ensureDevCertificates } from '../src/agents/tls.js'
 import { agentGatewayOnlyEnv } from '../src/config/env.js'
 import type { Db } from '../src/db/knex.js'
@@ -56,6 +57,8 @@ export async function startAgentGateway(settings: AgentGatewaySettings, deps: { 
     progressCheckIntervalSeconds: Math.max(1, Math.round(settings.AGENT_PROGRESS_CHECK_INTERVAL / 1_000)),
     heartbeatFlushIntervalMs: settings.HEARTBEAT_FLUSH_INTERVAL,
     commandPollIntervalMs: settings.AGENT_COMMAND_POLL_INTERVAL,
+    // The store `nodeplane artifact add` writes and the api-server resolves rollouts against.
+    artifacts: localBlobStore(settings.NODEPLANE_DATA_DIR),
     ...(deps.now ? { now: deps.now } : {}),
   })
   const port = await gateway

@@ -5,6 +5,7 @@
 import fs from 'node:fs'
 import type { z } from 'zod'
 import { startBackupPruning } from '../src/agent/backup-pruning.js'
+import { gatewayArtifactFetcher } from '../src/agent/artifact-fetch.js'
 import { AgentClient } from '../src/agent/client.js'
 import { createExecutor } from '../src/agent/executor.js'
 import { HostReporter } from '../src/agent/host.js'
@@ -41,6 +42,11 @@ function readSecretFile(variable: string, file: string, logger: Logger): string 
 
 export async function startNodeAgent(settings: NodeAgentSettings, deps: { logger: Logger; onFatal: (reason: string) => void }): Promise<RunningNodeAgent> {
   const { logger } = deps
+  const releaseKeys = settings.ARTIFACT_RELEASE_PUBLIC_KEYS
+  const requireSigned = settings.AGENT_REQUIRE_SIGNED_ARTIFACTS ?? releaseKeys.length > 0
+  if (requireSigned && releaseKeys.length === 0) {
+    throw new ConfigError(['AGENT_REQUIRE_SIGNED_ARTIFACTS=true: no release public key to verify a signature with; set ARTIFACT_RELEASE_PUBLIC_KEYS'])
+  }
   const token = readSecretFile('NODE_AGENT_TOKEN_FILE', settings.NODE_AGENT_TOKEN_FILE, logger)
   if (!fs.existsSync(settings.AGENT_GATEWAY_CA_FILE)) throw new ConfigError([`AGENT_GATEWAY_CA_FILE=${JSON.stringify(settings.AGENT_GATEWAY_CA_FILE)}: file not found`])
   const ca = fs.readFileSync(settings.AGENT_GATEWAY_CA_FILE)
@@ -50,7 +56,14 @@ export async function startNodeAgent(settings: NodeAgentSettings, deps: { logger
   const supervisor = new ChainSupervisor({ stateDir, logger: logger.child({ component: 'supervisor' }) })
   await supervisor.reapOrphan()
   await supervisor.resumeIfWanted().catch((err: unknown) => logger.error({ err }, 'could not start the chain process again after the agent restarted'))
-  const executor = createExecutor({ stateDir, supervisor, logger, releaseKeys: settings.ARTIFACT_RELEASE_PUBLIC_KEYS })
+  const storedArtifacts = gatewayArtifactFetcher({
+    target: settings.AGENT_GATEWAY_URL,
+    ca,
+    ...(settings.AGENT_GATEWAY_SERVER_NAME ? { serverName: settings.AGENT_GATEWAY_SERVER_NAME } : {}),
+    nodeId: settings.NODE_AGENT_NODE_ID,
+    token,
+  })
+  const executor = createExecutor({ stateDir, supervisor, logger, releaseKeys, requireSignedArtifacts: requireSigned, storedArtifacts })
   const backupPruning = startBackupPruning({ stateDir, logger })
   const client = new AgentClient({
     target: settings.AGENT_GATEWAY_URL,

@@ -1,6 +1,7 @@
 /**
- * Chain artifacts: acquire (file:// or http(s)://) into `downloads/`, verify the SHA-256,
- * install into `releases/<version>/<binary_name>`.
+ * Chain artifacts: acquire (a stored artifact from the agent-gateway, or a file:// or http(s)://
+ * URL) into `downloads/`, verify the SHA-256 and the release signature, install into
+ * `releases/<version>/<binary_name>`.
  */
 import crypto from 'node:crypto'
 import fs from 'node:fs'
@@ -13,6 +14,8 @@ import type { Logger } from 'pino'
 import type { ArtifactSpec } from '../agents/protocol.js'
 import type { ReleasePublicKey } from '../artifacts/release-keys.js'
 import { verifyingKey } from '../artifacts/signing.js'
+import { parseStoredArtifactUrl, STORED_ARTIFACT_SCHEME } from '../artifacts/stored-url.js'
+import type { StoredArtifactFetcher } from './artifact-fetch.js'
 import { assertSafeSegment, releaseBinaryPath, type StateDir } from './state-dir.js'
 
 export type FetchLike = typeof globalThis.fetch
@@ -27,10 +30,17 @@ export interface AcquireOptions {
    * artifact that carries a signature must verify against one of them.
    */
   releaseKeys?: readonly ReleasePublicKey[]
+  /** AGENT_REQUIRE_SIGNED_ARTIFACTS: an artifact without a release signature is refused. */
+  requireSigned?: boolean
+  /** Fetches a stored artifact (a `nodeplane-artifact:` URL) from the agent-gateway. */
+  stored?: StoredArtifactFetcher
 }
 
 /** The URL without credentials or query string (signed URLs carry secrets there). */
 export function describeUrl(url: string): string {
+  const stored = parseStoredArtifactUrl(url)
+  // The digest is left out: an agent names no digest of anything it fetched.
+  if (stored) return `the artifact store (${stored.binary_name} ${stored.version})`
   try {
     const u = new URL(url)
     return u.protocol === 'file:' ? u.href : `${u.origin}${u.pathname}`
@@ -67,11 +77,12 @@ export async function acquireArtifact(dir: StateDir, binaryName: string, artifac
   const part = `${target}.part`
   const where = describeUrl(artifact.url)
   const url = new URL(artifact.url)
-  if (url.protocol !== 'file:' && url.protocol !== 'http:' && url.protocol !== 'https:') {
-    throw new Error(`artifact URL scheme ${url.protocol} is not supported (file://, http://, https://)`)
+  if (url.protocol !== 'file:' && url.protocol !== 'http:' && url.protocol !== 'https:' && url.protocol !== STORED_ARTIFACT_SCHEME) {
+    throw new Error(`artifact URL scheme ${url.protocol} is not supported (${STORED_ARTIFACT_SCHEME}, file://, http://, https://)`)
   }
   try {
-    if (url.protocol === 'file:') await fs.promises.copyFile(fileURLToPath(url), part)
+    if (url.protocol === STORED_ARTIFACT_SCHEME) await fetchStored(artifact, part, options)
+    else if (url.protocol === 'file:') await fs.promises.copyFile(fileURLToPath(url), part)
     else await download(artifact.url, part, options)
     await fs.promises.rename(part, target)
   } catch (err) {
@@ -84,8 +95,20 @@ export async function acquireArtifact(dir: StateDir, binaryName: string, artifac
 }
 
 function causeOf(err: unknown): string {
+  const code = (err as { code?: unknown }).code
+  // A gRPC status (FetchArtifact) has a numeric code; its message names it ("5 NOT_FOUND: …").
+  if (typeof code === 'number') return (err as Error).message
   const cause = (err as { cause?: { code?: string; message?: string } }).cause
   return (err as NodeJS.ErrnoException).code ?? cause?.code ?? cause?.message ?? (err as Error).message
+}
+
+async function fetchStored(artifact: ArtifactSpec, file: string, options: AcquireOptions): Promise<void> {
+  const ref = parseStoredArtifactUrl(artifact.url)
+  if (!ref) throw new Error('malformed stored-artifact URL')
+  // The command's checksum is what gets verified: a URL naming other bytes is a malformed command.
+  if (ref.sha256 !== artifact.sha256 || ref.version !== artifact.version) throw new Error('the stored-artifact URL names another version or digest than the command')
+  if (!options.stored) throw new Error('this agent has no connection to fetch stored artifacts through')
+  await options.stored.fetchTo(ref, file, AbortSignal.timeout(options.timeoutMs ?? 10 * 60_000))
 }
 
 async function download(url: string, file: string, options: AcquireOptions): Promise<void> {
@@ -107,12 +130,22 @@ export async function verifyArtifact(file: string, expected: string): Promise<vo
 /**
  * Checks a signed artifact's release signature against the agent's release keys, over the
  * binary, version, digest and size it is installed as (src/artifacts/signing.ts). An artifact
- * without a signature (a chain profile's release, an allowed free URL) is left to its checksum;
- * a signature that verifies against none of the keys, or that the agent has no key to check,
- * fails as "artifact signature mismatch", naming no digest. Call after verifyArtifact.
+ * without a signature (a chain profile's release, an allowed free URL) is refused when the agent
+ * requires signed artifacts, and otherwise left to its checksum; a signature that verifies
+ * against none of the keys, or that the agent has no key to check, fails as "artifact signature
+ * mismatch". Neither message names a digest. Call after verifyArtifact.
  */
-export async function verifyReleaseSignature(file: string, binaryName: string, artifact: ArtifactSpec, releaseKeys: readonly ReleasePublicKey[] | undefined): Promise<void> {
-  if (artifact.signature === undefined) return
+export async function verifyReleaseSignature(
+  file: string,
+  binaryName: string,
+  artifact: ArtifactSpec,
+  releaseKeys: readonly ReleasePublicKey[] | undefined,
+  requireSigned = false,
+): Promise<void> {
+  if (artifact.signature === undefined) {
+    if (requireSigned) throw new Error(`artifact unsigned: ${binaryName} ${artifact.version} has no release signature and this agent requires one (AGENT_REQUIRE_SIGNED_ARTIFACTS)`)
+    return
+  }
   const size = (await fs.promises.stat(file)).size
   const key = verifyingKey({ binary_name: binaryName, version: artifact.version, sha256: artifact.sha256, size_bytes: size }, artifact.signature, releaseKeys ?? [])
   if (!key) throw new Error('artifact signature mismatch')
@@ -136,7 +169,7 @@ export async function ensureInstalled(dir: StateDir, binaryName: string, artifac
   const downloaded = await acquireArtifact(dir, binaryName, artifact, options)
   try {
     await verifyArtifact(downloaded, artifact.sha256)
-    await verifyReleaseSignature(downloaded, binaryName, artifact, options.releaseKeys)
+    await verifyReleaseSignature(downloaded, binaryName, artifact, options.releaseKeys, options.requireSigned)
     await installArtifact(dir, binaryName, artifact.version, downloaded)
   } finally {
     await fs.promises.rm(downloaded, { force: true })

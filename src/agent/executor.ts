@@ -8,6 +8,7 @@ import crypto from 'node:crypto'
 import type { Logger } from 'pino'
 import { commandPayloads, isCommandType, type CommandPayload, type CommandType } from '../agents/protocol.js'
 import type { ReleasePublicKey } from '../artifacts/release-keys.js'
+import type { StoredArtifactFetcher } from './artifact-fetch.js'
 import { ensureInstalled, type FetchLike } from './artifacts.js'
 import { backupToStore, restoreFromStore } from './backup.js'
 import { exportChainKeys, prepareBackup, restoreChainKeys } from './bitcoin-node.js'
@@ -45,6 +46,10 @@ export interface ExecutorOptions {
   fetch?: FetchLike
   /** ARTIFACT_RELEASE_PUBLIC_KEYS: signed artifacts must verify against one (docs/artifacts.md). */
   releaseKeys?: readonly ReleasePublicKey[]
+  /** AGENT_REQUIRE_SIGNED_ARTIFACTS: artifacts without a release signature are refused. */
+  requireSignedArtifacts?: boolean
+  /** Fetches stored artifacts from the agent-gateway (docs/artifacts.md). */
+  storedArtifacts?: StoredArtifactFetcher
   /** Test-only: fault injection for the upgrade actions and their compensations. */
   faults?: UpgradeFaults
 }
@@ -81,7 +86,13 @@ export function createExecutor(options: ExecutorOptions): Executor {
       assertSafeSegment(p.artifact.version, 'version')
       configFileTargets(stateDir, p.files)
       report.progress('configure', `installing ${p.binary_name} ${p.artifact.version}`)
-      const installed = await ensureInstalled(stateDir, p.binary_name, p.artifact, { fetch: options.fetch, logger, releaseKeys: options.releaseKeys })
+      const installed = await ensureInstalled(stateDir, p.binary_name, p.artifact, {
+        fetch: options.fetch,
+        logger,
+        releaseKeys: options.releaseKeys,
+        requireSigned: options.requireSignedArtifacts,
+        ...(options.storedArtifacts ? { stored: options.storedArtifacts } : {}),
+      })
       report.progress('configure', installed ? `installed ${p.artifact.version}` : `${p.artifact.version} already installed`)
       writeConfigFiles(stateDir, p.files)
       writeActiveDeployment(stateDir, {
@@ -137,6 +148,8 @@ export function createExecutor(options: ExecutorOptions): Executor {
           clock,
           fetch: options.fetch,
           releaseKeys: options.releaseKeys,
+          requireSigned: options.requireSignedArtifacts,
+          storedArtifacts: options.storedArtifacts,
           report,
           faults: options.faults,
           journal: {

@@ -11,6 +11,7 @@ import path from 'node:path'
 import type { Logger } from 'pino'
 import { PHASE_OF_ACTION, UPGRADE_ACTIONS, type CommandPayload, type UpgradeAction, type UpgradeResult } from '../agents/protocol.js'
 import type { ReleasePublicKey } from '../artifacts/release-keys.js'
+import type { StoredArtifactFetcher } from './artifact-fetch.js'
 import { acquireArtifact, installArtifact, isInstalled, verifyArtifact, verifyReleaseSignature, type FetchLike } from './artifacts.js'
 import { snapshotState } from './backup.js'
 import type { ChainSupervisor } from './supervisor.js'
@@ -56,6 +57,10 @@ export interface UpgradeDeps {
   fetch?: FetchLike
   /** ARTIFACT_RELEASE_PUBLIC_KEYS: a signed artifact must verify against one (VerifyArtifact). */
   releaseKeys?: readonly ReleasePublicKey[]
+  /** AGENT_REQUIRE_SIGNED_ARTIFACTS: an unsigned artifact fails VerifyArtifact. */
+  requireSigned?: boolean
+  /** Fetches stored artifacts from the agent-gateway (AcquireArtifact). */
+  storedArtifacts?: StoredArtifactFetcher
   report: ProgressReport
   journal: UpgradeJournalStore
   faults?: UpgradeFaults
@@ -164,13 +169,13 @@ class UpgradeRun {
       }
       case 'AcquireArtifact':
         if (await isInstalled(stateDir, this.#binaryName, artifact)) return { skipped: `version ${artifact.version} is already installed with this checksum` }
-        this.journal.download = await acquireArtifact(stateDir, this.#binaryName, artifact, { fetch: this.deps.fetch, logger: this.deps.logger })
+        this.journal.download = await acquireArtifact(stateDir, this.#binaryName, artifact, { fetch: this.deps.fetch, logger: this.deps.logger, ...(this.deps.storedArtifacts ? { stored: this.deps.storedArtifacts } : {}) })
         this.#save()
         return undefined
       case 'VerifyArtifact':
         if (!this.journal.download) return { skipped: `version ${artifact.version} is already installed with this checksum` }
         await verifyArtifact(this.journal.download, artifact.sha256)
-        await verifyReleaseSignature(this.journal.download, this.#binaryName, artifact, this.deps.releaseKeys)
+        await verifyReleaseSignature(this.journal.download, this.#binaryName, artifact, this.deps.releaseKeys, this.deps.requireSigned)
         return undefined
       case 'StopNode':
         if (supervisor.status().process_state !== 'running') return { skipped: 'the chain process is not running' }

@@ -7,6 +7,7 @@
  * (S3 or compatible) implements the same four calls: put = PutObject of key `sha256/<hex>` with
  * `x-amz-checksum-sha256` (the bucket then refuses bytes that do not match), has = HeadObject,
  * read = GetObject, remove = DeleteObject. None is built here: the interface is the seam.
+ * Agents never read a store directly: the agent-gateway streams `read` to them (FetchArtifact).
  *
  * put writes `<hex>.part` beside the target and renames it once its digest checked out, so a
  * process dying mid-copy leaves a `.part` (overwritten by the next put), never a blob whose
@@ -28,12 +29,6 @@ export interface ArtifactBlobStore {
   read(sha256: string): Promise<Readable>
   /** Removes the blob; no error when it is already gone. */
   remove(sha256: string): Promise<void>
-  /**
-   * The URL a node agent fetches the blob from. The local store answers its `file://` path, which
-   * only agents sharing the control plane's filesystem can read (the local provider, `up`); a
-   * store for remote hosts answers the control plane's route (docs/artifacts.md: not built).
-   */
-  agentUrl(sha256: string): string
   /** Where it stores, for messages (no credentials). */
   readonly location: string
 }
@@ -86,7 +81,11 @@ export class LocalBlobStore implements ArtifactBlobStore {
     }
   }
 
-  agentUrl(sha256: string): string {
+  /**
+   * The blob's `file://` path: what rollouts created before the gateway served artifacts
+   * (FetchArtifact) named, so removal still finds those rollouts (store.ts, artifactInUse).
+   */
+  fileUrl(sha256: string): string {
     return pathToFileURL(this.#path(sha256)).href
   }
 

@@ -8,6 +8,7 @@ import type { Queryable } from '../db/knex.js'
 import type { ArtifactBlobStore } from './blob-store.js'
 import { verifyingKey, type ReleasePublicKey } from './signing.js'
 import { findArtifact } from './store.js'
+import { storedArtifactUrl } from './stored-url.js'
 
 /** What rollout creation needs of the store. */
 export interface ArtifactSource {
@@ -23,7 +24,7 @@ export interface ArtifactReference {
   sha256: string
 }
 
-/** The URL agents fetch it from, or the one problem that refuses it. */
+/** The URL agents fetch it by (from the agent-gateway, stored-url.ts), or the one problem that refuses it. */
 export async function resolveStoredArtifact(db: Queryable, source: ArtifactSource | undefined, ref: ArtifactReference): Promise<{ url: string } | { problem: string }> {
   const name = `${ref.binary_name} ${ref.version}`
   if (!source) return { problem: `artifact not found: this server has no artifact store configured, so ${name} cannot come from it` }
@@ -36,5 +37,5 @@ export async function resolveStoredArtifact(db: Queryable, source: ArtifactSourc
     return { problem: `signature mismatch: ${name} is not signed by a release key this server trusts (key ${record.key_id ?? 'unknown'}; trusted: ${source.releaseKeys.map((k) => k.key_id).join(', ')})` }
   }
   if (!(await source.blobs.has(record.sha256))) return { problem: `artifact not found: the bytes of ${name} are missing from the artifact store (${source.blobs.location})` }
-  return { url: source.blobs.agentUrl(record.sha256) }
+  return { url: storedArtifactUrl(record) }
 }

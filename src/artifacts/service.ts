@@ -11,8 +11,9 @@
 import fs from 'node:fs'
 import type { Db } from '../db/knex.js'
 import { ConflictError, NotFoundError, ValidationError } from '../errors.js'
-import { digestFile, type ArtifactBlobStore } from './blob-store.js'
+import { digestFile, LocalBlobStore, type ArtifactBlobStore } from './blob-store.js'
 import { signArtifact, verifyingKey, type ArtifactIdentity, type ReleaseKeyPair, type ReleasePublicKey } from './signing.js'
+import { storedArtifactUrl } from './stored-url.js'
 import { alreadyStored, artifactInUse, deleteArtifact, digestInUse, findArtifact, insertArtifact, listArtifacts, type ArtifactRecord } from './store.js'
 
 export const BINARY_NAME = /^[A-Za-z0-9._-]{1,100}$/
@@ -113,7 +114,7 @@ export { listArtifacts }
 
 export async function removeArtifact(db: Db, blobs: ArtifactBlobStore, binaryName: string, version: string): Promise<ArtifactRecord> {
   const record = await requireArtifact(db, binaryName, version)
-  const inUse = await artifactInUse(db, blobs.agentUrl(record.sha256), record)
+  const inUse = await artifactInUse(db, [storedArtifactUrl(record), ...(blobs instanceof LocalBlobStore ? [blobs.fileUrl(record.sha256)] : [])], record)
   if (inUse) throw new ConflictError(`${binaryName} ${version} is in use: ${inUse}`, 'remove it once no rollout or node needs it')
   if (!(await deleteArtifact(db, record.id))) throw new NotFoundError(`no artifact ${binaryName} ${version} in the store`, 'it was removed meanwhile')
   if (!(await digestInUse(db, record.sha256))) await blobs.remove(record.sha256)

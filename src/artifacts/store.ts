@@ -81,28 +81,29 @@ export async function deleteArtifact(db: Queryable, id: string): Promise<boolean
 }
 
 /**
- * Why the blob behind `url` must stay: an active rollout installs it or may roll nodes back to
- * it, an active group will, or nodes run the version a rollout installed from it (a later
- * rollback to that version fetches it again). Undefined when nothing needs it.
+ * Why the artifact rollouts name by `urls` (stored-url.ts, and the blob's file URL older rows
+ * hold) must stay: an active rollout installs it or may roll nodes back to it, an active group
+ * will, or nodes run the version a rollout installed from it (a later rollback to that version
+ * fetches it again). Undefined when nothing needs it.
  */
-export async function artifactInUse(db: Queryable, url: string, artifact: Pick<ArtifactRecord, 'binary_name' | 'version'>): Promise<string | undefined> {
-  const installing = (await db('rollouts').where({ target_binary_url: url }).whereIn('status', ACTIVE_ROLLOUT_STATUSES).first('id', 'status')) as { id: string; status: string } | undefined
+export async function artifactInUse(db: Queryable, urls: readonly string[], artifact: Pick<ArtifactRecord, 'binary_name' | 'version'>): Promise<string | undefined> {
+  const installing = (await db('rollouts').whereIn('target_binary_url', urls).whereIn('status', ACTIVE_ROLLOUT_STATUSES).first('id', 'status')) as { id: string; status: string } | undefined
   if (installing) return `rollout ${installing.id} (${installing.status}) installs it`
   const goingBack = (await db('rollout_nodes')
     .join('rollouts', 'rollouts.id', 'rollout_nodes.rollout_id')
-    .where('rollout_nodes.previous_binary_url', url)
+    .whereIn('rollout_nodes.previous_binary_url', urls)
     .whereIn('rollouts.status', ACTIVE_ROLLOUT_STATUSES)
     .first('rollouts.id')) as { id: string } | undefined
   if (goingBack) return `rollout ${goingBack.id} may roll nodes back to it`
   // At most one active group per chain: few rows, read whole (jsonb has no LIKE on Postgres).
   const groups = (await db('rollout_groups').whereIn('status', ACTIVE_GROUP_STATUSES).select('id', 'component_order')) as Array<{ id: string; component_order: unknown }>
-  const group = groups.find((g) => fromJson<Array<{ url?: string }>>(g.component_order).some((c) => c.url === url))
+  const group = groups.find((g) => fromJson<Array<{ url?: string }>>(g.component_order).some((c) => c.url !== undefined && urls.includes(c.url)))
   if (group) return `rollout group ${group.id} will install it`
   const running = (await db('node_config_state')
     .join('nodes', 'nodes.id', 'node_config_state.node_id')
     .whereNot('nodes.state', 'terminated')
     .where('node_config_state.binary_version', artifact.version)
-    .whereExists(db('rollouts').where({ target_binary_url: url, binary_name: artifact.binary_name }).whereRaw('rollouts.chain_profile_id = nodes.chain_profile_id').select('rollouts.id'))
+    .whereExists(db('rollouts').whereIn('target_binary_url', urls).where({ binary_name: artifact.binary_name }).whereRaw('rollouts.chain_profile_id = nodes.chain_profile_id').select('rollouts.id'))
     .count({ n: '*' })
     .first()) as { n: unknown } | undefined
   const nodes = Number(running?.n ?? 0)

@@ -63,6 +63,11 @@ const releaseSchema = z
      * still refused: the lockfile pins exactly one.
      */
     npm_package: z.string().regex(/^(@[a-z0-9-~][a-z0-9-._~]*\/)?[a-z0-9-~][a-z0-9-._~]{0,213}$/, 'must be an npm package name').optional(),
+    /**
+     * The release signature (`nodeplane artifact sign`, docs/artifacts.md): sent with the artifact,
+     * so agents that require signed artifacts (AGENT_REQUIRE_SIGNED_ARTIFACTS) install it.
+     */
+    signature: z.string().regex(/^[A-Za-z0-9+/]{86}==$/, 'must be a base64 Ed25519 signature (the output of `nodeplane artifact sign`)').optional(),
   })
   .strict()
 
@@ -197,6 +202,8 @@ export interface ChainRelease {
   sha256: string
   /** The `package` that should install the artifact, if any. */
   package?: string
+  /** base64 Ed25519 release signature, if signed. */
+  signature?: string
   /** Why the release cannot be installed on this machine (its package is missing or another build); absent: available. */
   unavailable?: string
 }
@@ -325,6 +332,7 @@ async function loadProfile(file: string, folder: string, text: string): Promise<
         url: resolved.url,
         sha256: release.sha256,
         ...(release.package ? { package: release.package } : {}),
+        ...(release.signature ? { signature: release.signature } : {}),
         ...(resolved.unavailable ? { unavailable: resolved.unavailable } : {}),
       })
   }
@@ -453,7 +461,7 @@ export function renderNodeConfig(profile: ChainProfile, nodeType: string, input:
   const probe = profile.probe
   const payload = {
     binary_name: profile.binary_name,
-    artifact: { version: release.version, url: release.url, sha256: release.sha256 },
+    artifact: { version: release.version, url: release.url, sha256: release.sha256, ...(release.signature ? { signature: release.signature } : {}) },
     files: profile.config_files.map((f, i) => ({ path: f.path, content: render(f.template, `config_files[${i}].template`), ...(f.mode === undefined ? {} : { mode: f.mode }) })),
     run: {
       runtime: profile.runtime,

@@ -209,6 +209,11 @@ export const nodeAgentEnv = z.object({
   NODE_AGENT_PROGRESS_CHECK_INTERVAL: optionalDuration(),
   /** Release public keys a signed artifact must verify against (docs/artifacts.md). */
   ARTIFACT_RELEASE_PUBLIC_KEYS: releasePublicKeysSetting,
+  /** Refuse artifacts without a release signature; unset: true when ARTIFACT_RELEASE_PUBLIC_KEYS is set (docs/artifacts.md). */
+  AGENT_REQUIRE_SIGNED_ARTIFACTS: z
+    .enum(['true', 'false', '1', '0'], { message: 'must be true or false' })
+    .optional()
+    .transform((v) => (v === undefined ? undefined : v === 'true' || v === '1')),
 })
 
 

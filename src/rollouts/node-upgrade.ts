@@ -269,8 +269,12 @@ async function begin(deps: NodeUpgradeDeps, target: UpgradeTarget, ref: RolloutN
 }
 
 async function sendUpgrade(deps: NodeUpgradeDeps, target: UpgradeTarget, nodeId: string, key: string): Promise<AgentCommand> {
-  // A stored artifact travels with its release signature, which agents with release keys verify.
-  const signature = await storedSignature(deps.db, { binary_name: target.binaryName, version: target.version, sha256: hex(target.checksum) })
+  // A stored artifact, or a signed release of the chain profile, travels with its release
+  // signature, which agents with release keys verify (and those requiring signatures need).
+  const release = releaseOf(deps.catalogue(), target.chainProfileId, target.version)
+  const signature =
+    (await storedSignature(deps.db, { binary_name: target.binaryName, version: target.version, sha256: hex(target.checksum) })) ??
+    (release?.url === target.url && release.sha256 === hex(target.checksum) ? release.signature : undefined)
   const payload = {
     binary_name: target.binaryName,
     artifact: { version: target.version, url: target.url, sha256: hex(target.checksum), ...(signature ? { signature } : {}) },
@@ -387,7 +391,7 @@ async function endFailedRollback(
   return { status: 'failed', upgrade_phase: 'failed_rollback', error_message: reason }
 }
 
-export function releaseOf(catalogue: ChainCatalogue, chainProfileId: string, version: string): { url: string; sha256: string } | undefined {
+export function releaseOf(catalogue: ChainCatalogue, chainProfileId: string, version: string): { url: string; sha256: string; signature?: string } | undefined {
   return catalogue.profiles.get(chainProfileId)?.releases.find((r) => r.version === version)
 }
 

@@ -5,23 +5,25 @@
  * createRolloutGroup with manifests that carry no URL. An unknown artifact, another digest, an
  * unsigned one, one signed by a key the server does not trust, a row whose signature was
  * tampered with, and one whose bytes are gone are refused with 400 and nothing is written; a
- * signed one is accepted and its agents are sent the store's URL. Then a real devnet node is
- * upgraded to a stored, signed devnet-node 1.1.0.
+ * signed one is accepted and its agents are sent the store's URL. Then a real devnet node whose
+ * agent requires signed artifacts is upgraded to a stored, signed devnet-node 1.1.0 served by the
+ * agent-gateway, and refuses one signed by another key and an unsigned one.
  */
 import fs from 'node:fs'
 import path from 'node:path'
-import { fileURLToPath, pathToFileURL } from 'node:url'
+import { fileURLToPath } from 'node:url'
 import { afterAll, beforeAll, expect, it } from 'vitest'
 import { startApiServer } from '../../../daemons/api-server.js'
 import { localBlobStore, type LocalBlobStore } from '../../../src/artifacts/blob-store.js'
 import { addArtifact, removeArtifact } from '../../../src/artifacts/service.js'
 import { generateReleaseKey, parsePublicKey, signArtifact, type ReleaseKeyPair } from '../../../src/artifacts/signing.js'
+import { storedArtifactUrl } from '../../../src/artifacts/stored-url.js'
 import { loadChainCatalogue } from '../../../src/config/chains.js'
 import { apiServerEnv, loadConfig } from '../../../src/config/env.js'
 import type { Db } from '../../../src/db/knex.js'
 import { ValidationError } from '../../../src/errors.js'
 import { createLogger } from '../../../src/log.js'
-import { startRollout } from '../../../src/rollouts/control.js'
+import { signalRollout, startRollout } from '../../../src/rollouts/control.js'
 import { createRollout, createRolloutGroup, type CreateOptions } from '../../../src/rollouts/create.js'
 import { listRolloutNodes } from '../../../src/rollouts/store.js'
 import { findNode } from '../../../src/nodes/node-store.js'
@@ -32,6 +34,7 @@ import { newKey, newUser } from '../auth/api-harness.js'
 import { getJson, LogCapture, Resources } from '../http/harness.js'
 import { binaryVersions, devnetRollout, reportedVersions, startFleet, untilStatus } from '../rollouts/harness.js'
 import { T0 } from '../rollouts/helpers.js'
+import { withSignedDevnetReleases } from './signed-catalogue.js'
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..')
 const RELEASE_110 = path.join(repoRoot, 'chains/devnet/releases/devnet-node-1.1.0.mjs')
@@ -75,6 +78,8 @@ describeEachDialectConcurrently('rollouts from the artifact store on %s', (diale
     fs.rmSync(dataDir, { recursive: true, force: true })
   })
 
+  /** What agents are sent for a stored artifact: the gateway serves it (FetchArtifact). */
+  const stored = (version: string) => storedArtifactUrl({ binary_name: 'devnet-node', version, sha256: digest[version]!.slice('sha256:'.length) })
   const MANUAL = { chain_profile_id: 'devnet', node_type: 'full', source_version: '1.0.0', binary_name: 'devnet-node' }
   const count = async () => Number(((await db('rollouts').count({ n: '*' }).first()) as { n: unknown }).n)
 
@@ -104,7 +109,7 @@ describeEachDialectConcurrently('rollouts from the artifact store on %s', (diale
 
     const created = await post({ ...MANUAL, target_version: '1.2.0', target_binary_checksum: digest['1.2.0'] })
     expect(created.status, JSON.stringify(created.body)).toBe(201)
-    expect(created.body).toMatchObject({ target_version: '1.2.0', target_binary_checksum: digest['1.2.0'], target_binary_url: blobs.agentUrl(digest['1.2.0']!.slice(7)) })
+    expect(created.body).toMatchObject({ target_version: '1.2.0', target_binary_checksum: digest['1.2.0'], target_binary_url: stored('1.2.0') })
     // The pending rollout needs its artifact: removing it is a conflict, and the bytes stay.
     const id = (created.body as { id: string }).id
     await expect(removeArtifact(db, blobs, 'devnet-node', '1.2.0')).rejects.toThrow(`devnet-node 1.2.0 is in use: rollout ${id} (pending) installs it`)
@@ -134,28 +139,27 @@ describeEachDialectConcurrently('rollouts from the artifact store on %s', (diale
     expect(await count()).toBe(before)
 
     const rollout = await createRollout(db, auto('signed'), options)
-    expect(rollout).toMatchObject({ upgrade_id: 'signed', target_version: '1.2.0', target_binary_checksum: digest['1.2.0'], target_binary_url: blobs.agentUrl(digest['1.2.0']!.slice(7)) })
+    expect(rollout).toMatchObject({ upgrade_id: 'signed', target_version: '1.2.0', target_binary_checksum: digest['1.2.0'], target_binary_url: stored('1.2.0') })
     await db('rollouts').where({ id: rollout.id }).update({ status: 'cancelled' })
     const created = await createRolloutGroup(db, group('signed', '1.2.0'), options)
-    expect(created.component_order[0]).toMatchObject({ version: '1.2.0', url: blobs.agentUrl(digest['1.2.0']!.slice(7)), checksum: digest['1.2.0'] })
+    expect(created.component_order[0]).toMatchObject({ version: '1.2.0', url: stored('1.2.0'), checksum: digest['1.2.0'] })
     await expect(removeArtifact(db, blobs, 'devnet-node', '1.2.0')).rejects.toThrow(`devnet-node 1.2.0 is in use: rollout group ${created.id} will install it`)
     await db('rollout_groups').where({ id: created.id }).update({ status: 'cancelled' })
   })
 
-  it('a real devnet node with the release key is upgraded to a stored, signed 1.1.0; an artifact signed by another key is refused at creation and again by its agent', { timeout: 240_000 }, async () => {
+  it('a real devnet node whose agent requires signed artifacts gets a stored, signed 1.1.0 from the gateway; one signed by another key or unsigned is refused at creation and again by its agent, which rolls back', { timeout: 240_000 }, async () => {
     const t = await resources.database(dialect)
     await addArtifact(t.db, blobs, { file: RELEASE_110, binaryName: 'devnet-node', version: '1.1.0', signing: { kind: 'key', key: trusted }, now: new Date() })
-    // The hosts' agents trust the release key (docs/artifacts.md, "Agents").
-    const fleet = await startFleet(t.db, 1, { agentEnv: { ARTIFACT_RELEASE_PUBLIC_KEYS: trusted.public_key } })
+    // The hosts' agents trust the release key, and so (unset AGENT_REQUIRE_SIGNED_ARTIFACTS)
+    // require signatures: the profile's 1.0.0 they are provisioned with is signed too.
+    const fleet = await startFleet(t.db, 1, { agentEnv: { ARTIFACT_RELEASE_PUBLIC_KEYS: trusted.public_key }, artifacts: blobs, catalogue: withSignedDevnetReleases(trusted) })
     resources.add(() => fleet.stop())
     const catalogue = fleet.setting.deps.chains.current()
+    const options = () => ({ createdBy: fleet.operatorId, catalogue, now: new Date(), artifactStore: { blobs, releaseKeys: [parsePublicKey(trusted.public_key)!] } })
     const checksum = `sha256:${(await t.db('artifacts').where({ version: '1.1.0' }).first('sha256')).sha256 as string}`
-    const rollout = await createRollout(
-      t.db,
-      { ...MANUAL, target_version: '1.1.0', target_binary_checksum: checksum, health_wait_duration: '1s' },
-      { createdBy: fleet.operatorId, catalogue, now: new Date(), artifactStore: { blobs, releaseKeys: [parsePublicKey(trusted.public_key)!] } },
-    )
-    expect(rollout.target_binary_url).toBe(pathToFileURL(path.join(dataDir, 'artifacts', 'sha256', checksum.slice(7, 9), checksum.slice(7))).href)
+    const rollout = await createRollout(t.db, { ...MANUAL, target_version: '1.1.0', target_binary_checksum: checksum, health_wait_duration: '1s' }, options())
+    // No place on any host: the agent asks its gateway for devnet-node 1.1.0 with that digest.
+    expect(rollout.target_binary_url).toBe(storedArtifactUrl({ binary_name: 'devnet-node', version: '1.1.0', sha256: checksum.slice(7) }))
     await startRollout(t.db, rollout.id, { by: fleet.operatorId })
     expect(await untilStatus(t.db, rollout.id, ['completed', 'failed', 'paused'])).toMatchObject({ status: 'completed', succeeded_nodes: 1 })
     expect(await binaryVersions(t.db, fleet.nodes)).toEqual(['1.1.0'])
@@ -163,30 +167,53 @@ describeEachDialectConcurrently('rollouts from the artifact store on %s', (diale
     // The node runs it: a later rollback to 1.1.0 would fetch it again, so it stays.
     await expect(removeArtifact(t.db, blobs, 'devnet-node', '1.1.0')).rejects.toThrow('devnet-node 1.1.0 is in use: 1 node(s) run 1.1.0, installed from it')
 
-    // 1.1.1: a build signed by another key. Creation refuses it...
+    // 1.1.1 signed by another key, 1.1.2 unsigned: creation refuses both...
     const dir = tempDir()
-    const file = path.join(dir, 'devnet-node-1.1.1.mjs')
-    fs.writeFileSync(file, `${fs.readFileSync(RELEASE_110, 'utf8')}\n// 1.1.1\n`)
-    const forged = await addArtifact(t.db, blobs, { file, binaryName: 'devnet-node', version: '1.1.1', signing: { kind: 'key', key: other }, now: new Date() })
+    const build = async (version: string, signing: Parameters<typeof addArtifact>[2]['signing']) => {
+      const file = path.join(dir, `devnet-node-${version}.mjs`)
+      fs.writeFileSync(file, `${fs.readFileSync(RELEASE_110, 'utf8')}\n// ${version}\n`)
+      return addArtifact(t.db, blobs, { file, binaryName: 'devnet-node', version, signing, now: new Date() })
+    }
+    const forged = await build('1.1.1', { kind: 'key', key: other })
+    const unsigned = await build('1.1.2', { kind: 'unsigned' })
     fs.rmSync(dir, { recursive: true, force: true })
-    const request = { ...MANUAL, source_version: '1.1.0', target_version: '1.1.1', target_binary_checksum: `sha256:${forged.sha256}` }
-    const refused = await createRollout(t.db, request, { createdBy: fleet.operatorId, catalogue, now: new Date(), artifactStore: { blobs, releaseKeys: [parsePublicKey(trusted.public_key)!] } }).then(
-      () => undefined,
-      (err: unknown) => err as ValidationError,
-    )
-    expect(refused?.details).toContain('body.target_binary_checksum: signature mismatch: devnet-node 1.1.1 is not signed by a release key this server trusts')
-    // ...and a rollout that got past it anyway (written straight into the database, as by a
-    // server configured with the other key) is refused by the agent, which stays on 1.1.0.
-    const bypass = await devnetRollout(t.db, fleet, { source_version: '1.1.0', target_version: '1.1.1', target_binary_url: blobs.agentUrl(forged.sha256), target_binary_checksum: `sha256:${forged.sha256}`, health_wait_duration_ms: 1_000 })
-    // Only healthy nodes on the source version are upgraded: after its upgrade the node first syncs.
-    await waitFor(async () => (await findNode(t.db, fleet.nodes[0] as string))?.state === 'healthy', 'the node to be healthy on 1.1.0', 60_000, 100)
-    await startRollout(t.db, bypass.id, { by: fleet.operatorId })
-    const ended = await untilStatus(t.db, bypass.id, ['completed', 'failed', 'paused'])
-    expect(ended.total_nodes, JSON.stringify(ended)).toBe(1)
-    const [node] = await listRolloutNodes(t.db, bypass.id)
-    expect(node).toMatchObject({ status: 'failed', upgrade_phase: 'rolled_back' })
-    expect(node?.error_message).toContain('VerifyArtifact (artifact signature mismatch)')
-    expect(node?.error_message).not.toMatch(/[0-9a-f]{64}/)
-    expect(await binaryVersions(t.db, fleet.nodes)).toEqual(['1.1.0'])
+    const refusal = (version: string, sha256: string) =>
+      createRollout(t.db, { ...MANUAL, source_version: '1.1.0', target_version: version, target_binary_checksum: `sha256:${sha256}` }, options()).then(
+        () => undefined,
+        (err: unknown) => err as ValidationError,
+      )
+    expect((await refusal('1.1.1', forged.sha256))?.details).toContain('body.target_binary_checksum: signature mismatch: devnet-node 1.1.1 is not signed by a release key this server trusts')
+    expect((await refusal('1.1.2', unsigned.sha256))?.details).toContain('body.target_binary_checksum: devnet-node 1.1.2 is unsigned in the artifact store')
+
+    // ...and rollouts that got past it anyway (written straight into the database, as by a
+    // server configured with the other key) are refused by the agent: each fails at
+    // VerifyArtifact, the node rolls back and stays on 1.1.0, and nothing names a digest.
+    for (const [artifact, reason] of [
+      [forged, 'VerifyArtifact (artifact signature mismatch)'],
+      [unsigned, 'VerifyArtifact (artifact unsigned: devnet-node 1.1.2 has no release signature and this agent requires one (AGENT_REQUIRE_SIGNED_ARTIFACTS))'],
+    ] as const) {
+      // Only healthy nodes on the source version are upgraded: after an upgrade or a rollback the node first syncs.
+      await waitFor(async () => (await findNode(t.db, fleet.nodes[0] as string))?.state === 'healthy', 'the node to be healthy on 1.1.0', 60_000, 100)
+      const bypass = await devnetRollout(t.db, fleet, {
+        source_version: '1.1.0',
+        target_version: artifact.version,
+        target_binary_url: storedArtifactUrl(artifact),
+        target_binary_checksum: `sha256:${artifact.sha256}`,
+        health_wait_duration_ms: 1_000,
+      })
+      await startRollout(t.db, bypass.id, { by: fleet.operatorId })
+      const ended = await untilStatus(t.db, bypass.id, ['completed', 'failed', 'paused'])
+      expect(ended.total_nodes, JSON.stringify(ended)).toBe(1)
+      const [node] = await listRolloutNodes(t.db, bypass.id)
+      expect(node).toMatchObject({ status: 'failed', upgrade_phase: 'rolled_back' })
+      expect(node?.error_message).toContain(reason)
+      expect(node?.error_message).not.toMatch(/[0-9a-f]{64}/)
+      expect(await binaryVersions(t.db, fleet.nodes)).toEqual(['1.1.0'])
+      // Over its failure threshold the rollout pauses: cancelled, it frees the chain for the next one.
+      if (ended.status === 'paused') {
+        await signalRollout(t.db, bypass.id, 'cancel', { by: fleet.operatorId })
+        await untilStatus(t.db, bypass.id, ['cancelled'])
+      }
+    }
   })
 })

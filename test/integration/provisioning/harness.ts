@@ -5,6 +5,7 @@
 import crypto from 'node:crypto'
 import { pathToFileURL } from 'node:url'
 import type { Logger } from 'pino'
+import type { ArtifactBlobStore } from '../../../src/artifacts/blob-store.js'
 import { staticChainSource } from '../../../src/config/chain-source.js'
 import { defaultConfigDir, getProfile, loadChainCatalogue, type ChainCatalogue } from '../../../src/config/chains.js'
 import type { Db } from '../../../src/db/knex.js'
@@ -40,6 +41,10 @@ export async function lifecycleSetting(
     devnetBlockTimeMs?: number
     /** More environment for the hosts' node agents (e.g. ARTIFACT_RELEASE_PUBLIC_KEYS). */
     agentEnv?: Record<string, string>
+    /** The artifact store the gateway serves to agents (FetchArtifact). */
+    artifacts?: ArtifactBlobStore
+    /** Changes the repo's catalogue (e.g. signed releases). */
+    catalogue?: (catalogue: ChainCatalogue) => ChainCatalogue
   } = {},
 ): Promise<LifecycleSetting> {
   // `now`: one injected clock for the gateway and the workflows (tests that move time).
@@ -48,6 +53,7 @@ export async function lifecycleSetting(
     commandPollIntervalMs: 50,
     ...(options.now ? { now: options.now } : {}),
     ...(options.heartbeatIntervalSeconds ? { heartbeatIntervalSeconds: options.heartbeatIntervalSeconds } : {}),
+    ...(options.artifacts ? { artifacts: options.artifacts } : {}),
   })
   const root = tempDir('nodeplane-lifecycle-hosts-')
   const store = tempDir('nodeplane-lifecycle-backups-')
@@ -57,7 +63,7 @@ export async function lifecycleSetting(
   const deps: LifecycleDeps = {
     db,
     logger: options.logger ?? quiet,
-    chains: staticChainSource(withDevnetBlockTime(await loadChainCatalogue(defaultConfigDir()), options.devnetBlockTimeMs)),
+    chains: staticChainSource((options.catalogue ?? ((c: ChainCatalogue) => c))(withDevnetBlockTime(await loadChainCatalogue(defaultConfigDir()), options.devnetBlockTimeMs))),
     masterKey,
     providers: new Map([[provider.name, provider]]),
     agentBootstrap: { gatewayTarget: gateway.target, caPem: devTls().ca.toString() },

@@ -34,8 +34,8 @@ export interface Fleet {
   stop(): Promise<void>
 }
 
-export async function startFleet(db: Db, size: number, options: { agentEnv?: Record<string, string> } = {}): Promise<Fleet> {
-  const setting = await lifecycleSetting(db, { logger, heartbeatIntervalSeconds: 1, ...(options.agentEnv ? { agentEnv: options.agentEnv } : {}) })
+export async function startFleet(db: Db, size: number, options: Pick<Parameters<typeof lifecycleSetting>[1] & object, 'agentEnv' | 'artifacts' | 'catalogue'> = {}): Promise<Fleet> {
+  const setting = await lifecycleSetting(db, { logger, heartbeatIntervalSeconds: 1, ...options })
   const worker = startLifecycleWorker(db, setting.deps, 8, { rollouts: true })
   // The heartbeat evaluation, as the health-evaluator runs it: upgraded nodes become healthy again.
   let evaluating = Promise.resolve()
