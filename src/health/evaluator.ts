@@ -9,6 +9,7 @@ import type { ChainSource } from '../config/chain-source.js'
 import type { Db } from '../db/knex.js'
 import { cronEvery, schedulePeriodicJob, type PeriodicJob } from '../jobs/periodic.js'
 import type { Logger } from '../log.js'
+import { createEvaluationSummary, type CycleCounts } from './evaluation-summary.js'
 import { evaluateHeartbeats, type HeartbeatEvaluationResult } from './heartbeat-evaluation.js'
 import { recoverMaintenance } from './maintenance-recovery.js'
 import { triggerMigrations, type MigrationTriggerResult } from './migration-trigger.js'
@@ -28,6 +29,8 @@ export interface HealthEvaluationSettings {
   migrationCooldownMs: number
   /** MIGRATIONS_PER_CYCLE */
   migrationsPerCycle: number
+  /** How often the lease holder logs its summary line (default one minute). */
+  summaryEveryMs?: number
 }
 
 /** A pass run after the evaluations of each cycle, in the same lease (incident auto-resolution). */
@@ -39,6 +42,8 @@ export interface HealthEvaluationDeps {
   chains: ChainSource
   now?: () => Date
   afterEvaluation?: readonly AfterEvaluation[]
+  /** Lease holder name (default: host, pid and a random suffix); it names this evaluator in the lease trail. */
+  holder?: string
 }
 
 export interface HealthCycleResult {
@@ -74,12 +79,24 @@ export async function runHealthEvaluationCycle(settings: HealthEvaluationSetting
   return { heartbeats, policies, migrations }
 }
 
+/** What one cycle adds to the periodic summary line. */
+export function cycleCounts(result: HealthCycleResult): CycleCounts {
+  return {
+    nodes_evaluated: result.policies.evaluated,
+    transitions: result.heartbeats.moves.length + result.policies.changes.length,
+    conflicts: result.heartbeats.conflicts + result.policies.conflicts,
+    timeouts_counted: result.heartbeats.counted,
+    migrations_started: result.migrations.started.length,
+  }
+}
+
 /** How long a killed evaluator's peer waits for the evaluation lease (docs/deploy.md). */
 export function evaluationLeaseMs(intervalMs: number): number {
   return Math.max(3 * intervalMs, 5_000)
 }
 
 export function scheduleHealthEvaluation(settings: HealthEvaluationSettings, deps: HealthEvaluationDeps): PeriodicJob {
+  const summary = createEvaluationSummary(deps.logger, settings.summaryEveryMs)
   return schedulePeriodicJob({
     name: HEALTH_EVALUATION_JOB,
     cronTime: cronEvery(settings.intervalMs),
@@ -88,8 +105,9 @@ export function scheduleHealthEvaluation(settings: HealthEvaluationSettings, dep
     leaseMs: evaluationLeaseMs(settings.intervalMs),
     db: deps.db,
     logger: deps.logger,
-    run: async (now) => void (await runHealthEvaluationCycle(settings, deps, now)),
+    run: async (now) => summary.add(cycleCounts(await runHealthEvaluationCycle(settings, deps, now)), now),
     ...(deps.now ? { now: deps.now } : {}),
+    ...(deps.holder ? { holder: deps.holder } : {}),
   })
 }
 
@@ -100,7 +118,7 @@ export interface MaintenanceRecoverySettings {
   afterMs: number
 }
 
-export function scheduleMaintenanceRecovery(settings: MaintenanceRecoverySettings, deps: Omit<HealthEvaluationDeps, 'chains' | 'afterEvaluation'>): PeriodicJob {
+export function scheduleMaintenanceRecovery(settings: MaintenanceRecoverySettings, deps: Omit<HealthEvaluationDeps, 'chains' | 'afterEvaluation' | 'holder'>): PeriodicJob {
   return schedulePeriodicJob({
     name: MAINTENANCE_RECOVERY_JOB,
     cronTime: cronEvery(settings.intervalMs),

@@ -3,7 +3,8 @@ import os from 'node:os'
 import { CronJob } from 'cron'
 import type { Db } from '../db/knex.js'
 import type { Logger } from '../log.js'
-import { releaseLease, tryAcquireLease } from './lease.js'
+import { readLease, releaseLease, tryAcquireLease } from './lease.js'
+import { createLeaseTrail } from './lease-trail.js'
 
 export interface PeriodicJobOptions {
   name: string
@@ -32,6 +33,7 @@ export function schedulePeriodicJob(options: PeriodicJobOptions): PeriodicJob {
   const holder = options.holder ?? `${os.hostname()}:${process.pid}:${crypto.randomUUID().slice(0, 8)}`
   const now = options.now ?? (() => new Date())
   const log = options.logger.child({ job: options.name })
+  const trail = createLeaseTrail({ logger: log, holder, leaseMs: options.leaseMs })
   let running: Promise<boolean> | undefined
   let renewal: NodeJS.Timeout | undefined
   let stopped = false
@@ -42,7 +44,11 @@ export function schedulePeriodicJob(options: PeriodicJobOptions): PeriodicJob {
     running = (async () => {
       try {
         const at = now()
-        if (!(await tryAcquireLease(options.db, options.name, holder, options.leaseMs, at))) return false
+        // Read for the operator's trail only; the acquisition below stays the one atomic step.
+        const before = await readLease(options.db, options.name)
+        const acquired = await tryAcquireLease(options.db, options.name, holder, options.leaseMs, at)
+        trail.observe(before, acquired, at)
+        if (!acquired) return false
         // Renewed while the tick runs, so a tick longer than the lease (a fleet-wide outage's
         // evaluation) keeps it and the lease can stay short: a killed holder's peer waits one lease.
         renewal = setInterval(() => {

@@ -213,19 +213,25 @@ export interface Lease {
   version: number
 }
 
+/** A claimed run; `takenOverFrom` when it was interrupted: another worker's lease on it had expired. */
+export interface ClaimedRun extends WorkflowRun {
+  takenOverFrom: { owner: string; leaseExpiredAt: Date } | null
+}
+
 /**
  * Claims up to `limit` runnable runs in one short transaction: pending or running with no (or
  * an expired) lease — which takes over the runs of a dead orchestrator — or sleeping with
  * `wake_at` reached. `FOR UPDATE SKIP LOCKED` on Postgres lets orchestrators skip each other's
- * candidates; the version check on the update makes the claim safe on SQLite too.
+ * candidates; the version check on the update makes the claim safe on SQLite too. The lease the
+ * claim replaced comes back from the candidates (read before the update) for the operator's log.
  */
-export async function claimRuns(db: Knex, options: { owner: string; names: readonly string[]; limit: number; leaseMs: number; now: Date }): Promise<WorkflowRun[]> {
+export async function claimRuns(db: Knex, options: { owner: string; names: readonly string[]; limit: number; leaseMs: number; now: Date }): Promise<ClaimedRun[]> {
   if (options.names.length === 0 || options.limit <= 0) return []
   const { now } = options
   const candidates = lockForClaim(
     db,
     db('workflow_runs')
-      .select('id')
+      .select('id', 'lease_owner', 'lease_expires_at')
       .whereIn('workflow_name', options.names as string[])
       .andWhere((q) =>
         q
@@ -249,8 +255,18 @@ export async function claimRuns(db: Knex, options: { owner: string; names: reado
         version: db.raw('version + 1'),
         updated_at: now,
       })
-      .returning('*')) as Row[]
-    return rows.map(toRun).sort((a, b) => a.createdAt.getTime() - b.createdAt.getTime() || a.id.localeCompare(b.id))
+      .returning([
+        '*',
+        db.raw('(select c.lease_owner from candidates c where c.id = workflow_runs.id) as previous_lease_owner'),
+        db.raw('(select c.lease_expires_at from candidates c where c.id = workflow_runs.id) as previous_lease_expires_at'),
+      ])) as Row[]
+    return rows
+      .map((row): ClaimedRun => {
+        const previousOwner = (row.previous_lease_owner as string | null) ?? null
+        const expiredAt = toDateOrNull(row.previous_lease_expires_at)
+        return { ...toRun(row), takenOverFrom: previousOwner !== null && expiredAt !== null ? { owner: previousOwner, leaseExpiredAt: expiredAt } : null }
+      })
+      .sort((a, b) => a.createdAt.getTime() - b.createdAt.getTime() || a.id.localeCompare(b.id))
   } catch (err) {
     // Another process holds SQLite's write lock past busy_timeout, or Postgres aborted us: claim next poll.
     if (isConcurrentWriteFailure(err)) return []

@@ -9,7 +9,7 @@ import crypto from 'node:crypto'
 import type { Knex } from 'knex'
 import type { Logger } from '../log.js'
 import { RunExecution, type ExecutionOutcome } from './execution.js'
-import { claimRuns, type WorkflowRun } from './store.js'
+import { claimRuns, type ClaimedRun, type WorkflowRun } from './store.js'
 import type { WorkflowRegistry } from './types.js'
 
 export interface WorkflowWorkerOptions {
@@ -98,8 +98,30 @@ export function createWorkflowWorker(options: WorkflowWorkerOptions): WorkflowWo
 
   async function claim(): Promise<Array<Promise<{ runId: string; outcome: ExecutionOutcome | 'error' }>>> {
     if (stopping) return []
-    const runs = await claimRuns(options.db, { owner, names: options.registry.names(), limit: concurrency - running.size, leaseMs, now: now() })
+    const at = now()
+    const runs = await claimRuns(options.db, { owner, names: options.registry.names(), limit: concurrency - running.size, leaseMs, now: at })
+    for (const run of runs) logTakeover(run, at)
     return runs.filter((run) => !running.has(run.id)).map((run) => execute(run).then((outcome) => ({ runId: run.id, outcome })))
+  }
+
+  /** The operator's trail (issue 22, item 5): a run another worker was executing when it stopped renewing. */
+  function logTakeover(run: ClaimedRun, at: Date): void {
+    const from = run.takenOverFrom
+    if (!from || from.owner === owner) return
+    // The previous owner renewed last about one lease before its lease ran out (workers share WORKFLOW_LEASE).
+    const lastRenewedAt = new Date(from.leaseExpiredAt.getTime() - leaseMs)
+    logger.warn(
+      {
+        workflowId: run.id,
+        workflow: run.workflowName,
+        workflow_key: run.workflowKey,
+        current_step: run.currentStep,
+        previous_owner: from.owner,
+        lease_expired_at: from.leaseExpiredAt.toISOString(),
+        interrupted_ms: Math.max(0, at.getTime() - lastRenewedAt.getTime()),
+      },
+      'took over an interrupted workflow run',
+    )
   }
 
   function schedule(delayMs: number): void {
