@@ -131,7 +131,8 @@ export class AgentClient {
   private connectedOnce = false
   /** When the current outage began (the first failure since the last stream), for the log. */
   private unreachableSince: number | undefined
-  private lastOutageWarning = 0
+  /** When the outage was last logged at warn level; undefined: not yet in this outage. */
+  private lastOutageWarning: number | undefined
   heartbeatsSent = 0
   /** Attempts that failed to reach a gateway since start (for tests and the bench). */
   failedAttempts = 0
@@ -234,8 +235,8 @@ export class AgentClient {
   private noteUnreachable(details: string): void {
     const now = Date.now()
     const fields = { target: this.target, details }
-    if (this.unreachableSince === undefined) {
-      this.unreachableSince = now
+    this.unreachableSince ??= now
+    if (this.lastOutageWarning === undefined) {
       this.lastOutageWarning = now
       this.options.logger.warn(fields, 'cannot reach the agent-gateway; retrying every gateway about once a second')
     } else if (now - this.lastOutageWarning >= OUTAGE_WARNING_EVERY_MS) {
@@ -310,6 +311,7 @@ export class AgentClient {
     this.stream = stream
     const unreachableForMs = this.unreachableSince === undefined ? undefined : Date.now() - this.unreachableSince
     this.unreachableSince = undefined
+    this.lastOutageWarning = undefined
     this.options.logger.info(
       { node_id: this.options.nodeId, target: this.target, reconnect: this.connectedOnce, ...(unreachableForMs !== undefined ? { unreachable_for_ms: unreachableForMs } : {}) },
       'connected to the agent-gateway',
