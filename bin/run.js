@@ -1,9 +1,8 @@
 #!/usr/bin/env node
-// '@oclif/core/execute' rather than the '@oclif/core' index: the index loads the whole library on
-// every start (help, ux, and semver with ~50 files, only to warn when Node is older than 18, which
-// package.json's engines already exclude). What the index does on load that still matters is kept
-// here: the warning when the working directory no longer exists.
-import { execute } from '@oclif/core/execute'
+// The CLI is bundled at build time (scripts/bundle.js): oclif and the commands load from a few
+// files in dist/cli/. What oclif's index does on load that still matters is kept here: the
+// warning when the working directory no longer exists.
+import { main } from '../dist/cli/src/cli/main.js'
 
 try {
   process.cwd()
@@ -11,4 +10,4 @@ try {
   if (error.code === 'ENOENT') process.stderr.write('WARNING: current directory does not exist\n')
 }
 
-await execute({ dir: import.meta.url })
+await main(import.meta.url)
