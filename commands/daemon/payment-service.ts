@@ -8,6 +8,7 @@ import { assertSchemaCurrent } from '../../src/db/schema-check.js'
 import { ConfigError } from '../../src/errors.js'
 import { openEventBus } from '../../src/events/open-bus.js'
 import { createLogger } from '../../src/log.js'
+import { warnIfTestProviderEnabled } from '../../src/payments/providers/test-provider-warning.js'
 
 export default class DaemonPaymentService extends BaseCommand<typeof DaemonPaymentService> {
   static override summary = 'Run the payment-service daemon: gRPC PaymentService (mTLS, 50051), webhooks and health (8085), metrics (9086)'
@@ -26,6 +27,8 @@ export default class DaemonPaymentService extends BaseCommand<typeof DaemonPayme
       ...paymentServiceConfigProblems(config, logger),
     ]
     if (problems.length > 0) throw new ConfigError(problems)
+    // Only here: `nodeplane up` starts the service itself, where the test provider is the point.
+    warnIfTestProviderEnabled(config, logger)
     const resources = new Resources(logger)
     const running = await resources.starting(async () => {
       const bus = resources.add('bus', await openEventBus({ natsUrl: config.NATS_URL, singleProcess: false, logger, name: 'payment-service' }), (b) => b.close())

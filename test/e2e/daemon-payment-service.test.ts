@@ -5,6 +5,7 @@ import type { BusMessage, BusSubscription, EventBus } from '../../src/events/bus
 import { connectNatsBus } from '../../src/events/nats-bus.js'
 import { createLogger } from '../../src/log.js'
 import { PaymentClient } from '../../src/payments/client.js'
+import { TEST_PROVIDER_WARNING } from '../../src/payments/providers/test-provider-warning.js'
 import type { PaymentEvent } from '../../src/payments/events.js'
 import { createTestDatabase, DIALECTS, type TestDatabase } from '../helpers/db.js'
 import { jsonLogLines, nodeplane, spawnNodeplane, tempDir, type CliResult } from '../helpers/cli.js'
@@ -242,6 +243,22 @@ describe('nodeplane daemon payment-service (separate process, NATS, card provide
         expect(errorLines).toHaveLength(1)
         expect(errorLines[0]).toMatch(/payments database has \d+ pending migration/)
         expect(lines.join('\n')).toContain('nodeplane db migrate')
+      } finally {
+        await empty.destroy()
+      }
+    })
+
+    it('warns at start, before connecting, when the test provider is on (never when only a real provider is)', async () => {
+      // The unmigrated database stops the start right after the settings are checked (exit 69).
+      const empty = await createTestDatabase('sqlite', { database: 'payments', migrated: false })
+      const warning = (result: CliResult) => jsonLogLines(result.stdout).filter((l) => l.msg === TEST_PROVIDER_WARNING)
+      try {
+        const test = await start({ ...baseEnv(empty, dataDir), PAYMENT_TEST_PROVIDER_ENABLED: 'true', PAYMENT_TEST_PROVIDER_METHODS: 'card' })
+        expect(test.exitCode).toBe(69)
+        expect(warning(test)).toEqual([expect.objectContaining({ level: 'warn', daemon: 'payment-service', variable: 'PAYMENT_TEST_PROVIDER_ENABLED', methods: ['card'] })])
+        const card = await start({ ...baseEnv(empty, dataDir), CARD_PROVIDER_ENABLED: 'true', CARD_PROVIDER_SECRET_KEY: SECRET_KEY, CARD_PROVIDER_WEBHOOK_SECRET: WEBHOOK_SECRET })
+        expect(card.exitCode).toBe(69)
+        expect(warning(card)).toEqual([])
       } finally {
         await empty.destroy()
       }
