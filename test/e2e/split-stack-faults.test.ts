@@ -10,6 +10,9 @@
  *    (a) the payment-service right after a payment is initiated: it still completes, activates once;
  *    (d) the agent-gateway an agent is connected to: the agent moves to the other gateway (the
  *        orchestrators give new agents both gateways) and heartbeats continue;
+ *    (g) every agent-gateway at once, for longer than the heartbeat timeout (issue 22, item 1):
+ *        no missed heartbeat is counted while none receives, the agents are back within about a
+ *        second of the gateways, and the node never counts a failure, let alone goes down;
  *    (e) an api-server: the other keeps answering;
  *    (f) the auth-server: API keys and issued access tokens keep working on the api-servers; once
  *        it is back, a refresh token issued before the kill refreshes once.
@@ -28,6 +31,8 @@
  */
 import { afterAll, beforeAll, describe, expect, it, onTestFailed } from 'vitest'
 import { countUnpublished } from '../../src/events/outbox.js'
+import { fromJson } from '../../src/db/dialect.js'
+import { healthEventSubject, type HealthEvent } from '../../src/nodes/health-state-machine.js'
 import { PROVISION_WORKFLOW } from '../../src/provisioning/provision.js'
 import { count } from '../helpers/payment-stack.js'
 import { postJson, randomWallet } from '../integration/auth/auth-server-support.js'
@@ -57,6 +62,11 @@ describe('faults survived on the split stack (separate daemon processes, own Pos
   }, 90_000)
 
   let nodeA: string
+  /** The node's health events that changed its state (application health may go unknown while reports are stale). */
+  const stateEvents = async (nodeId: string) =>
+    ((await stack.db('outbox').where({ subject: healthEventSubject(nodeId) }).orderBy('id').select('payload')) as Array<{ payload: unknown }>)
+      .map((r) => fromJson<HealthEvent>(r.payload))
+      .filter((e) => e.dimension === 'state')
 
   it('1a: payment-service killed -9 right after a payment is initiated, then restarted: it completes and activates once', { timeout: 300_000 }, async () => {
     onTestFailed(() => stack.printLogs())
@@ -101,6 +111,50 @@ describe('faults survived on the split stack (separate daemon processes, own Pos
     await stack.restart(gateway)
     await probe.waitHealthy(nodeA, 'node A healthy with its agent on the other gateway', 90_000)
     await probe.expectNothingLostNothingTwice('1d')
+  })
+
+  it('1g: every agent-gateway killed -9 for longer than the heartbeat timeout, then restarted: the agents are back at once, no heartbeat counted missed, no node down', { timeout: 180_000 }, async () => {
+    onTestFailed(() => stack.printLogs())
+    // Longer than the split stack's HEARTBEAT_TIMEOUT (5 s) plus two of its 1 s evaluation cycles:
+    // counted, the outage alone would take node A down.
+    const OUTAGE_MS = 8_000
+    const gateways = stack.namesOf('agent-gateway')
+    const before = await probe.waitHealthy(nodeA, 'node A healthy before the outage', 60_000)
+    const eventsBefore = await stateEvents(nodeA)
+    // Node A's state and counter, every 200 ms from the kill until well after the gateways are back.
+    const seen: Array<{ at: number; state: string; failures: number }> = []
+    let sampling = true
+    const sampler = (async () => {
+      while (sampling) {
+        const row = (await stack.db('nodes').where({ id: nodeA }).first('state', 'consecutive_failures')) as { state: string; consecutive_failures: number }
+        seen.push({ at: Date.now(), state: row.state, failures: Number(row.consecutive_failures) })
+        await sleep(200)
+      }
+    })()
+    try {
+      await Promise.all(gateways.map((g) => stack.kill(g, 'SIGKILL')))
+      const killedAt = Date.now()
+      probe.mark('every agent-gateway killed')
+      await sleep(Math.max(0, OUTAGE_MS - (Date.now() - killedAt)))
+      expect((await probe.nodeRow(nodeA)).state).toBe('healthy')
+      await Promise.all(gateways.map((g) => stack.restart(g)))
+      const backAt = Date.now()
+      probe.mark('every agent-gateway restarted')
+      const beat = await probe.nextHeartbeat(nodeA, Math.max(probe.heartbeatMs(before), backAt), 'a heartbeat of node A through a restarted gateway', 30_000)
+      probe.mark(`node A heartbeat ${probe.heartbeatMs(beat) - backAt} ms after the gateways were ready`)
+      expect(probe.gatewayOfAgent(nodeA)).toBeDefined()
+      // Past the moment a late reconnection would have been counted: the timeout and three cycles.
+      await sleep(5_000 + 3 * 1_000)
+    } finally {
+      sampling = false
+      await sampler
+    }
+    const counted = seen.filter((s) => s.failures > 0 || s.state !== 'healthy')
+    expect(counted, JSON.stringify(counted.slice(0, 5))).toEqual([])
+    expect(await stateEvents(nodeA)).toEqual(eventsBefore)
+    // The operator's trail: the evaluator holding the lease said why it counted nothing.
+    expect(stack.namesOf('health-evaluator').some((e) => stack.log(e).includes('no agent-gateway is receiving heartbeats'))).toBe(true)
+    await probe.expectNothingLostNothingTwice('1g')
   })
 
   it('1e: an api-server killed -9: the other keeps answering; restarted, both answer', { timeout: 120_000 }, async () => {
