@@ -243,8 +243,7 @@ export async function startPaymentService(
     stops.push(() => providerEventsPurge.stop())
 
     const host = ['0.0.0.0', '::'].includes(settings.PAYMENT_GRPC_HOST) ? '127.0.0.1' : settings.PAYMENT_GRPC_HOST
-    const test = providers.find((p) => p.name === 'test')
-    if (test) logger.warn({ methods: test.methods }, 'the test provider is on: payments of these methods complete without any money; never enable it in production')
+    // The test provider's warning is the daemon command's (test-provider-warning.ts): only outside `up`.
     logger.info({ providers: providers.map((p) => p.name), methods: registry.methods(), grpc_port: grpcPort }, 'payment service started')
     return {
       service,
