@@ -63,6 +63,10 @@ await build({
   target: 'node20',
   chunkNames: 'chunks/[name]-[hash]',
   external,
+  // Schemas call zod's .openapi(), which src/http/zod.ts installs on import. Split chunks do not
+  // keep the order of such side effects (esbuild links a re-exported `z` straight to zod), so the
+  // extension is injected ahead of every entry's code.
+  inject: [path.join(dist, 'src/http/zod.js')],
   // CommonJS dependencies inside an ES module bundle still call require() for Node's built-ins
   // and the externals, and a few read __dirname on paths this project never takes (knex's
   // migration stubs, oclif's fallbacks); give them what a CommonJS module has.

@@ -6,7 +6,6 @@
  * stops start-up instead of failing a provisioning workflow later.
  */
 import { createHash } from 'node:crypto'
-import { createReadStream, readFileSync } from 'node:fs'
 import fs from 'node:fs/promises'
 import path from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
@@ -14,6 +13,7 @@ import { parseDocument } from 'yaml'
 import { z } from 'zod'
 import { bitcoinSyncPolicy, commandPayloads, crashLoopSpec, isChainWritablePath, keyExport, relativePath, sha256Hex, type CommandPayload, type KeyExport } from '../agents/protocol.js'
 import { ConfigError, ValidationError } from '../errors.js'
+import { sha256OfFile, sha256OfFileSync } from './file-digest.js'
 import { healthPolicySchema } from './health-policy.js'
 import { packageRoot } from '../package-root.js'
 import { INPUT_PHASES, INPUT_TYPES, legacyKeysToInputSpecs, type InputSpec } from '../secrets/input-specs.js'
@@ -536,14 +536,9 @@ async function isFile(file: string): Promise<boolean> {
 /** A package installed after the catalogue was loaded counts: an operator need not restart after `apt-get install`. */
 function installedSince(release: ChainRelease): boolean {
   try {
-    return createHash('sha256').update(readFileSync(fileURLToPath(release.url))).digest('hex') === release.sha256
+    return sha256OfFileSync(fileURLToPath(release.url)) === release.sha256
   } catch {
     return false
   }
 }
 
-async function sha256OfFile(file: string): Promise<string> {
-  const hash = createHash('sha256')
-  for await (const chunk of createReadStream(file)) hash.update(chunk as Buffer)
-  return hash.digest('hex')
-}

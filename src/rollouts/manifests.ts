@@ -11,7 +11,6 @@
  * naming the file and the field.
  */
 import { createHash } from 'node:crypto'
-import { createReadStream } from 'node:fs'
 import fs from 'node:fs/promises'
 import path from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
@@ -19,6 +18,7 @@ import { parseDocument } from 'yaml'
 import { z } from 'zod'
 import { configFile, relativePath, runSpec, type ConfigFile, type RunSpec } from '../agents/protocol.js'
 import { renderTemplate, type ChainProfile } from '../config/chains.js'
+import { sha256OfFile } from '../config/file-digest.js'
 import { ConfigError, ValidationError } from '../errors.js'
 
 export const UPGRADES_DIR = 'upgrades'
@@ -304,7 +304,7 @@ async function resolveArtifact(manifestDir: string, artifact: string, checksum: 
   }
   let actual: string
   try {
-    actual = await sha256OfFile(local)
+    actual = `sha256:${await sha256OfFile(local)}`
   } catch (err) {
     return { problem: `artifact: cannot read ${local}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}` }
   }
@@ -313,11 +313,6 @@ async function resolveArtifact(manifestDir: string, artifact: string, checksum: 
   return { url: pathToFileURL(local).href }
 }
 
-async function sha256OfFile(file: string): Promise<string> {
-  const hash = createHash('sha256')
-  for await (const chunk of createReadStream(file)) hash.update(chunk as Buffer)
-  return `sha256:${hash.digest('hex')}`
-}
 
 function fieldPath(at: readonly (string | number)[]): string {
   if (at.length === 0) return '(top level)'
