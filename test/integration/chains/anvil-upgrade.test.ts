@@ -9,111 +9,49 @@ import crypto from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'
 import { pathToFileURL } from 'node:url'
-import { JsonRpcProvider, Wallet, parseEther, type TransactionReceipt } from 'ethers'
-import { afterAll, beforeAll, expect, it } from 'vitest'
-import { staticChainSource } from '../../../src/config/chain-source.js'
+import { Wallet, parseEther, type JsonRpcProvider, type TransactionReceipt } from 'ethers'
+import { beforeAll, expect, it } from 'vitest'
 import { getProfile } from '../../../src/config/chains.js'
-import type { Db } from '../../../src/db/knex.js'
-import { evaluateHeartbeats } from '../../../src/health/heartbeat-evaluation.js'
-import { createLogger } from '../../../src/log.js'
-import { findNode, insertNode } from '../../../src/nodes/node-store.js'
-import { requestProvision, type LifecycleDeps } from '../../../src/provisioning/index.js'
+import { requestProvision } from '../../../src/provisioning/index.js'
 import { startRollout } from '../../../src/rollouts/control.js'
 import { createRollout } from '../../../src/rollouts/create.js'
 import { insertRollout, listRolloutNodes, requireRollout, type RolloutRecord } from '../../../src/rollouts/store.js'
-import type { WorkflowWorker } from '../../../src/workflows/index.js'
+import { DEV_ACCOUNT_KEY, withAnvil } from '../../helpers/anvil.js'
+import { useChainHarness } from '../../helpers/chain-harness.js'
 import { tempDir } from '../../helpers/cli.js'
-import { createTestDatabase, describeEachDialectConcurrently, type TestDatabase } from '../../helpers/db.js'
+import { describeEachDialectConcurrently } from '../../helpers/db.js'
 import { insertUser } from '../../helpers/fixtures.js'
 import { waitFor } from '../../helpers/ports.js'
-import { lifecycleSetting, startLifecycleWorker, type LifecycleSetting } from '../provisioning/harness.js'
-
-const logger = createLogger({ level: 'silent' })
-const DEV_ACCOUNT_KEY = '0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80'
 
 describeEachDialectConcurrently('rollouts of ethereum-anvil nodes on %s', (dialect) => {
-  let t: TestDatabase
-  let db: Db
-  let setting: LifecycleSetting
-  let deps: LifecycleDeps
-  let worker: WorkflowWorker
-  let evaluator: NodeJS.Timeout
-  let evaluating = Promise.resolve()
+  const h = useChainHarness(dialect, {
+    rollouts: true,
+    concurrency: 8,
+    catalogue: (catalogue) => ({ ...catalogue, profiles: new Map([...catalogue.profiles, ['ethereum-anvil', { ...getProfile(catalogue, 'ethereum-anvil'), default_version: '1.7.0' }]]) }),
+  })
   let operatorId: string
   const nodes: string[] = []
   const sent = new Map<string, TransactionReceipt>()
   const recipient = Wallet.createRandom().address
 
   beforeAll(async () => {
-    t = await createTestDatabase(dialect)
-    db = t.db
-    setting = await lifecycleSetting(db, { logger, heartbeatIntervalSeconds: 1 })
-    const catalogue = setting.deps.chains.current()
-    const anvil = { ...getProfile(catalogue, 'ethereum-anvil'), default_version: '1.7.0' }
-    deps = { ...setting.deps, chains: staticChainSource({ ...catalogue, profiles: new Map([...catalogue.profiles, ['ethereum-anvil', anvil]]) }) }
-    worker = startLifecycleWorker(db, deps, 8, { rollouts: true })
-    evaluator = setInterval(() => {
-      evaluating = evaluating.then(() => evaluateHeartbeats(db, { now: new Date(), heartbeatTimeoutMs: 60_000, intervalMs: 1_000, logger })).then(
-        () => undefined,
-        () => undefined,
-      )
-    }, 300)
-    operatorId = await insertUser(db)
+    operatorId = await insertUser(h.db)
     for (let i = 0; i < 2; i++) {
-      const subscriptionId = crypto.randomUUID()
-      const now = new Date()
-      await db('subscriptions').insert({
-        id: subscriptionId,
-        user_id: await insertUser(db),
-        chain_profile_id: 'ethereum-anvil',
-        node_type: 'full',
-        duration: '1m',
-        provider: 'local',
-        region: 'local',
-        instance_type: 'local.small',
-        status: 'active',
-        expires_at: new Date(now.getTime() + 30 * 86_400_000),
-        created_at: now,
-        updated_at: now,
-      })
-      const node = await insertNode(db, { subscription_id: subscriptionId, chain_profile_id: 'ethereum-anvil', node_type: 'full', provider: 'local', region: 'local', instance_type: 'local.small' })
-      await requestProvision(db, node.id)
+      const { node } = await h.newNode('ethereum-anvil')
+      await requestProvision(h.db, node.id)
       nodes.push(node.id)
     }
-  })
-  afterAll(async () => {
-    clearInterval(evaluator)
-    await evaluating
-    await worker?.stop()
-    if (setting) {
-      await Promise.all(fs.readdirSync(setting.root).map((host) => setting.provider.destroyHost(host)))
-      await setting.gateway.stop()
-      fs.rmSync(setting.root, { recursive: true, force: true })
-      fs.rmSync(setting.store, { recursive: true, force: true })
-    }
-    await t?.destroy()
   })
 
   async function allHealthy(what: string): Promise<void> {
     await waitFor(async () => {
-      const rows = (await db('nodes').whereIn('id', nodes).select('state')) as { state: string }[]
+      const rows = (await h.db('nodes').whereIn('id', nodes).select('state')) as { state: string }[]
       if (rows.some((r) => r.state === 'failed')) throw new Error('a node failed')
       return rows.every((r) => r.state === 'healthy')
     }, what, 60_000, 100)
   }
 
-  async function withChain<T>(nodeId: string, use: (provider: JsonRpcProvider) => Promise<T>): Promise<T> {
-    const hostId = String((await findNode(db, nodeId))?.host_id)
-    const active = JSON.parse(fs.readFileSync(path.join(setting.root, hostId, 'state', 'active.json'), 'utf8')) as { run: { args: string[] } }
-    const url = `http://127.0.0.1:${active.run.args[active.run.args.indexOf('--port') + 1]}`
-    const provider = new JsonRpcProvider(url, undefined, { staticNetwork: true, pollingInterval: 100 })
-    try {
-      await waitFor(() => provider.getBlockNumber().catch(() => undefined), 'anvil to answer', 15_000, 100)
-      return await use(provider)
-    } finally {
-      provider.destroy()
-    }
-  }
+  const withChain = async <T>(nodeId: string, use: (provider: JsonRpcProvider) => Promise<T>): Promise<T> => withAnvil(await h.stateDirOf(nodeId), use)
 
   /** Each node's client version and its transaction, mined before the rollouts, at the same block. */
   async function expectEveryNode(clientVersion: string): Promise<void> {
@@ -129,7 +67,7 @@ describeEachDialectConcurrently('rollouts of ethereum-anvil nodes on %s', (diale
 
   const ended = (id: string): Promise<RolloutRecord> =>
     waitFor(async () => {
-      const r = await requireRollout(db, id)
+      const r = await requireRollout(h.db, id)
       return ['completed', 'failed', 'paused'].includes(r.status) && r
     }, `rollout ${id} to end`, 90_000, 100)
 
@@ -147,15 +85,15 @@ describeEachDialectConcurrently('rollouts of ethereum-anvil nodes on %s', (diale
     await expectEveryNode('anvil/v1.6.0')
 
     const rollout = await createRollout(
-      db,
+      h.db,
       { upgrade_id: 'anvil-1.7.1', chain_profile_id: 'ethereum-anvil', node_type: 'full', source_version: '1.7.0', strategy: 'canary', canary_size: 1, batch_size: 1, health_wait_duration: '2s' },
-      { createdBy: operatorId, catalogue: deps.chains.current(), now: new Date() },
+      { createdBy: operatorId, catalogue: h.setting.deps.chains.current(), now: new Date() },
     )
     expect(rollout).toMatchObject({ upgrade_id: 'anvil-1.7.1', binary_name: 'anvil', target_version: '1.7.1', migration_type: 'non_breaking' })
-    await startRollout(db, rollout.id, { by: operatorId })
+    await startRollout(h.db, rollout.id, { by: operatorId })
     const done = await ended(rollout.id)
-    expect(done, JSON.stringify(await listRolloutNodes(db, rollout.id))).toMatchObject({ status: 'completed', succeeded_nodes: 2, failed_nodes: 0 })
-    const [canary, rest] = await listRolloutNodes(db, rollout.id)
+    expect(done, JSON.stringify(await listRolloutNodes(h.db, rollout.id))).toMatchObject({ status: 'completed', succeeded_nodes: 2, failed_nodes: 0 })
+    const [canary, rest] = await listRolloutNodes(h.db, rollout.id)
     expect([canary?.batch_index, rest?.batch_index]).toEqual([0, 1])
     // The canary was done before the rest of the fleet began.
     expect(canary?.completed_at?.getTime()).toBeLessThanOrEqual(rest?.started_at?.getTime() ?? 0)
@@ -167,7 +105,7 @@ describeEachDialectConcurrently('rollouts of ethereum-anvil nodes on %s', (diale
     const broken = path.join(tempDir('nodeplane-anvil-broken-'), 'anvil')
     fs.writeFileSync(broken, '#!/bin/sh\necho "anvil: broken build" >&2\nexit 1\n', { mode: 0o755 })
     const rollout = await insertRollout(
-      db,
+      h.db,
       {
         chain_profile_id: 'ethereum-anvil',
         node_type: 'full',
@@ -185,10 +123,10 @@ describeEachDialectConcurrently('rollouts of ethereum-anvil nodes on %s', (diale
       },
       new Date(),
     )
-    await startRollout(db, rollout.id, { by: operatorId })
+    await startRollout(h.db, rollout.id, { by: operatorId })
     const done = await ended(rollout.id)
     expect(done.status).not.toBe('completed')
-    const rolled = await listRolloutNodes(db, rollout.id)
+    const rolled = await listRolloutNodes(h.db, rollout.id)
     expect(rolled.map((n) => [n.status, n.upgrade_phase])).toEqual([
       ['failed', 'rolled_back'],
       ['failed', 'rolled_back'],

@@ -1,33 +1,21 @@
 /**
- * The setting the litecoin tests share, per dialect: a database, the provisioning harness (real
- * gateway, local provider, agents from dist/) with the repository's catalogue, a worker, the
- * heartbeat evaluation as the health-evaluator runs it, and the api-server's routes; plus RPC to a
+ * The setting the litecoin tests share, per dialect: the chain harness (test/helpers/chain-harness.ts:
+ * database, provisioning harness, worker, heartbeat and policy evaluations, the api-server's
+ * routes) with the repository's catalogue, its litecoin wallet keypool made small; plus RPC to a
  * node's litecoind with the cookie it wrote, as a user on the host would call it.
  */
 import fs from 'node:fs'
 import path from 'node:path'
-import { afterAll, beforeAll, expect } from 'vitest'
-import { createApiRateLimiter } from '../../../src/auth/api-rate-limit.js'
-import { authenticatorFromSettings } from '../../../src/auth/authenticator.js'
-import { staticChainSource } from '../../../src/config/chain-source.js'
+import { beforeAll, expect } from 'vitest'
 import { getProfile, type ChainCatalogue } from '../../../src/config/chains.js'
 import type { Db } from '../../../src/db/knex.js'
-import { evaluateHeartbeats } from '../../../src/health/heartbeat-evaluation.js'
-import { evaluatePolicies } from '../../../src/health/policy-evaluation.js'
-import { controlPlaneRoutes } from '../../../src/http/routes/index.js'
-import { createLogger } from '../../../src/log.js'
-import { findNode, insertNode } from '../../../src/nodes/node-store.js'
 import { requestProvision } from '../../../src/provisioning/index.js'
-import type { WorkflowWorker } from '../../../src/workflows/index.js'
-import { createTestDatabase, type Dialect, type TestDatabase } from '../../helpers/db.js'
-import { insertSubscription } from '../../helpers/fixtures.js'
+import { useChainHarness } from '../../helpers/chain-harness.js'
+import type { Dialect } from '../../helpers/db.js'
 import { assertLitecoindInstalled } from '../../helpers/litecoind.js'
 import { waitFor } from '../../helpers/ports.js'
-import { newUser } from '../auth/api-harness.js'
-import { Resources } from '../http/harness.js'
-import { lifecycleSetting, startLifecycleWorker, untilRunFinished, type LifecycleSetting } from '../provisioning/harness.js'
-
-const quiet = createLogger({ level: 'silent' })
+import type { LifecycleSetting } from '../provisioning/harness.js'
+import { untilRunFinished } from '../provisioning/harness.js'
 
 export interface LitecoinStack {
   readonly db: Db
@@ -39,60 +27,19 @@ export interface LitecoinStack {
   answer<T>(nodeId: string, method: string, params?: unknown[], wallet?: string): Promise<T>
   /** healthy, synced, and application health ok by the profile's policy. */
   untilHealthy(nodeId: string, what: string): Promise<unknown>
+  /** Kills the node's host outright (agent and litecoind). */
+  killHost(nodeId: string): Promise<void>
   /** A litecoin node of a new user, provisioned through the provision workflow until healthy. */
   provisionedLitecoinNode(): Promise<{ id: string; userId: string }>
 }
 
 /** Registers the file's beforeAll/afterAll for `dialect` and returns the stack they run. */
 export function useLitecoinStack(dialect: Dialect): LitecoinStack {
-  const resources = new Resources()
-  let t: TestDatabase
-  let db: Db
-  let setting: LifecycleSetting
-  let worker: WorkflowWorker
-  let evaluator: NodeJS.Timeout
-  let evaluating = Promise.resolve()
-  let apiUrl: string
-
-  beforeAll(async () => {
-    assertLitecoindInstalled()
-    t = await createTestDatabase(dialect)
-    db = t.db
-    setting = await lifecycleSetting(db, { migrationCooldownMs: 3_600_000 })
-    setting.deps = { ...setting.deps, chains: staticChainSource(withSmallKeypool(setting.deps.chains.current())) }
-    worker = startLifecycleWorker(db, setting.deps)
-    // The heartbeat and policy evaluations, as the health-evaluator runs them: a synced node becomes
-    // healthy, and the profile's health policy (rpc_up, block_lag) judges its application health.
-    evaluator = setInterval(() => {
-      const now = new Date()
-      evaluating = evaluating
-        .then(() => evaluateHeartbeats(db, { now, heartbeatTimeoutMs: 60_000, intervalMs: 250, logger: quiet }))
-        .then(() => evaluatePolicies(db, { now, catalogue: setting.deps.chains.current(), reportMaxAgeMs: 60_000, logger: quiet }))
-        .then(
-          () => undefined,
-          () => undefined,
-        )
-    }, 250)
-    const { authenticate } = authenticatorFromSettings(
-      { AUTH_PROVIDER: 'idp', AUTH_IDP_AUTHORIZED_PARTY: [], AUTH_CLOCK_SKEW: 30_000, AUTH_LEGACY_JWKS_URL: 'http://127.0.0.1:9/.well-known/jwks.json' },
-      { db },
-    )
-    apiUrl = (await resources.api({ db, authenticate, rateLimit: createApiRateLimiter({ perMinute: 10_000 }).rateLimit, routes: controlPlaneRoutes({ db, masterKey: setting.masterKey }) })).url
-  }, 60_000)
-  afterAll(async () => {
-    clearInterval(evaluator)
-    await evaluating
-    await worker?.stop()
-    for (const host of fs.existsSync(setting?.root ?? '') ? fs.readdirSync(setting.root) : []) await setting.provider.destroyHost(host)
-    await setting?.gateway.stop()
-    await resources.cleanup()
-    await t?.destroy()
-  })
-
-  const stateDirOf = async (nodeId: string) => path.join(setting.root, String((await findNode(db, nodeId))?.host_id), 'state')
+  beforeAll(() => assertLitecoindInstalled())
+  const h = useChainHarness(dialect, { catalogue: withSmallKeypool, api: true })
 
   async function rpc<T>(nodeId: string, method: string, params: unknown[] = [], wallet?: string): Promise<T> {
-    const state = await stateDirOf(nodeId)
+    const state = await h.stateDirOf(nodeId)
     const port = /^rpcport=(\d+)$/m.exec(fs.readFileSync(path.join(state, 'config', 'litecoin.conf'), 'utf8'))?.[1]
     const cookie = fs.readFileSync(path.join(state, 'data', 'regtest', '.cookie'), 'utf8').trim()
     const response = await fetch(`http://127.0.0.1:${port}${wallet ? `/wallet/${wallet}` : '/'}`, {
@@ -105,37 +52,29 @@ export function useLitecoinStack(dialect: Dialect): LitecoinStack {
     return answer.result
   }
 
-  const untilHealthy = (nodeId: string, what: string) =>
-    waitFor(async () => {
-      const node = await findNode(db, nodeId)
-      return node?.state === 'healthy' && node.sync_status === 'synced' && node.application_health === 'ok' && node
-    }, what, 60_000, 100)
-
   return {
     get db() {
-      return db
+      return h.db
     },
     get setting() {
-      return setting
+      return h.setting
     },
     get apiUrl() {
-      return apiUrl
+      return h.apiUrl
     },
-    stateDirOf,
+    stateDirOf: (nodeId) => h.stateDirOf(nodeId),
     rpc,
     answer: <T>(nodeId: string, method: string, params: unknown[] = [], wallet?: string) =>
       waitFor(() => rpc<T>(nodeId, method, params, wallet).then((value) => ({ value })), `${method} to answer`, 30_000, 200).then((r) => r.value),
-    untilHealthy,
+    untilHealthy: (nodeId, what) => h.untilHealthy(nodeId, what),
+    killHost: (nodeId) => h.killHost(nodeId),
     async provisionedLitecoinNode() {
-      const user = await newUser(db)
-      const subscriptionId = await insertSubscription(db, user.id)
-      await db('subscriptions').where({ id: subscriptionId }).update({ chain_profile_id: 'litecoin' })
-      const node = await insertNode(db, { subscription_id: subscriptionId, chain_profile_id: 'litecoin', node_type: 'full' })
-      const run = await untilRunFinished(db, (await requestProvision(db, node.id)).run.id, 120_000)
+      const { node, userId } = await h.newNode('litecoin')
+      const run = await untilRunFinished(h.db, (await requestProvision(h.db, node.id)).run.id, 120_000)
       expect(run.status, run.error ?? '').toBe('completed')
       expect(run.result).toMatchObject({ outcome: 'provisioned', binary_version: '0.21.2.1', keys: { captured: ['wallet_seed'] } })
-      await untilHealthy(node.id, 'the litecoin node to be healthy')
-      return { id: node.id, userId: user.id }
+      await h.untilHealthy(node.id, 'the litecoin node to be healthy')
+      return { id: node.id, userId }
     },
   }
 }

@@ -19,9 +19,7 @@ describeEachDialectConcurrently('a litecoin node migrated without a snapshot on 
     // The wallet's first address: the same seed derives it again on the new host.
     const address = await stack.rpc<string>(node.id, 'getnewaddress', [], 'nodeplane')
     const { hdseedid } = await stack.rpc<{ hdseedid: string }>(node.id, 'getwalletinfo', [], 'nodeplane')
-    const hostDir = path.dirname(await stack.stateDirOf(node.id))
-    const { pid } = JSON.parse(fs.readFileSync(path.join(hostDir, 'host.json'), 'utf8')) as { pid: number }
-    process.kill(-pid, 'SIGKILL')
+    await stack.killHost(node.id)
     await stack.db('nodes').where({ id: node.id }).update({ state: 'down' })
 
     const run = await untilRunFinished(stack.db, (await requestMigration(stack.db, node.id, { reason: 'test: host gone, no snapshot' })).run.id, 120_000)

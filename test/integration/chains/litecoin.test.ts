@@ -74,9 +74,7 @@ describeEachDialectConcurrently('the litecoin chain on litecoind on %s', (dialec
 
     // The host dies outright (agent and chain): no backup can be taken now; the snapshot of the
     // last migration is restored on the next host.
-    const hostDir = path.dirname(await stack.stateDirOf(node.id))
-    const { pid } = JSON.parse(fs.readFileSync(path.join(hostDir, 'host.json'), 'utf8')) as { pid: number }
-    process.kill(-pid, 'SIGKILL')
+    await stack.killHost(node.id)
     await stack.db('nodes').where({ id: node.id }).update({ state: 'down' })
     const second = await untilRunFinished(stack.db, (await requestMigration(stack.db, node.id, { reason: 'test: host killed', force: true })).run.id, 120_000)
     expect(second.status, second.error ?? '').toBe('completed')
