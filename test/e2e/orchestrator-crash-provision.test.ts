@@ -4,7 +4,7 @@ import { findNode } from '../../src/nodes/node-store.js'
 import { LocalInfrastructureProvider } from '../../src/provisioning/infrastructure/local.js'
 import { requestProvision } from '../../src/provisioning/index.js'
 import { getRun, listSteps } from '../../src/workflows/index.js'
-import { spawnNodeplane } from '../helpers/cli.js'
+import { jsonLogLines, spawnNodeplane } from '../helpers/cli.js'
 import { orchestratorDaemonEnv } from '../helpers/orchestrator-daemon.js'
 import { createTestDatabase, DIALECTS, type TestDatabase } from '../helpers/db.js'
 import { startNats, type NatsServer } from '../helpers/nats.js'
@@ -50,7 +50,10 @@ describe.each(DIALECTS)('orchestrator killed mid-provision on %s', (dialect) => 
     // Killed once the host exists but before the run finished: inside or right after the step.
     await waitFor(async () => fs.existsSync(hostsDir!) && fs.readdirSync(hostsDir!).length > 0, 'the first host', 60_000, 20)
     doomed.kill('SIGKILL')
-    expect((await doomed).signal).toBe('SIGKILL')
+    const killed = await doomed
+    expect(killed.signal).toBe('SIGKILL')
+    const doomedOwner = jsonLogLines(killed.stdout).find((l) => l.msg === 'workflow worker started')?.owner
+    expect(doomedOwner).toEqual(expect.any(String))
     expect((await getRun(db, run.id))?.status).not.toBe('completed')
 
     const survivor = spawnNodeplane(['daemon', 'orchestrator'], { env })
@@ -64,6 +67,9 @@ describe.each(DIALECTS)('orchestrator killed mid-provision on %s', (dialect) => 
       survivor.kill('SIGTERM')
       await survivor
     }
+    // The operator's trail (issue 22, item 5): the survivor says which run it took over, from whom.
+    const takeovers = jsonLogLines((await survivor).stdout).filter((l) => l.msg === 'took over an interrupted workflow run')
+    expect(takeovers).toEqual([expect.objectContaining({ level: 'warn', daemon: 'orchestrator', workflowId: run.id, workflow: 'provision', previous_owner: doomedOwner, interrupted_ms: expect.any(Number) })])
     expect(fs.readdirSync(hostsDir)).toEqual([`local-${node.id}`])
     expect((await findNode(db, node.id))?.state).toBe('syncing')
     const steps = await listSteps(db, run.id)
