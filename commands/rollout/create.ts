@@ -1,21 +1,23 @@
 import * as Flags from '@oclif/core/flags'
 import { BaseCommand } from '../../src/cli/base-command.js'
 import { apiClientFor, apiUrlFlag } from '../../src/cli/api-flags.js'
-import { rolloutRequest } from '../../src/cli/rollout-create.js'
+import { artifactFromFlags, artifactPath, rolloutRequest } from '../../src/cli/rollout-create.js'
 import { describeRollout } from '../../src/cli/rollout-views.js'
 import { MIGRATION_TYPES } from '../../src/rollouts/manifests.js'
 import { ROLLOUT_STRATEGIES } from '../../src/rollouts/states.js'
 import type { RolloutView } from '../../src/rollouts/views.js'
+import type { ArtifactView } from '../../src/artifacts/service.js'
 
 export default class RolloutCreate extends BaseCommand<typeof RolloutCreate> {
-  static override summary = 'Create a pending rollout: from an upgrade manifest (--upgrade-id) or from explicit binary flags'
+  static override summary = 'Create a pending rollout: from an upgrade manifest (--upgrade-id), a stored artifact (--artifact) or explicit binary flags'
   static override description = [
-    'Auto mode: --upgrade-id names upgrades/<chain>/<upgrade-id>.yaml, which gives the binary, target version, artifact, checksum and migration type. Manual mode (no --upgrade-id): --binary-name, --target-version, --target-url and --target-checksum are required.',
+    'Auto mode: --upgrade-id names upgrades/<chain>/<upgrade-id>.yaml, which gives the binary, target version, artifact, checksum and migration type. Manual mode (no --upgrade-id): --artifact BINARY@VERSION names a stored, signed artifact (`nodeplane artifact add`), whose digest is read from the API (or pinned with --target-checksum); or --binary-name, --target-version and --target-checksum name one, and --target-url fetches from a URL instead of the store (refused for file://, loopback and private hosts outside ARTIFACT_ALLOWED_SOURCES, docs/artifacts.md).',
     'Nothing runs until `nodeplane rollout start`. Defaults: strategy rolling, batch size 10, failure threshold 0.2, health wait 5m, canary size 1 (canary). Exit 2 for invalid input (nothing is created), 4 when the chain already has an active rollout or rollout group. Needs the scope admin.',
   ].join('\n')
   static override examples = [
     '<%= config.bin %> rollout create --chain devnet --node-type full --upgrade-id devnet-1.1.0 --source-version 1.0.0',
     '<%= config.bin %> rollout create --chain devnet --node-type full --upgrade-id devnet-1.1.0-breaking --source-version 1.0.0 --strategy canary --canary-size 2',
+    '<%= config.bin %> rollout create --chain devnet --node-type full --source-version 1.0.0 --artifact devnet-node@1.2.0',
     '<%= config.bin %> rollout create --chain devnet --node-type full --source-version 1.0.0 --binary-name devnet-node --target-version 1.1.0 --target-url https://example.com/devnet-node-1.1.0.mjs --target-checksum sha256:9479…',
     'ROLLOUT=$(<%= config.bin %> rollout create --chain devnet --node-type full --upgrade-id devnet-1.1.0 --source-version 1.0.0 --json | jq -r .id)',
   ]
@@ -24,10 +26,11 @@ export default class RolloutCreate extends BaseCommand<typeof RolloutCreate> {
     'node-type': Flags.string({ description: 'node type of the chain whose nodes are upgraded', required: true }),
     'source-version': Flags.string({ description: 'the version the nodes run now; only nodes running it are upgraded', required: true }),
     'upgrade-id': Flags.string({ description: 'auto mode: the upgrade manifest upgrades/<chain>/<upgrade-id>.yaml', helpGroup: 'AUTO MODE' }),
+    artifact: Flags.string({ description: 'manual mode: a stored artifact, BINARY@VERSION (`nodeplane artifact list`); its digest comes from the API', helpGroup: 'MANUAL MODE' }),
     'binary-name': Flags.string({ description: 'manual mode: the binary replaced', helpGroup: 'MANUAL MODE' }),
     'target-version': Flags.string({ description: 'manual mode: the version afterwards', helpGroup: 'MANUAL MODE' }),
-    'target-url': Flags.string({ description: 'manual mode: http(s):// or file:// URL of the artifact', helpGroup: 'MANUAL MODE' }),
-    'target-checksum': Flags.string({ description: 'manual mode: sha256:<64 hex> of the artifact', helpGroup: 'MANUAL MODE' }),
+    'target-url': Flags.string({ description: 'manual mode: fetch the artifact from this http(s):// (or allowed file://) URL instead of the artifact store', helpGroup: 'MANUAL MODE' }),
+    'target-checksum': Flags.string({ description: 'manual mode: sha256:<64 hex> of the artifact (with --artifact: pins the stored bytes)', helpGroup: 'MANUAL MODE' }),
     'migration-type': Flags.string({ description: 'manual mode: breaking makes a canary wait for approve-canary (default non_breaking)', options: [...MIGRATION_TYPES], helpGroup: 'MANUAL MODE' }),
     strategy: Flags.string({ description: 'rolling (default), canary, or all_at_once', options: [...ROLLOUT_STRATEGIES] }),
     'batch-size': Flags.integer({ description: 'nodes upgraded at a time (default 10)', min: 1 }),
@@ -40,8 +43,10 @@ export default class RolloutCreate extends BaseCommand<typeof RolloutCreate> {
   }
 
   async run(): Promise<RolloutView> {
-    const body = rolloutRequest(this.flags)
     const api = apiClientFor(this.env(), this.flags['api-url'])
+    const artifact = artifactFromFlags(this.flags)
+    const stored = artifact && this.flags['target-checksum'] === undefined ? await api.get<ArtifactView>(artifactPath(artifact)) : undefined
+    const body = rolloutRequest(this.flags, stored?.sha256)
     const rollout = await api.post<RolloutView>('/rollouts', body)
     if (!this.jsonEnabled()) this.log(`Created ${describeRollout(rollout)}`)
     return rollout

@@ -12,6 +12,7 @@ export interface RolloutFlags {
   'node-type': string
   'source-version': string
   'upgrade-id'?: string | undefined
+  artifact?: string | undefined
   'binary-name'?: string | undefined
   'target-version'?: string | undefined
   'target-url'?: string | undefined
@@ -26,7 +27,39 @@ export interface RolloutFlags {
   reason?: string | undefined
 }
 
-const MANUAL_FLAGS = ['binary-name', 'target-version', 'target-url', 'target-checksum'] as const
+// Without --target-url the three name a stored artifact (docs/artifacts.md): the API needs no URL.
+const MANUAL_FLAGS = ['binary-name', 'target-version', 'target-checksum'] as const
+const ARTIFACT_EXCLUDES = ['upgrade-id', 'binary-name', 'target-version', 'target-url'] as const
+
+export interface ArtifactName {
+  binary_name: string
+  version: string
+}
+
+/**
+ * `--artifact BINARY@VERSION`: a stored artifact, whose digest the command then reads from the
+ * API (GET /api/v1/artifacts/{binary}/{version}) unless --target-checksum pins it. Undefined
+ * without the flag.
+ */
+export function artifactFromFlags(flags: RolloutFlags): ArtifactName | undefined {
+  if (flags.artifact === undefined) return undefined
+  const conflicting = ARTIFACT_EXCLUDES.filter((f) => flags[f] !== undefined)
+  if (conflicting.length > 0) {
+    throw new ValidationError(`--artifact names the binary and version itself: drop ${conflicting.map((f) => `--${f}`).join(', ')}`, 'a stored artifact comes from the artifact store, never from a URL (docs/artifacts.md)')
+  }
+  const at = flags.artifact.lastIndexOf('@')
+  const binary = flags.artifact.slice(0, at)
+  const version = flags.artifact.slice(at + 1)
+  if (at <= 0 || version === '') {
+    throw new ValidationError(`--artifact "${flags.artifact.slice(0, 100)}" must be BINARY@VERSION`, 'for example --artifact devnet-node@1.2.0 (`nodeplane artifact list` shows what is stored)')
+  }
+  return { binary_name: binary, version }
+}
+
+/** The API path of a stored artifact. */
+export function artifactPath(artifact: ArtifactName): string {
+  return `/artifacts/${encodeURIComponent(artifact.binary_name)}/${encodeURIComponent(artifact.version)}`
+}
 
 export function parseThreshold(text: string | undefined): number | undefined {
   if (text === undefined) return undefined
@@ -51,16 +84,23 @@ export function tuningFromFlags(flags: Pick<RolloutFlags, 'strategy' | 'batch-si
   return tuning
 }
 
-export function rolloutRequest(flags: RolloutFlags): CreateRolloutRequest {
-  if (flags['upgrade-id'] === undefined) {
+/**
+ * The request body. With --artifact, `storedChecksum` is the stored artifact's digest as the API
+ * gave it (ignored when --target-checksum pins one).
+ */
+export function rolloutRequest(flags: RolloutFlags, storedChecksum?: string): CreateRolloutRequest {
+  const artifact = artifactFromFlags(flags)
+  if (flags['upgrade-id'] === undefined && artifact === undefined) {
     const missing = MANUAL_FLAGS.filter((f) => flags[f] === undefined)
     if (missing.length > 0) {
       throw new ValidationError(
-        `manual mode (no --upgrade-id) needs ${missing.map((f) => `--${f}`).join(', ')}`,
-        'give --upgrade-id to take them from an upgrade manifest (upgrades/<chain>/<upgrade-id>.yaml), or give all four binary flags',
+        `manual mode (no --upgrade-id) needs --artifact BINARY@VERSION, or ${missing.map((f) => `--${f}`).join(', ')}`,
+        'give --upgrade-id to take them from an upgrade manifest (upgrades/<chain>/<upgrade-id>.yaml), --artifact for a stored artifact, or --binary-name, --target-version and --target-checksum (with --target-url only for an artifact outside the store)',
       )
     }
   }
+  const checksum = flags['target-checksum'] ?? (artifact ? storedChecksum : undefined)
+  if (artifact && checksum === undefined) throw new ValidationError(`no digest for --artifact ${artifact.binary_name}@${artifact.version}`, 'give --target-checksum, or let the command read it from the API')
   const body: CreateRolloutRequest = {
     chain_profile_id: flags.chain,
     node_type: flags['node-type'],
@@ -71,8 +111,12 @@ export function rolloutRequest(flags: RolloutFlags): CreateRolloutRequest {
   // In auto mode these pin the manifest's values: the API refuses a rollout when they disagree.
   if (flags['binary-name'] !== undefined) body.binary_name = flags['binary-name']
   if (flags['target-version'] !== undefined) body.target_version = flags['target-version']
+  if (artifact) {
+    body.binary_name = artifact.binary_name
+    body.target_version = artifact.version
+  }
   if (flags['target-url'] !== undefined) body.target_binary_url = flags['target-url']
-  if (flags['target-checksum'] !== undefined) body.target_binary_checksum = flags['target-checksum']
+  if (checksum !== undefined) body.target_binary_checksum = checksum
   if (flags['migration-type'] !== undefined) body.migration_type = flags['migration-type'] as CreateRolloutRequest['migration_type']
   if (flags['scheduled-at'] !== undefined) body.scheduled_at = flags['scheduled-at']
   return body

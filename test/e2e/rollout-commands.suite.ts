@@ -175,7 +175,7 @@ export function rolloutCommandsSuite(dialect: Dialect): void {
       expect(json<ErrorOutput>(threshold).error).toMatchObject({ name: 'ValidationError', exit_code: 2, message: expect.stringMatching(/--failure-threshold must be a fraction between 0\.0 and 1\.0/) })
 
       expect(manual.exitCode).toBe(2)
-      expect(manual.stderr).toMatch(/^Error: manual mode \(no --upgrade-id\) needs --target-version, --target-url, --target-checksum\n {2}give --upgrade-id/)
+      expect(manual.stderr).toMatch(/^Error: manual mode \(no --upgrade-id\) needs --artifact BINARY@VERSION, or --target-version, --target-checksum\n {2}give --upgrade-id/)
 
       // Rules of the API (400 -> exit 2): a canary size without the canary strategy, a health wait under 1s.
       expect(canary.exitCode).toBe(2)
