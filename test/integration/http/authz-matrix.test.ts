@@ -165,6 +165,7 @@ const EXPECTATIONS: Record<string, Expectation> = {
   },
   'GET /api/v1/rollouts': { ownership: 'none' },
   'GET /api/v1/rollouts/{id}': { ownership: 'none', params: randomId },
+  'GET /api/v1/artifacts/{binary_name}/{version}': { ownership: 'none', params: async () => ({ binary_name: 'devnet-node', version: '9.9.9' }) },
   'GET /api/v1/rollouts/{id}/nodes': { ownership: 'none', params: randomId },
   'POST /api/v1/rollouts/{id}/start': { ownership: 'none', params: randomId },
   'POST /api/v1/rollouts/{id}/pause': { ownership: 'none', params: randomId },
