@@ -31,6 +31,7 @@ import { MIGRATE_WORKFLOW } from '../../src/provisioning/migrate.js'
 import { PROVISION_WORKFLOW } from '../../src/provisioning/provision.js'
 import { ROLLOUT_WORKFLOW } from '../../src/rollouts/workflow-names.js'
 import { binaryVersions } from '../integration/rollouts/harness.js'
+import { jsonLogLines } from '../helpers/cli.js'
 import { count } from '../helpers/payment-stack.js'
 import { waitFor } from '../helpers/ports.js'
 import { startSplitStack, type DaemonKind, type SplitStack } from '../helpers/split-stack.js'
@@ -117,6 +118,10 @@ describe('worker faults survived on the split stack (separate daemon processes, 
     probe.mark(`${holder} killed at step ${run.current_step}`)
 
     await probe.waitHealthy(nodeId, 'the node to be healthy after the other orchestrator finished its provision')
+    // The operator's trail (issue 22, item 5): the survivor logged which run it took over, from whom.
+    const survivor = stack.namesOf('orchestrator').find((name) => name !== holder) as string
+    const takeovers = jsonLogLines(stack.log(survivor)).filter((l) => l.msg === 'took over an interrupted workflow run' && l.workflowId === run.id)
+    expect(takeovers).toEqual([expect.objectContaining({ level: 'warn', workflow: PROVISION_WORKFLOW, previous_owner: run.lease_owner, interrupted_ms: expect.any(Number) })])
     const after = await runOf(PROVISION_WORKFLOW, nodeId)
     expect(after?.status).toBe('completed')
     expect(instanceHolding('orchestrator', after?.lease_owner)).toBeUndefined()
@@ -166,7 +171,14 @@ describe('worker faults survived on the split stack (separate daemon processes, 
     )
     await probe.waitHealthy(nodeId, 'the node migrated and healthy again', 240_000)
     const next = (await stack.db('job_leases').where({ name: HEALTH_EVALUATION_JOB }).first('holder')) as { holder: string }
-    expect(instanceHolding('health-evaluator', next.holder)).not.toBe(holder)
+    const successor = instanceHolding('health-evaluator', next.holder)
+    expect(successor).not.toBe(holder)
+    // The operator's trail (issue 22, item 5): the takeover, from whom, and the new holder's summary line.
+    const trail = jsonLogLines(stack.log(successor as string)).filter((l) => l.job === HEALTH_EVALUATION_JOB || l.msg === 'health evaluation summary')
+    expect(trail.filter((l) => l.msg === 'took over the job lease from a holder that stopped renewing it')).toEqual([
+      expect.objectContaining({ level: 'warn', previous_holder: lease?.holder, without_holder_ms: expect.any(Number) }),
+    ])
+    expect(trail.some((l) => l.msg === 'health evaluation summary')).toBe(true)
     const states = (await stack.db('uptime_state_log').where({ node_id: nodeId }).orderBy('id').pluck('state')) as string[]
     expect(states.filter((s) => s === 'down')).toHaveLength(1)
     // Migration runs are keyed `<node id>:<trigger time>`: one trigger, one run.
