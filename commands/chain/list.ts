@@ -5,7 +5,8 @@ import type { ChainCatalogueView } from '../../src/http/routes/chains.js'
 
 export default class ChainList extends BaseCommand<typeof ChainList> {
   static override summary = 'List the chains on offer (node types, durations, versions, inputs) through the API'
-  static override description = 'The catalogue the api-server uses now (CHAIN_PROFILE_VERSION), with its version. Needs the scope chains:read.'
+  static override description =
+    "The catalogue the api-server uses now (CHAIN_PROFILE_VERSION), with its version. A release whose binary is not installed on the control plane's hosts (an optional npm dependency or a Debian package missing) is listed as unavailable (`unavailable_versions` in --json): nodes cannot get it until it is installed. Needs the scope chains:read."
   static override examples = [
     '<%= config.bin %> chain list',
     '<%= config.bin %> chain list --json | jq -r ".chains[] | select(.id == \\"devnet\\") | .versions[]"',
@@ -29,6 +30,7 @@ function renderChains(catalogue: ChainCatalogueView): string {
     { header: 'node types', value: (c) => c.node_types.join(', ') },
     { header: 'durations', value: (c) => c.durations.join(', ') },
     { header: 'versions', value: (c) => c.versions.map((v) => (v === c.default_version ? `${v} (default)` : v)).join(', ') },
+    { header: 'unavailable', value: (c) => c.unavailable_versions.join(', ') || '-' },
     { header: 'inputs', value: (c) => c.inputs.map((i) => (i.required ? `${i.name}*` : i.name)).join(', ') || '-' },
   ])
 }

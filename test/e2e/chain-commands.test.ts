@@ -32,6 +32,11 @@ describe('chain commands (against nodeplane up)', () => {
     // A config dir is the deployment's whole configuration: the payment service in `up` reads its pricing there.
     fs.copyFileSync(path.join(repoRoot, 'pricing.yaml'), path.join(configDir, 'pricing.yaml'))
     profile = path.join(configDir, 'chains', 'devnet', 'profile.yaml')
+    // A release whose binary an optional npm dependency would install, absent here: unavailable.
+    fs.writeFileSync(
+      profile,
+      fs.readFileSync(profile, 'utf8').replace(/^releases:\n/m, `releases:\n  - version: "2.0.0"\n    artifact: releases/devnet-node-2.0.0.mjs\n    sha256: ${'ab'.repeat(32)}\n    npm_package: devnet-node-2\n`),
+    )
     up = spawnNodeplane(['up'], { cwd: dir, env: { ...(await upPorts()), NODEPLANE_CONFIG_DIR: configDir, CHAINS_CHECK_INTERVAL: '200ms' } })
     await waitForFile<StackFile>(path.join(dir, '.nodeplane', 'stack.json'), 'stack.json')
   })
@@ -46,12 +51,17 @@ describe('chain commands (against nodeplane up)', () => {
     const first = await list()
     expect(first.version).toMatch(/^sha256:[0-9a-f]{16}$/)
     expect(first.chains.map((c) => c.id)).toEqual(['devnet'])
-    expect(first.chains[0]?.versions).toEqual(['1.0.0', '1.1.0'])
+    expect(first.chains[0]?.versions).toEqual(['2.0.0', '1.0.0', '1.1.0'])
+    expect(first.chains[0]?.unavailable_versions).toEqual(['2.0.0'])
     expect(JSON.stringify(first)).not.toMatch(/instance_type|provider|sha256"|file:\/\//)
 
     const human = await run(['chain', 'list'])
     expect(human.exitCode, human.stderr).toBe(0)
     expect(human.stdout).toContain('devnet')
+    const [header, , row] = human.stdout.split('\n')
+    expect(header).toMatch(/\bUNAVAILABLE\b/)
+    // The unavailable column of devnet's row names 2.0.0.
+    expect(row?.slice(header!.indexOf('UNAVAILABLE')).trim()).toMatch(/^2\.0\.0\b/)
     expect(human.stdout).toContain(`catalogue version ${first.version}`)
 
     fs.writeFileSync(profile, fs.readFileSync(profile, 'utf8').replace(/^name: .*$/m, 'name: Devnet, edited while running'))

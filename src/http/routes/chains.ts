@@ -51,6 +51,10 @@ const chainView = z
     durations: z.array(z.enum(DURATIONS)).openapi({ description: 'Durations this chain is offered for', example: ['1w', '1m'] }),
     default_version: z.string().openapi({ description: 'The release new nodes get', example: '1.1.0' }),
     versions: z.array(z.string()).openapi({ description: 'Every release version', example: ['1.0.0', '1.1.0'] }),
+    unavailable_versions: z.array(z.string()).openapi({
+      description: "Releases whose binary is not installed on the control plane's hosts (an optional npm dependency or a Debian package missing, docs/chains.md): a node cannot be given one until it is installed",
+      example: [],
+    }),
     inputs: z.array(chainInput).openapi({ description: 'Provisioning inputs (POST /api/v1/subscriptions/{id}/inputs)' }),
   })
   .openapi('Chain')
@@ -73,6 +77,7 @@ export function chainSummary(profile: ChainProfile): z.infer<typeof chainView> {
     durations: DURATIONS.filter((d) => profile.durations[d] !== undefined),
     default_version: profile.default_version,
     versions: profile.releases.map((r) => r.version),
+    unavailable_versions: profile.releases.filter((r) => r.unavailable !== undefined).map((r) => r.version),
     inputs: profile.inputs.map((i) => ({ name: i.name, type: i.type, required: i.required, phase: i.phase, source: i.source ?? null, key_type: i.key_type ?? null })),
   }
 }

@@ -17,7 +17,7 @@ const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../
 const resources = new Resources()
 afterEach(() => resources.cleanup())
 
-const CHAIN_KEYS = ['default_version', 'description', 'durations', 'id', 'inputs', 'name', 'node_types', 'versions']
+const CHAIN_KEYS = ['default_version', 'description', 'durations', 'id', 'inputs', 'name', 'node_types', 'unavailable_versions', 'versions']
 const INPUT_KEYS = ['key_type', 'name', 'phase', 'required', 'source', 'type']
 
 interface ChainBody {

@@ -187,6 +187,8 @@ describeEachDialectConcurrently('the litecoin chain in the API and provisioning 
       durations: ['1w', '2w', '1m', '3m', '6m'],
       default_version: '0.21.2.1',
       versions: ['0.21.2.1'],
+      // Unavailable on a host without Debian's litecoind (or with another build of it).
+      unavailable_versions: getProfile(chains.current(), 'litecoin').releases[0]?.unavailable === undefined ? [] : ['0.21.2.1'],
       inputs: [{ name: 'wallet_seed', type: 'secret', required: false, phase: 'pre_provision', source: 'chain_generated', key_type: null }],
     })
     expect(JSON.stringify(litecoin)).not.toMatch(/file:\/\/|litecoin\/litecoind|sha256|bitcoin_wallet_hd_seed|cookie/)
