@@ -8,9 +8,12 @@ import DurationSequencer from './test/helpers/duration-sequencer.js'
  * process slots (docs/development.md, "Test run time").
  */
 export const WAITING_FILES = [
-  'test/integration/rollouts/groups.test.ts',
-  'test/integration/rollouts/signals.test.ts',
-  'test/integration/rollouts/rolling.test.ts',
+  'test/integration/rollouts/groups.sqlite.test.ts',
+  'test/integration/rollouts/groups.postgres.test.ts',
+  'test/integration/rollouts/signals.sqlite.test.ts',
+  'test/integration/rollouts/signals.postgres.test.ts',
+  'test/integration/rollouts/rolling.sqlite.test.ts',
+  'test/integration/rollouts/rolling.postgres.test.ts',
   'test/integration/rollouts/config-changes.test.ts',
   'test/integration/rollouts/failed-rollback.test.ts',
   'test/integration/rollouts/group-source-version.test.ts',

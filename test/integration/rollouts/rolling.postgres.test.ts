@@ -1,0 +1,4 @@
+/** Rolling rollouts on Postgres: see rolling.suite.ts. */
+import { rollingRolloutsSuite } from './rolling.suite.js'
+
+rollingRolloutsSuite(['postgres'])

@@ -1,0 +1,4 @@
+/** Rolling rollouts on SQLite: see rolling.suite.ts. */
+import { rollingRolloutsSuite } from './rolling.suite.js'
+
+rollingRolloutsSuite(['sqlite'])

@@ -1,0 +1,4 @@
+/** Rollout signals on Postgres: see signals.suite.ts. */
+import { rolloutSignalsSuite } from './signals.suite.js'
+
+rolloutSignalsSuite(['postgres'])
