@@ -33,6 +33,8 @@ export type LifecycleSettings = z.infer<z.ZodObject<typeof lifecycleEnv>> & {
   LOG_LEVEL: string
   /** Handed to the agents the local provider starts, so they can verify signed artifacts from the store. */
   ARTIFACT_RELEASE_PUBLIC_KEYS?: ReleasePublicKey[]
+  /** Whether those agents refuse unsigned artifacts; unset: false, as the shipped chain releases are unsigned. */
+  AGENT_REQUIRE_SIGNED_ARTIFACTS?: boolean | undefined
 }
 
 /** The local provider and how new agents reach the gateway, from the settings; `chains` is opened by the caller (who closes it). */
@@ -43,10 +45,20 @@ export async function lifecycleDeps(settings: LifecycleSettings, deps: { db: Db;
       `AGENT_GATEWAY_CA_FILE=${JSON.stringify(caFile)}: file not found; set it to the CA that signed the agent-gateway's certificate (the gateway creates the development CA there on its first start)`,
     ])
   }
+  const requireSigned = settings.AGENT_REQUIRE_SIGNED_ARTIFACTS ?? false
+  if (requireSigned && (settings.ARTIFACT_RELEASE_PUBLIC_KEYS ?? []).length === 0) {
+    throw new ConfigError(['AGENT_REQUIRE_SIGNED_ARTIFACTS=true: the agents would have no release public key to verify a signature with; set ARTIFACT_RELEASE_PUBLIC_KEYS'])
+  }
   const local = new LocalInfrastructureProvider({
     root: settings.LOCAL_HOSTS_DIR ?? path.join(settings.NODEPLANE_DATA_DIR, 'hosts'),
     logger: deps.logger.child({ component: 'local-provider' }),
-    agentEnv: { LOG_LEVEL: settings.LOG_LEVEL, ...releaseKeysEnv(settings.ARTIFACT_RELEASE_PUBLIC_KEYS ?? []) },
+    agentEnv: {
+      LOG_LEVEL: settings.LOG_LEVEL,
+      ...releaseKeysEnv(settings.ARTIFACT_RELEASE_PUBLIC_KEYS ?? []),
+      // Explicit: an agent with keys would otherwise require signatures, and refuse the unsigned
+      // releases of the shipped chain profiles (docs/artifacts.md, "Agents").
+      AGENT_REQUIRE_SIGNED_ARTIFACTS: String(requireSigned),
+    },
   })
   return {
     db: deps.db,

@@ -28,6 +28,15 @@ export function parsePublicKey(text: string): ReleasePublicKey | undefined {
 }
 
 /**
+ * AGENT_REQUIRE_SIGNED_ARTIFACTS: whether agents refuse an artifact without a release signature.
+ * Unset stays undefined: each reader applies its own default (docs/artifacts.md, "Agents").
+ */
+export const requireSignedArtifactsSetting = z
+  .enum(['true', 'false', '1', '0'], { message: 'must be true or false' })
+  .optional()
+  .transform((v) => (v === undefined ? undefined : v === 'true' || v === '1'))
+
+/**
  * ARTIFACT_RELEASE_PUBLIC_KEYS: comma-separated base64 Ed25519 public keys (the `.pub` files'
  * lines). Only these verify a release signature.
  */

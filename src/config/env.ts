@@ -10,7 +10,7 @@ import { parseDatabaseUrl } from '../db/url.js'
 import { parseDuration } from './duration.js'
 import { isPaymentMethod, PAYMENT_METHODS } from '../payments/states.js'
 import { allowedSourcesSetting } from '../artifacts/sources.js'
-import { releasePublicKeysSetting } from '../artifacts/release-keys.js'
+import { releasePublicKeysSetting, requireSignedArtifactsSetting } from '../artifacts/release-keys.js'
 
 export type Env = Record<string, string | undefined>
 
@@ -210,10 +210,7 @@ export const nodeAgentEnv = z.object({
   /** Release public keys a signed artifact must verify against (docs/artifacts.md). */
   ARTIFACT_RELEASE_PUBLIC_KEYS: releasePublicKeysSetting,
   /** Refuse artifacts without a release signature; unset: true when ARTIFACT_RELEASE_PUBLIC_KEYS is set (docs/artifacts.md). */
-  AGENT_REQUIRE_SIGNED_ARTIFACTS: z
-    .enum(['true', 'false', '1', '0'], { message: 'must be true or false' })
-    .optional()
-    .transform((v) => (v === undefined ? undefined : v === 'true' || v === '1')),
+  AGENT_REQUIRE_SIGNED_ARTIFACTS: requireSignedArtifactsSetting,
 })
 
 
@@ -402,6 +399,8 @@ export const orchestratorEnv = z.object({
   ...lifecycleEnv,
   ...secretsEnv,
   ARTIFACT_RELEASE_PUBLIC_KEYS: artifactEnv.ARTIFACT_RELEASE_PUBLIC_KEYS,
+  /** For the agents the local provider starts; unset: false (docs/artifacts.md, "Agents"). */
+  AGENT_REQUIRE_SIGNED_ARTIFACTS: requireSignedArtifactsSetting,
   AGENT_GATEWAY_PORT: portsEnv.AGENT_GATEWAY_PORT,
 })
 export const agentGatewayEnv = z.object({
@@ -427,6 +426,7 @@ export type PaymentServiceConfig = ResolvedPaths<z.infer<typeof paymentServiceEn
 export const upEnv = z.object({
   ...sharedEnv,
   ...artifactEnv,
+  AGENT_REQUIRE_SIGNED_ARTIFACTS: requireSignedArtifactsSetting,
   ...eventsEnv,
   ...httpEnv,
   ...portsEnv,
