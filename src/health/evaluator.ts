@@ -103,6 +103,7 @@ export function scheduleHealthEvaluation(settings: HealthEvaluationSettings, dep
     // Three intervals: the holder keeps it from cycle to cycle (renewed during a long cycle), and
     // a killed holder's peer takes over within three intervals (5 s at least, for clock skew).
     leaseMs: evaluationLeaseMs(settings.intervalMs),
+    intervalMs: settings.intervalMs,
     db: deps.db,
     logger: deps.logger,
     run: async (now) => summary.add(cycleCounts(await runHealthEvaluationCycle(settings, deps, now)), now),
@@ -123,6 +124,7 @@ export function scheduleMaintenanceRecovery(settings: MaintenanceRecoverySetting
     name: MAINTENANCE_RECOVERY_JOB,
     cronTime: cronEvery(settings.intervalMs),
     leaseMs: Math.max(2 * settings.intervalMs, 60_000),
+    intervalMs: settings.intervalMs,
     db: deps.db,
     logger: deps.logger,
     run: async (now) => void (await recoverMaintenance(deps.db, { now, afterMs: settings.afterMs, logger: deps.logger })),

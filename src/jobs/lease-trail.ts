@@ -5,8 +5,10 @@
  * how long the job went without a holder. One line per event, not one per tick.
  *
  * A live holder renews at every tick and every third of the lease while a tick runs, so a lease
- * not renewed for two thirds of its length (well over the interval plus the 5 s clock skew
- * docs/deploy.md allows) has a holder that is gone.
+ * not renewed for two thirds of its length, and for at least an interval plus 10 s (twice the
+ * clock skew docs/deploy.md allows: the holder's clock wrote the renewal, ours reads it), has a
+ * holder that is gone. Without a known interval, the interval is taken as two thirds of the lease
+ * (the housekeeping jobs: a 90 s lease renewed every minute).
  */
 import type { Logger } from '../log.js'
 import type { LeaseHolding } from './lease.js'
@@ -16,9 +18,10 @@ export interface LeaseTrail {
   observe(before: LeaseHolding | undefined, acquired: boolean, now: Date): void
 }
 
-export function createLeaseTrail(options: { logger: Logger; holder: string; leaseMs: number }): LeaseTrail {
+export function createLeaseTrail(options: { logger: Logger; holder: string; leaseMs: number; intervalMs?: number | undefined }): LeaseTrail {
   const { logger, holder, leaseMs } = options
-  const staleAfterMs = Math.floor((2 * leaseMs) / 3)
+  const intervalMs = options.intervalMs ?? Math.floor((2 * leaseMs) / 3)
+  const staleAfterMs = Math.max(Math.floor((2 * leaseMs) / 3), intervalMs + 10_000)
   let standingBehind: string | undefined
   /** The renewal (holder and time) already reported as stale, so it is reported once. */
   let reportedStale: string | undefined

@@ -12,6 +12,8 @@ export interface PeriodicJobOptions {
   cronTime: string
   /** How long one tick's lease lasts (renewed while the tick runs); keep it longer than the interval so the holder keeps it from tick to tick. */
   leaseMs: number
+  /** About how often the cron fires: when a standby judges the holder gone (lease-trail.ts). */
+  intervalMs?: number
   db: Db
   logger: Logger
   run: (now: Date) => Promise<void>
@@ -33,7 +35,7 @@ export function schedulePeriodicJob(options: PeriodicJobOptions): PeriodicJob {
   const holder = options.holder ?? `${os.hostname()}:${process.pid}:${crypto.randomUUID().slice(0, 8)}`
   const now = options.now ?? (() => new Date())
   const log = options.logger.child({ job: options.name })
-  const trail = createLeaseTrail({ logger: log, holder, leaseMs: options.leaseMs })
+  const trail = createLeaseTrail({ logger: log, holder, leaseMs: options.leaseMs, intervalMs: options.intervalMs })
   let running: Promise<boolean> | undefined
   let renewal: NodeJS.Timeout | undefined
   let stopped = false
@@ -109,6 +111,7 @@ export function scheduleJobEvery(schedule: JobSchedule, job: JobEvery): Periodic
     name: job.name,
     cronTime: schedule.cronTime ?? cronEvery(job.intervalMs),
     leaseMs: job.leaseMs ?? Math.max(2 * job.intervalMs, 60_000),
+    intervalMs: job.intervalMs,
     db: schedule.db,
     logger,
     ...(schedule.now ? { now: schedule.now } : {}),
