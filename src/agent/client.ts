@@ -134,6 +134,8 @@ export class AgentClient {
   /** When the outage was last logged at warn level; undefined: not yet in this outage. */
   private lastOutageWarning: number | undefined
   heartbeatsSent = 0
+  /** What the last Register said, kept for reconnects. */
+  private registration: { binaryVersion: string; heartbeatMs: number; progressMs: number } | undefined
   /** Attempts that failed to reach a gateway since start (for tests and the bench). */
   failedAttempts = 0
 
@@ -270,27 +272,39 @@ export class AgentClient {
     for (const client of this.clients.values()) client.close()
   }
 
-  /** Register, then open the stream; rejects with a gRPC status when either fails. */
+  /**
+   * Register (the first time, and again when the binary changed since), then open the stream;
+   * rejects with a gRPC status when either fails. A reconnect skips Register: the gateway records
+   * the new stream's gateway with the connect, and after a gateway restart a fleet's Registers
+   * (an unbatched read and write each) were most of the gateway's work before it could take
+   * their streams.
+   */
   private async session(): Promise<void> {
     const metadata = agentMetadata(this.options.nodeId, this.options.token)
     const snapshot = await this.options.host.snapshot()
-    const request: RegisterRequest = {
-      agent_version: this.options.agentVersion,
-      binary_version: snapshot.binary_version,
-      hostname: os.hostname(),
-      agent_public_key: Buffer.from(this.options.publicKey),
+    if (!this.registration || this.registration.binaryVersion !== snapshot.binary_version) {
+      const request: RegisterRequest = {
+        agent_version: this.options.agentVersion,
+        binary_version: snapshot.binary_version,
+        hostname: os.hostname(),
+        agent_public_key: Buffer.from(this.options.publicKey),
+      }
+      const response = await new Promise<RegisterResponse>((resolve, reject) => {
+        const deadline = new Date(Date.now() + 10_000)
+        ;(this.client.Register as (r: RegisterRequest, m: grpc.Metadata, o: grpc.CallOptions, cb: grpc.requestCallback<RegisterResponse>) => void)(
+          request,
+          metadata,
+          { deadline },
+          (err, value) => (err ? reject(err) : resolve(value as RegisterResponse)),
+        )
+      })
+      this.registration = {
+        binaryVersion: snapshot.binary_version,
+        heartbeatMs: this.options.heartbeatIntervalMs ?? response.heartbeat_interval_seconds * 1_000,
+        progressMs: this.options.progressCheckIntervalMs ?? response.progress_check_interval_seconds * 1_000,
+      }
     }
-    const response = await new Promise<RegisterResponse>((resolve, reject) => {
-      const deadline = new Date(Date.now() + 10_000)
-      ;(this.client.Register as (r: RegisterRequest, m: grpc.Metadata, o: grpc.CallOptions, cb: grpc.requestCallback<RegisterResponse>) => void)(
-        request,
-        metadata,
-        { deadline },
-        (err, value) => (err ? reject(err) : resolve(value as RegisterResponse)),
-      )
-    })
-    const heartbeatMs = this.options.heartbeatIntervalMs ?? response.heartbeat_interval_seconds * 1_000
-    const progressMs = this.options.progressCheckIntervalMs ?? response.progress_check_interval_seconds * 1_000
+    const { heartbeatMs, progressMs } = this.registration
 
     const stream = (this.client.Connect as (m: grpc.Metadata) => Duplex)(metadata)
     await new Promise<void>((resolve, reject) => {
