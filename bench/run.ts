@@ -13,6 +13,7 @@ import { benchEvents } from './events.js'
 import { benchHealth } from './health.js'
 import { benchHeartbeats } from './heartbeats.js'
 import { benchPayments } from './payments.js'
+import { benchRecovery } from './recovery.js'
 import { benchRollouts } from './rollouts.js'
 import { benchApiLoad } from './api-load.js'
 import { benchFleetLoad } from './fleet-load.js'
@@ -33,6 +34,7 @@ const BENCHES: Record<string, Bench> = {
   rollouts: benchRollouts,
   'api-load': benchApiLoad,
   'fleet-load': benchFleetLoad,
+  recovery: benchRecovery,
 }
 
 const resultsDir = path.join(path.dirname(fileURLToPath(import.meta.url)), 'results')
