@@ -13,6 +13,7 @@
  */
 import { hasScope as grants } from '../auth/scopes.js'
 import { ForbiddenError, UnauthorizedError } from '../errors.js'
+import { bindRequestLog } from './access-log.js'
 import type { ApiContext, ApiMiddleware, Principal } from './context.js'
 
 export type RouteAuth = 'none' | 'authenticated' | { scope: string }
@@ -53,7 +54,7 @@ export function authorize(auth: RouteAuth, slot: AuthSlot): ApiMiddleware {
     }
     const principal = await slot.authenticate(ctx)
     ctx.state.principal = principal
-    ctx.state.log = ctx.state.log.child({ userId: principal.userId })
+    bindRequestLog(ctx.state, { userId: principal.userId })
     if (slot.rateLimit) await slot.rateLimit(principal, ctx)
     if (scope !== undefined && !hasScope(principal, scope)) {
       throw new ForbiddenError('forbidden', `this route requires the scope "${scope}"`)
