@@ -4,6 +4,7 @@
  * port with cookie authentication. `stop()` ends it (SIGTERM, then SIGKILL) and is safe to call twice.
  */
 import { spawn, type ChildProcess } from 'node:child_process'
+import crypto from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'
 import { freePort, waitFor } from './ports.js'
@@ -77,4 +78,51 @@ export async function startLitecoind(dataDir: string, options: { rpcPort?: numbe
     throw err
   }
   return { rpcPort, dataDir, cookieFile, url, rpc, stop }
+}
+
+/**
+ * JSON-RPC to the litecoind a node agent runs, as a user on its host would call it: the port from
+ * the node's config/litecoin.conf and the cookie litecoind wrote at its last start, read for each
+ * call (a restarted node has a new one). `wallet` addresses a loaded wallet (`/wallet/<name>`).
+ */
+export async function nodeRpc<T>(stateDir: string, method: string, params: unknown[] = [], wallet?: string): Promise<T> {
+  const port = /^rpcport=(\d+)$/m.exec(fs.readFileSync(path.join(stateDir, 'config', 'litecoin.conf'), 'utf8'))?.[1]
+  const cookie = fs.readFileSync(path.join(stateDir, 'data', 'regtest', '.cookie'), 'utf8').trim()
+  const response = await fetch(`http://127.0.0.1:${port}${wallet ? `/wallet/${wallet}` : '/'}`, {
+    method: 'POST',
+    headers: { authorization: `Basic ${Buffer.from(cookie).toString('base64')}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ jsonrpc: '1.0', id: 0, method, params }),
+  })
+  const answer = (await response.json()) as { result: T; error: { code: number; message: string } | null }
+  if (answer.error) throw new Error(`${method}: ${answer.error.code} ${answer.error.message}`)
+  return answer.result
+}
+
+/** hash160 of the compressed public key of a WIF private key: the `hdseedid` Bitcoin Core reports for that seed. */
+export function hdSeedIdOf(wif: string): string {
+  const decoded = base58(wif)
+  const payload = decoded.subarray(0, -4)
+  const checksum = crypto.createHash('sha256').update(crypto.createHash('sha256').update(payload).digest()).digest().subarray(0, 4)
+  if (!checksum.equals(decoded.subarray(-4))) throw new Error('not a WIF key: bad checksum')
+  // version byte, 32-byte key, 0x01 (compressed)
+  if (payload.length !== 34) throw new Error(`not a compressed WIF key: ${payload.length} bytes`)
+  const ecdh = crypto.createECDH('secp256k1')
+  ecdh.setPrivateKey(payload.subarray(1, 33))
+  const publicKey = ecdh.getPublicKey(null, 'compressed')
+  // A uint160 shown the way Bitcoin Core shows hashes: its bytes in reverse.
+  return Buffer.from(crypto.createHash('ripemd160').update(crypto.createHash('sha256').update(publicKey).digest()).digest()).reverse().toString('hex')
+}
+
+function base58(text: string): Buffer {
+  const alphabet = '123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz'
+  let n = 0n
+  for (const c of text) {
+    const digit = alphabet.indexOf(c)
+    if (digit < 0) throw new Error(`not base58: ${c}`)
+    n = n * 58n + BigInt(digit)
+  }
+  const hex = n.toString(16)
+  const bytes = Buffer.from(hex.length % 2 ? `0${hex}` : hex, 'hex')
+  const zeros = text.length - text.replace(/^1+/, '').length
+  return Buffer.concat([Buffer.alloc(zeros), bytes])
 }

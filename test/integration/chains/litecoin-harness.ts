@@ -4,15 +4,13 @@
  * routes) with the repository's catalogue, its litecoin wallet keypool made small; plus RPC to a
  * node's litecoind with the cookie it wrote, as a user on the host would call it.
  */
-import fs from 'node:fs'
-import path from 'node:path'
 import { beforeAll, expect } from 'vitest'
 import { getProfile, type ChainCatalogue } from '../../../src/config/chains.js'
 import type { Db } from '../../../src/db/knex.js'
 import { requestProvision } from '../../../src/provisioning/index.js'
 import { useChainHarness } from '../../helpers/chain-harness.js'
 import type { Dialect } from '../../helpers/db.js'
-import { assertLitecoindInstalled } from '../../helpers/litecoind.js'
+import { assertLitecoindInstalled, nodeRpc } from '../../helpers/litecoind.js'
 import { waitFor } from '../../helpers/ports.js'
 import type { LifecycleSetting } from '../provisioning/harness.js'
 import { untilRunFinished } from '../provisioning/harness.js'
@@ -38,19 +36,7 @@ export function useLitecoinStack(dialect: Dialect): LitecoinStack {
   beforeAll(() => assertLitecoindInstalled())
   const h = useChainHarness(dialect, { catalogue: withSmallKeypool, api: true })
 
-  async function rpc<T>(nodeId: string, method: string, params: unknown[] = [], wallet?: string): Promise<T> {
-    const state = await h.stateDirOf(nodeId)
-    const port = /^rpcport=(\d+)$/m.exec(fs.readFileSync(path.join(state, 'config', 'litecoin.conf'), 'utf8'))?.[1]
-    const cookie = fs.readFileSync(path.join(state, 'data', 'regtest', '.cookie'), 'utf8').trim()
-    const response = await fetch(`http://127.0.0.1:${port}${wallet ? `/wallet/${wallet}` : '/'}`, {
-      method: 'POST',
-      headers: { authorization: `Basic ${Buffer.from(cookie).toString('base64')}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ jsonrpc: '1.0', id: 0, method, params }),
-    })
-    const answer = (await response.json()) as { result: T; error: { code: number; message: string } | null }
-    if (answer.error) throw new Error(`${method}: ${answer.error.code} ${answer.error.message}`)
-    return answer.result
-  }
+  const rpc = async <T>(nodeId: string, method: string, params: unknown[] = [], wallet?: string): Promise<T> => nodeRpc<T>(await h.stateDirOf(nodeId), method, params, wallet)
 
   return {
     get db() {

@@ -5,7 +5,6 @@
  * returned by keys export sealed to the caller; a live backup and a migration, then a host killed
  * outright and a migration from that backup; the wallet's balance intact after both.
  */
-import crypto from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'
 import nacl from 'tweetnacl'
@@ -14,6 +13,7 @@ import { requestMigration } from '../../../src/provisioning/index.js'
 import { loadDataKey } from '../../../src/secrets/data-keys.js'
 import { decryptNodeKey } from '../../../src/secrets/node-keys.js'
 import { describeEachDialectConcurrently } from '../../helpers/db.js'
+import { hdSeedIdOf } from '../../helpers/litecoind.js'
 import { newKey } from '../auth/api-harness.js'
 import { getJson } from '../http/harness.js'
 import { untilRunFinished } from '../provisioning/harness.js'
@@ -36,7 +36,7 @@ describeEachDialectConcurrently('the litecoin chain on litecoind on %s', (dialec
     const captured = (await decryptNodeKey(stack.db, dataKey, 'wallet_seed')).toString('utf8')
     dataKey.destroy()
     const { hdseedid } = await stack.rpc<{ hdseedid: string }>(node.id, 'getwalletinfo', [], 'nodeplane')
-    expect(seedIdOf(captured.trim())).toBe(hdseedid)
+    expect(hdSeedIdOf(captured.trim())).toBe(hdseedid)
     const state = await stack.stateDirOf(node.id)
     expect(fs.readFileSync(path.join(state, 'data', 'wallet-seed.wif'), 'utf8')).toBe(captured)
     expect(fs.statSync(path.join(state, 'data', 'wallet-seed.wif')).mode & 0o777).toBe(0o600)
@@ -85,32 +85,3 @@ describeEachDialectConcurrently('the litecoin chain on litecoind on %s', (dialec
     await stack.untilHealthy(node.id, 'the node on its third host to be healthy')
   })
 })
-
-/** hash160 of the compressed public key of a WIF private key: the `hdseedid` Bitcoin Core reports for that seed. */
-function seedIdOf(wif: string): string {
-  const decoded = base58(wif)
-  const payload = decoded.subarray(0, -4)
-  const checksum = crypto.createHash('sha256').update(crypto.createHash('sha256').update(payload).digest()).digest().subarray(0, 4)
-  expect(checksum.equals(decoded.subarray(-4))).toBe(true)
-  // version byte, 32-byte key, 0x01 (compressed)
-  expect(payload.length).toBe(34)
-  const ecdh = crypto.createECDH('secp256k1')
-  ecdh.setPrivateKey(payload.subarray(1, 33))
-  const publicKey = ecdh.getPublicKey(null, 'compressed')
-  // A uint160 shown the way Bitcoin Core shows hashes: its bytes in reverse.
-  return Buffer.from(crypto.createHash('ripemd160').update(crypto.createHash('sha256').update(publicKey).digest()).digest()).reverse().toString('hex')
-}
-
-function base58(text: string): Buffer {
-  const alphabet = '123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz'
-  let n = 0n
-  for (const c of text) {
-    const digit = alphabet.indexOf(c)
-    if (digit < 0) throw new Error(`not base58: ${c}`)
-    n = n * 58n + BigInt(digit)
-  }
-  const hex = n.toString(16)
-  const bytes = Buffer.from(hex.length % 2 ? `0${hex}` : hex, 'hex')
-  const zeros = text.length - text.replace(/^1+/, '').length
-  return Buffer.concat([Buffer.alloc(zeros), bytes])
-}
