@@ -3,7 +3,7 @@ import os from 'node:os'
 import path from 'node:path'
 import { PassThrough } from 'node:stream'
 import { describe, expect, it } from 'vitest'
-import { groupRequest, parseComponent, rolloutRequest } from '../../../src/cli/rollout-create.js'
+import { artifactFromFlags, artifactPath, groupRequest, parseComponent, rolloutRequest } from '../../../src/cli/rollout-create.js'
 import { startLiveView } from '../../../src/cli/rollout-live.js'
 import { EXIT_WAITING_FOR_OPERATOR, nextActions, outcomeExitCode, rolloutOutcome } from '../../../src/cli/rollout-views.js'
 import { changeLines, finalLines, watchIsOver, type RolloutSnapshot } from '../../../src/cli/rollout-watch.js'
@@ -205,8 +205,29 @@ describe('request bodies from flags', () => {
       failure_threshold: 0.5,
       health_wait_duration: '2s',
     })
-    expect(() => rolloutRequest({ ...base, 'target-url': 'file:///x' })).toThrow('manual mode (no --upgrade-id) needs --binary-name, --target-version, --target-checksum')
+    expect(() => rolloutRequest({ ...base, 'target-url': 'file:///x' })).toThrow('manual mode (no --upgrade-id) needs --artifact BINARY@VERSION, or --binary-name, --target-version, --target-checksum')
     expect(() => rolloutRequest({ ...base, 'upgrade-id': 'u', 'failure-threshold': 'lots' })).toThrow(/--failure-threshold must be a fraction/)
+  })
+
+  it('--artifact names a stored artifact: binary and version from the flag, the digest the API gave or --target-checksum; malformed or beside the flags it replaces, refused', () => {
+    const digest = `sha256:${'ab'.repeat(32)}`
+    expect(rolloutRequest({ ...base, artifact: 'devnet-node@1.2.0+build.1' }, digest)).toEqual({
+      chain_profile_id: 'devnet',
+      node_type: 'full',
+      source_version: '1.0.0',
+      binary_name: 'devnet-node',
+      target_version: '1.2.0+build.1',
+      target_binary_checksum: digest,
+    })
+    expect(rolloutRequest({ ...base, artifact: 'devnet-node@1.2.0', 'target-checksum': `sha256:${'cd'.repeat(32)}` }, digest).target_binary_checksum).toBe(`sha256:${'cd'.repeat(32)}`)
+    expect(artifactPath({ binary_name: 'devnet-node', version: '1.2.0+b' })).toBe('/artifacts/devnet-node/1.2.0%2Bb')
+    for (const bad of ['devnet-node', '@1.2.0', 'devnet-node@']) {
+      expect(() => artifactFromFlags({ ...base, artifact: bad }), bad).toThrow(`--artifact "${bad}" must be BINARY@VERSION`)
+    }
+    expect(() => artifactFromFlags({ ...base, artifact: 'devnet-node@1.2.0', 'target-url': 'https://x/y', 'binary-name': 'b' })).toThrow(
+      '--artifact names the binary and version itself: drop --binary-name, --target-url',
+    )
+    expect(() => rolloutRequest({ ...base, artifact: 'devnet-node@1.2.0' })).toThrow('no digest for --artifact devnet-node@1.2.0')
   })
 
   it('a group from a file, with flags replacing its fields and --component its component_order', () => {
