@@ -53,7 +53,7 @@ async function operatorConfigDir(releaseKey: string): Promise<string> {
  * Foundry's real anvil 1.7.0; a transfer sent to each with ethers is mined; the shipped upgrade
  * manifest anvil-1.7.1 rolls them to 1.7.1, the canary first, and each answers
  * `web3_clientVersion` anvil/v1.7.1 with its transaction still at its block; a deliberately broken
- * build, stored and signed in the artifact store, fails to start on each node and is rolled back
+ * build, stored and signed in the artifact store and named by `rollout create --artifact`, fails to start on each node and is rolled back
  * to 1.7.1 with the chain intact; an operator's migration moves a node with a live backup, and
  * when that node's host is then killed outright the control plane notices, migrates it from the
  * snapshot, and the chain is still there. Tests run in order, each from where the last left off.
@@ -136,24 +136,11 @@ export function anvilJourneySuite(dialect: Dialect): void {
       const stored = s.json<ArtifactView>(await s.run(['artifact', 'add', broken, '--binary', 'anvil', '--version', '1.7.2', '--key', releaseKey, '--json']))
       expect(stored).toMatchObject({ binary_name: 'anvil', version: '1.7.2', signed: true, sha256: `sha256:${crypto.createHash('sha256').update(fs.readFileSync(broken)).digest('hex')}` })
 
-      // Named by binary, version and digest: no URL, the agents fetch the store's bytes.
-      const response = await fetch(`${s.stack.api_url}/api/v1/rollouts`, {
-        method: 'POST',
-        headers: { authorization: `Bearer ${s.adminKey}`, 'content-type': 'application/json' },
-        body: JSON.stringify({
-          chain_profile_id: 'ethereum-anvil',
-          node_type: 'full',
-          source_version: '1.7.1',
-          binary_name: 'anvil',
-          target_version: '1.7.2',
-          target_binary_checksum: stored.sha256,
-          strategy: 'all_at_once',
-          failure_threshold: 1,
-          health_wait_duration: '1s',
-        }),
-      })
-      expect(response.status, await response.clone().text()).toBe(201)
-      const created = (await response.json()) as RolloutView
+      // Named by binary and version: no URL; the command pins the stored digest, the agents fetch the store's bytes.
+      const created = s.json<RolloutView>(
+        await s.run(['rollout', 'create', '--chain', 'ethereum-anvil', '--node-type', 'full', '--source-version', '1.7.1', '--artifact', 'anvil@1.7.2', '--strategy', 'all_at_once', '--failure-threshold', '1', '--health-wait', '1s', '--json']),
+      )
+      expect(created).toMatchObject({ binary_name: 'anvil', target_version: '1.7.2', target_binary_checksum: stored.sha256 })
       const started = await s.run(['rollout', 'start', '--id', created.id, '--watch', '--interval', '250ms'])
       // Exit 1: the rollout ended failed.
       expect(started.exitCode, started.stdout + started.stderr).toBe(1)
