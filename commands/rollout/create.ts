@@ -43,10 +43,12 @@ export default class RolloutCreate extends BaseCommand<typeof RolloutCreate> {
   }
 
   async run(): Promise<RolloutView> {
-    const api = apiClientFor(this.env(), this.flags['api-url'])
+    // Bad flags are refused before the API is even looked for.
     const artifact = artifactFromFlags(this.flags)
+    const fromFlags = artifact ? undefined : rolloutRequest(this.flags)
+    const api = apiClientFor(this.env(), this.flags['api-url'])
     const stored = artifact && this.flags['target-checksum'] === undefined ? await api.get<ArtifactView>(artifactPath(artifact)) : undefined
-    const body = rolloutRequest(this.flags, stored?.sha256)
+    const body = fromFlags ?? rolloutRequest(this.flags, stored?.sha256)
     const rollout = await api.post<RolloutView>('/rollouts', body)
     if (!this.jsonEnabled()) this.log(`Created ${describeRollout(rollout)}`)
     return rollout

@@ -116,10 +116,12 @@ describeEachDialectConcurrently('rollout create naming a stored artifact on %s',
 
   // Refused by the command before any request: one database is enough.
   it.runIf(dialect === 'sqlite')('refuses a malformed --artifact, one beside the flags it replaces, and an incomplete manual mode', { timeout: 60_000 }, async () => {
+    // No API answers there and no key is given: each refusal comes before the API is looked for.
+    const nowhere = { NODEPLANE_API_URL: 'http://127.0.0.1:9', NODEPLANE_API_KEY: '' }
     const [malformed, conflicting, incomplete] = await Promise.all([
-      run([...BASE, '--artifact', 'devnet-node']),
-      run([...BASE, '--artifact', 'devnet-node@1.1.0', '--target-url', 'https://releases.example.com/devnet-node-1.1.0.mjs']),
-      run([...BASE, '--binary-name', 'devnet-node', '--target-version', '1.1.0']),
+      run([...BASE, '--artifact', 'devnet-node'], nowhere),
+      run([...BASE, '--artifact', 'devnet-node@1.1.0', '--target-url', 'https://releases.example.com/devnet-node-1.1.0.mjs'], nowhere),
+      run([...BASE, '--binary-name', 'devnet-node', '--target-version', '1.1.0'], nowhere),
     ])
     expect(malformed.exitCode).toBe(2)
     expect(malformed.stderr).toMatch(/^Error: --artifact "devnet-node" must be BINARY@VERSION/)
