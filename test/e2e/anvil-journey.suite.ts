@@ -109,6 +109,11 @@ export function anvilJourneySuite(dialect: Dialect): void {
     })
 
     it('the anvil-1.7.1 manifest rolls the fleet to 1.7.1, the canary first; each answers anvil/v1.7.1 with its transaction', { timeout: 120_000 }, async () => {
+      // The manifest moves 1.7.0 only: anvil 1.5 cannot read 1.7's chain state (docs/chains.md).
+      const wrongSource = await s.run(['rollout', 'create', '--chain', 'ethereum-anvil', '--node-type', 'full', '--upgrade-id', 'anvil-1.7.1', '--source-version', '1.5.1'])
+      expect(wrongSource.exitCode).toBe(2)
+      expect(wrongSource.stderr).toContain('body.source_version: upgrade anvil-1.7.1 applies to 1.7.0, not 1.5.1')
+
       const created = s.json<RolloutView>(
         await s.run(['rollout', 'create', '--chain', 'ethereum-anvil', '--node-type', 'full', '--upgrade-id', 'anvil-1.7.1', '--source-version', '1.7.0', '--strategy', 'canary', '--canary-size', '1', '--batch-size', '1', '--health-wait', '1s', '--json']),
       )
