@@ -11,14 +11,14 @@ import type { ArtifactView } from '../../src/artifacts/service.js'
 export default class RolloutCreate extends BaseCommand<typeof RolloutCreate> {
   static override summary = 'Create a pending rollout: from an upgrade manifest (--upgrade-id), a stored artifact (--artifact) or explicit binary flags'
   static override description = [
-    'Auto mode: --upgrade-id names upgrades/<chain>/<upgrade-id>.yaml, which gives the binary, target version, artifact, checksum and migration type. Manual mode (no --upgrade-id): --artifact BINARY@VERSION names a stored, signed artifact (`nodeplane artifact add`), whose digest is read from the API (or pinned with --target-checksum); or --binary-name, --target-version and --target-checksum name one, and --target-url fetches from a URL instead of the store (refused for file://, loopback and private hosts outside ARTIFACT_ALLOWED_SOURCES, docs/artifacts.md).',
+    'Auto mode: --upgrade-id names upgrades/<chain>/<upgrade-id>.yaml, which gives the binary, target version, artifact, checksum and migration type. Manual mode (no --upgrade-id): --artifact BINARY@VERSION names a stored, signed artifact (`nodeplane artifact add`), whose digest is read from the API (or pinned with --target-checksum); or --binary-name, --target-version and --target-checksum name one, and --target-url fetches from a URL instead of the store: only a release of the chain profile or a URL under a source the operator allowed (ARTIFACT_ALLOWED_SOURCES on the api-server); any other URL, a public host too, is refused (exit 2, docs/artifacts.md).',
     'Nothing runs until `nodeplane rollout start`. Defaults: strategy rolling, batch size 10, failure threshold 0.2, health wait 5m, canary size 1 (canary). Exit 2 for invalid input (nothing is created), 4 when the chain already has an active rollout or rollout group. Needs the scope admin.',
   ].join('\n')
   static override examples = [
     '<%= config.bin %> rollout create --chain devnet --node-type full --upgrade-id devnet-1.1.0 --source-version 1.0.0',
     '<%= config.bin %> rollout create --chain devnet --node-type full --upgrade-id devnet-1.1.0-breaking --source-version 1.0.0 --strategy canary --canary-size 2',
     '<%= config.bin %> rollout create --chain devnet --node-type full --source-version 1.0.0 --artifact devnet-node@1.2.0',
-    '<%= config.bin %> rollout create --chain devnet --node-type full --source-version 1.0.0 --binary-name devnet-node --target-version 1.1.0 --target-url https://example.com/devnet-node-1.1.0.mjs --target-checksum sha256:9479…',
+    '<%= config.bin %> rollout create --chain devnet --node-type full --source-version 1.0.0 --binary-name devnet-node --target-version 1.1.0 --target-url https://releases.example.com/devnet-node-1.1.0.mjs --target-checksum sha256:9479…  # with ARTIFACT_ALLOWED_SOURCES=https://releases.example.com/',
     'ROLLOUT=$(<%= config.bin %> rollout create --chain devnet --node-type full --upgrade-id devnet-1.1.0 --source-version 1.0.0 --json | jq -r .id)',
   ]
   static override flags = {
@@ -29,7 +29,7 @@ export default class RolloutCreate extends BaseCommand<typeof RolloutCreate> {
     artifact: Flags.string({ description: 'manual mode: a stored artifact, BINARY@VERSION (`nodeplane artifact list`); its digest comes from the API', helpGroup: 'MANUAL MODE' }),
     'binary-name': Flags.string({ description: 'manual mode: the binary replaced', helpGroup: 'MANUAL MODE' }),
     'target-version': Flags.string({ description: 'manual mode: the version afterwards', helpGroup: 'MANUAL MODE' }),
-    'target-url': Flags.string({ description: 'manual mode: fetch the artifact from this http(s):// (or allowed file://) URL instead of the artifact store', helpGroup: 'MANUAL MODE' }),
+    'target-url': Flags.string({ description: 'manual mode: fetch the artifact from this URL instead of the artifact store; it must lie under ARTIFACT_ALLOWED_SOURCES or be a release of the chain profile', helpGroup: 'MANUAL MODE' }),
     'target-checksum': Flags.string({ description: 'manual mode: sha256:<64 hex> of the artifact (with --artifact: pins the stored bytes)', helpGroup: 'MANUAL MODE' }),
     'migration-type': Flags.string({ description: 'manual mode: breaking makes a canary wait for approve-canary (default non_breaking)', options: [...MIGRATION_TYPES], helpGroup: 'MANUAL MODE' }),
     strategy: Flags.string({ description: 'rolling (default), canary, or all_at_once', options: [...ROLLOUT_STRATEGIES] }),

@@ -1,15 +1,16 @@
 /**
- * Where a rollout may take a binary from (docs/artifacts.md, "Allowed sources"). A rollout names
- * the URL its agents fetch; an admin must not be able to point every node of a chain at a file
- * on the hosts (`file:///…/master.key`) or at a service only reachable from inside
- * (`http://127.0.0.1:8222/`, `http://169.254.169.254/`). Such a URL is refused at creation unless
- * it lies under a source the operator allowed (ARTIFACT_ALLOWED_SOURCES), or it is exactly a
+ * Where a rollout may take a binary from by URL (docs/artifacts.md, "Allowed sources"). A rollout
+ * names the URL its agents fetch; an admin must not be able to point every node of a chain at a
+ * file on the hosts (`file:///…/master.key`), at a service only reachable from inside
+ * (`http://127.0.0.1:8222/`, `http://169.254.169.254/`), or at any binary of their choosing on the
+ * internet. So free URLs are denied by default: a URL is accepted only when it is exactly a
  * release of the chain profile (the operator's own catalogue, checked against its checksum when
- * the catalogue was loaded).
+ * the catalogue was loaded) or lies under a source the operator allowed (ARTIFACT_ALLOWED_SOURCES).
+ * Everything else comes from the artifact store, named by binary, version and digest (resolve.ts).
  *
- * Host names are judged as written, not resolved: a public name that resolves to a private
- * address passes here. The agent refuses redirects, so the URL it was given is the only one it
- * fetches; the artifact store (docs/artifacts.md) removes free URLs altogether.
+ * Host names are not resolved, and need not be: a name that resolves to a private address is
+ * fetched only if the operator listed it. The agent refuses redirects, so the URL it was given is
+ * the only one it fetches.
  */
 import net from 'node:net'
 import { z } from 'zod'
@@ -109,7 +110,7 @@ function expandIpv6(address: string): number[] | undefined {
   return words.some((w) => Number.isNaN(w) || w < 0 || w > 0xffff) ? undefined : words
 }
 
-/** Why the URL needs an allowed source (file://, or an internal host), or undefined for a public one. */
+/** Why the URL reaches the hosts themselves or the networks behind them (file://, an internal host); undefined otherwise. */
 export function restrictedReason(url: URL): string | undefined {
   if (url.protocol === 'file:') return 'is a file on the node hosts (file://)'
   const reason = internalHostReason(url.hostname)
@@ -126,10 +127,13 @@ export interface SourceCheck {
   trusted?: readonly string[]
 }
 
+const REMEDY = 'add it with `nodeplane artifact add` and name it by binary, version and checksum, or allow its source (docs/artifacts.md)'
+
 /**
- * A problem (for a 400's details) when the rollout's artifact URL is file://, loopback,
- * link-local or private and neither under an allowed source nor a catalogue release; undefined
- * otherwise. The problem names the URL as given and the setting, never anything read from it.
+ * A problem (for a 400's details) unless the rollout's artifact URL is exactly a release of the
+ * chain profile or lies under an allowed source; undefined when it is one of those. The problem
+ * names the URL as given (without credentials, query or fragment) and the setting, never anything
+ * read from the URL: nothing is fetched here.
  */
 export function artifactSourceProblem(field: string, urlText: string, check: SourceCheck): string | undefined {
   let url: URL
@@ -139,10 +143,23 @@ export function artifactSourceProblem(field: string, urlText: string, check: Sou
     return `${field}: must be an absolute URL`
   }
   if (!['file:', 'http:', 'https:'].includes(url.protocol)) return `${field}: must be an http://, https:// or file:// URL`
-  const reason = restrictedReason(url)
-  if (reason === undefined) return undefined
   if ((check.trusted ?? []).includes(url.href)) return undefined
-  // URL parsing has already resolved "." and ".." segments, so a prefix match cannot be escaped.
+  // URL parsing has already resolved "." and ".." segments, so a prefix match cannot be escaped;
+  // no allowed source carries credentials, so a URL with some is never under one.
   if (check.allowed.some((source) => url.href.startsWith(source))) return undefined
-  return `${field}: ${urlText} ${reason}; artifacts come from a public host or a source the operator allowed (ARTIFACT_ALLOWED_SOURCES, docs/artifacts.md)`
+  const shown = shownUrl(url, urlText)
+  const reason = restrictedReason(url)
+  if (reason !== undefined) return `${field}: ${shown} ${reason} and is not under an allowed source (ARTIFACT_ALLOWED_SOURCES); ${REMEDY}`
+  return `${field}: ${shown} is not under an allowed source (ARTIFACT_ALLOWED_SOURCES) nor a stored artifact; ${REMEDY}`
+}
+
+/** The URL as the caller wrote it, unless it carries credentials, a query or a fragment: then without them. */
+function shownUrl(url: URL, urlText: string): string {
+  if (url.username === '' && url.password === '' && url.search === '' && url.hash === '') return urlText
+  const bare = new URL(url.href)
+  bare.username = ''
+  bare.password = ''
+  bare.search = ''
+  bare.hash = ''
+  return bare.href
 }

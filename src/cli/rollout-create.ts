@@ -95,7 +95,7 @@ export function rolloutRequest(flags: RolloutFlags, storedChecksum?: string): Cr
     if (missing.length > 0) {
       throw new ValidationError(
         `manual mode (no --upgrade-id) needs --artifact BINARY@VERSION, or ${missing.map((f) => `--${f}`).join(', ')}`,
-        'give --upgrade-id to take them from an upgrade manifest (upgrades/<chain>/<upgrade-id>.yaml), --artifact for a stored artifact, or --binary-name, --target-version and --target-checksum (with --target-url only for an artifact outside the store)',
+        'give --upgrade-id to take them from an upgrade manifest (upgrades/<chain>/<upgrade-id>.yaml), --artifact for a stored artifact, or --binary-name, --target-version and --target-checksum (with --target-url only for a URL under ARTIFACT_ALLOWED_SOURCES on the api-server)',
       )
     }
   }

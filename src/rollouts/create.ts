@@ -96,7 +96,7 @@ export const createRolloutRequest = z
     source_version: versionString.openapi({ description: 'The version the nodes to upgrade run now', example: '1.0.0' }),
     binary_name: binaryName.optional().openapi({ description: 'Manual mode: required. Auto mode: from the manifest (must agree if sent)', example: 'devnet-node' }),
     target_version: versionString.optional().openapi({ example: '1.1.0' }),
-    target_binary_url: artifactUrl.optional().openapi({ description: 'Manual mode, optional: an http(s):// or file:// URL of the artifact (file://, loopback and private hosts only from ARTIFACT_ALLOWED_SOURCES). Without it, binary_name, target_version and target_binary_checksum name a signed artifact of the artifact store (docs/artifacts.md)' }),
+    target_binary_url: artifactUrl.optional().openapi({ description: 'Manual mode, optional: an http(s):// or file:// URL of the artifact, accepted only under a source in ARTIFACT_ALLOWED_SOURCES or exactly a release of the chain profile (400 otherwise). Without it, binary_name, target_version and target_binary_checksum name a signed artifact of the artifact store (docs/artifacts.md)' }),
     target_binary_checksum: requestChecksum.optional(),
     migration_type: z.enum(MIGRATION_TYPES).optional().openapi({ description: 'Manual mode: default non_breaking. Auto mode: from the manifest (must agree if sent)' }),
     ...tuning,
@@ -145,9 +145,9 @@ export interface CreateOptions {
   catalogue: ChainCatalogue
   now: Date
   /**
-   * ARTIFACT_ALLOWED_SOURCES: the file:// and internal-host prefixes a rollout's artifact may come
-   * from (docs/artifacts.md). None when absent: such an artifact is refused unless it is a release
-   * of the chain profile.
+   * ARTIFACT_ALLOWED_SOURCES: the URL prefixes a rollout's artifact may come from
+   * (docs/artifacts.md). None when absent: every artifact URL is refused unless it is a release
+   * of the chain profile; stored artifacts need no URL.
    */
   artifactSources?: AllowedSources
   /**
@@ -184,7 +184,7 @@ function sourceProblem(field: string, url: string, profile: ChainProfile, option
 }
 
 /**
- * The URL agents fetch the target from: a free URL as given (within the allowed sources), or the
+ * The URL agents fetch the target from: a URL as given (a profile release or under an allowed source), or the
  * artifact store's for binary, version and digest. A problem is pushed with `field`; the URL is
  * then unused (nothing is written).
  */

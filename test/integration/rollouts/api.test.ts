@@ -4,6 +4,8 @@
  * both modes with the views, 400s that write nothing, 404s, the one-active rule under 8
  * concurrent POSTs, the action routes handing over to src/rollouts/control.ts, lists and pages.
  */
+import path from 'node:path'
+import { fileURLToPath, pathToFileURL } from 'node:url'
 import { afterEach, describe, expect, it } from 'vitest'
 import type { Db } from '../../../src/db/knex.js'
 import { insertRolloutNodes, updateRolloutNode } from '../../../src/rollouts/store.js'
@@ -23,7 +25,8 @@ const MANUAL = {
   source_version: '1.0.0',
   binary_name: 'devnet-node',
   target_version: '1.1.0',
-  target_binary_url: 'https://releases.example.test/devnet-node-1.1.0.mjs',
+  // The chain profile's own release: the one URL accepted without ARTIFACT_ALLOWED_SOURCES.
+  target_binary_url: pathToFileURL(path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../../chains/devnet/releases/devnet-node-1.1.0.mjs')).href,
   target_binary_checksum: CHECKSUM_110,
 }
 const GROUP = { chain_profile_id: 'devnet', node_type: 'full', failure_policy: 'manual', component_order: [{ upgrade_id: 'devnet-1.1.0', binary_name: 'devnet-node', node_type: 'full', version: '1.1.0' }] }

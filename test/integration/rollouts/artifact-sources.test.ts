@@ -1,10 +1,11 @@
 /**
  * The security finding of issue 17 at rollout creation, through the api-server daemon configured
- * from its environment, on both databases: an artifact URL that is a file on the hosts
- * (`file:///…/master.key`), loopback, link-local or private is refused with 400 and nothing is
- * written, unless it lies under ARTIFACT_ALLOWED_SOURCES or is a release of the chain profile;
- * manifests (rollouts and groups) obey the same rule; no answer and no log line carries the digest
- * of the file that is not an artifact.
+ * from its environment, on both databases: free artifact URLs are denied by default. A URL is
+ * accepted only under ARTIFACT_ALLOWED_SOURCES or as exactly a release of the chain profile;
+ * anything else (a file on the hosts such as `file:///…/master.key`, loopback, link-local,
+ * private, and a public host too) is refused with 400 naming the field and the setting, and
+ * nothing is written. Manifests (rollouts and groups) obey the same rule; no answer and no log
+ * line carries the digest of the file that is not an artifact, nor a URL's credentials.
  */
 import crypto from 'node:crypto'
 import fs from 'node:fs'
@@ -61,6 +62,17 @@ const REFUSED: [string, RegExp][] = [
   ['http://0.0.0.0:8545/', /is an unspecified address/],
 ]
 
+/** Public hosts: as free as any other URL, so refused unless allowed (the server allows https://releases.example.test/). */
+const PUBLIC_REFUSED: string[] = [
+  'https://downloads.example.org/devnet-node-1.1.0.mjs',
+  // Beside the allowed source: another scheme, a host whose name extends it, a sibling path.
+  'http://releases.example.test/devnet-node-1.1.0.mjs',
+  'https://releases.example.test.evil.example/devnet-node-1.1.0.mjs',
+  'https://releases.example.test:8443/devnet-node-1.1.0.mjs',
+  // A public name that resolves to 127.0.0.1: judged as written, and refused because it is not listed.
+  'http://localtest.me:4222/varz',
+]
+
 describe('ARTIFACT_ALLOWED_SOURCES', () => {
   it('is a comma-separated list of URL prefixes ending in "/"; anything else stops the daemon naming the variable', () => {
     expect(loadConfig(apiServerEnv, {}).ARTIFACT_ALLOWED_SOURCES).toEqual([])
@@ -87,7 +99,7 @@ describe.each(DIALECTS)('artifact sources at rollout creation on %s', (dialect) 
   const logs = new LogCapture()
   beforeAll(async () => {
     db = (await resources.database(dialect)).db
-    const config = loadConfig(apiServerEnv, { ARTIFACT_ALLOWED_SOURCES: `${pathToFileURL(allowedDir).href}/` })
+    const config = loadConfig(apiServerEnv, { ARTIFACT_ALLOWED_SOURCES: `${pathToFileURL(allowedDir).href}/,https://releases.example.test/` })
     const server = await startApiServer({ ...config, API_SERVER_PORT: 0, HTTP_HOST: '127.0.0.1' }, { db, bus: resources.localBus(), logger: createLogger({ destination: logs, level: 'debug' }) })
     resources.add(() => server.stop())
     url = server.url
@@ -119,7 +131,26 @@ describe.each(DIALECTS)('artifact sources at rollout creation on %s', (dialect) 
     expect(text).not.toContain(masterKeyDigest.slice(0, 16))
   })
 
-  it('accepts an allowed source, a release of the chain profile and a public host', async () => {
+  it('refuses a public URL outside the allowed sources with 400 naming the field and the setting, and writes nothing', async () => {
+    for (const target of PUBLIC_REFUSED) {
+      const res = await post('/api/v1/rollouts', { ...MANUAL, target_binary_url: target })
+      expect(res.status, target).toBe(400)
+      expect(res.body, target).toEqual({
+        error: 'invalid request',
+        details: `body.target_binary_url: ${target} is not under an allowed source (ARTIFACT_ALLOWED_SOURCES) nor a stored artifact; add it with \`nodeplane artifact add\` and name it by binary, version and checksum, or allow its source (docs/artifacts.md)`,
+      })
+    }
+    // Credentials in a URL put it outside every source (none carries any), and are not echoed.
+    const withCredentials = await post('/api/v1/rollouts', { ...MANUAL, target_binary_url: 'https://deploy:s3cr3t-token@releases.example.test/devnet-node-1.1.0.mjs?sig=q-s3cr3t' })
+    expect(withCredentials.status).toBe(400)
+    expect((withCredentials.body as { details: string }).details).toMatch(/^body\.target_binary_url: https:\/\/releases\.example\.test\/devnet-node-1\.1\.0\.mjs is not under an allowed source/)
+    expect(JSON.stringify(withCredentials.body)).not.toContain('s3cr3t')
+    expect(logs.text()).not.toContain('s3cr3t')
+    // Groups take their URLs from manifests and releases only: the same rule (below).
+    expect(await count()).toBe(0)
+  })
+
+  it('accepts an allowed source (file:// and https://) and a release of the chain profile', async () => {
     const accepted = [pathToFileURL(path.join(allowedDir, 'devnet-node-1.1.0.mjs')).href, pathToFileURL(release110).href, 'https://releases.example.test/devnet-node-1.1.0.mjs']
     for (const target of accepted) {
       const res = await post('/api/v1/rollouts', { ...MANUAL, target_binary_url: target })
@@ -143,6 +174,7 @@ describe.each(DIALECTS)('artifact sources at rollout creation on %s', (dialect) 
     fs.writeFileSync(path.join(upgrades, 'secret.yaml'), withArtifact(pathToFileURL(masterKey).href, `sha256:${masterKeyDigest}`))
     fs.writeFileSync(path.join(upgrades, 'mismatch.yaml'), withArtifact(pathToFileURL(masterKey).href, CHECKSUM_110))
     fs.writeFileSync(path.join(upgrades, 'allowed.yaml'), withArtifact(pathToFileURL(path.join(allowedDir, 'devnet-node-1.1.0.mjs')).href, CHECKSUM_110))
+    fs.writeFileSync(path.join(upgrades, 'public.yaml'), withArtifact('https://downloads.example.org/devnet-node-1.2.0.mjs', CHECKSUM_110))
     const options = { createdBy: '00000000-0000-4000-8000-0000000000aa', catalogue, now: T0, configDir }
     const auto = (upgradeId: string) => ({ upgrade_id: upgradeId, chain_profile_id: 'devnet', node_type: 'full', source_version: '1.0.0' })
     const group = (upgradeId: string) => ({ chain_profile_id: 'devnet', node_type: 'full', failure_policy: 'manual', component_order: [{ upgrade_id: upgradeId, binary_name: 'devnet-node', node_type: 'full', version: '1.2.0' }] })
@@ -157,6 +189,19 @@ describe.each(DIALECTS)('artifact sources at rollout creation on %s', (dialect) 
     expect(mismatch?.details).toContain('does not match the artifact (checksum mismatch)')
     for (const err of [secret, secretGroup, mismatch]) expect(JSON.stringify({ message: err?.message, details: err?.details })).not.toContain(masterKeyDigest.slice(0, 16))
     expect(await count()).toBe(3)
+
+    // A manifest naming a public URL is as free as a manual body: refused for rollouts and groups.
+    const publicUrl = await refusal(createRollout(db, auto('public'), options))
+    expect(publicUrl?.details).toBe(
+      'upgrades/devnet/public.yaml: artifact: https://downloads.example.org/devnet-node-1.2.0.mjs is not under an allowed source (ARTIFACT_ALLOWED_SOURCES) nor a stored artifact; add it with `nodeplane artifact add` and name it by binary, version and checksum, or allow its source (docs/artifacts.md)',
+    )
+    const publicGroup = await refusal(createRolloutGroup(db, group('public'), options))
+    expect(publicGroup?.details).toMatch(/^body\.component_order\[0\]\.upgrade_id: upgrades\/devnet\/public\.yaml: artifact: https:\/\/downloads\.example\.org\/devnet-node-1\.2\.0\.mjs is not under an allowed source \(ARTIFACT_ALLOWED_SOURCES\)/)
+    expect(await count()).toBe(3)
+    expect(Number(((await db('rollout_groups').count({ n: '*' }).first()) as { n: unknown }).n)).toBe(0)
+    const publicAllowed = { ...options, artifactSources: ['https://downloads.example.org/'] }
+    expect(await createRollout(db, auto('public'), publicAllowed)).toMatchObject({ status: 'pending', upgrade_id: 'public', target_binary_url: 'https://downloads.example.org/devnet-node-1.2.0.mjs' })
+    await db('rollouts').where({ upgrade_id: 'public' }).update({ status: 'cancelled' })
 
     const allowed = { ...options, artifactSources: [`${pathToFileURL(allowedDir).href}/`] }
     expect(await refusal(createRollout(db, auto('allowed'), options))).toBeInstanceOf(ValidationError)

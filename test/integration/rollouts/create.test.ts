@@ -68,7 +68,8 @@ function concurrentHandle(t: TestDatabase): Db {
   return t.dialect === 'postgres' ? t.connect() : t.db
 }
 
-const options = (): CreateOptions => ({ createdBy: OPERATOR, catalogue, now: T0 })
+// Free artifact URLs are refused unless under an allowed source (artifact-sources.test.ts); these tests are about the rest.
+const options = (): CreateOptions => ({ createdBy: OPERATOR, catalogue, now: T0, artifactSources: ['https://releases.example.test/'] })
 
 const AUTO = { upgrade_id: 'devnet-1.1.0', chain_profile_id: 'devnet', node_type: 'full', source_version: '1.0.0' }
 const MANUAL = {
