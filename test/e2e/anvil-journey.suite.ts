@@ -15,11 +15,11 @@ const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
 
 /**
  * The operator's config dir: the repository's catalogue and upgrade manifests as shipped, except
- * that new ethereum-anvil nodes get 1.7.0 (docs/chains.md: the default 1.5.1 cannot be upgraded
- * to 1.7.x in place, and setting the default to 1.7.0 makes new nodes upgradeable with the
- * manifest), and its anvil releases carry the operator's release signature: with release keys
- * configured, agents install only signed artifacts (docs/artifacts.md). `node_modules` is the
- * repository's, so the profile's relative anvil paths resolve.
+ * that new ethereum-anvil nodes get 1.7.0 rather than the latest release 1.7.1 (so the shipped
+ * anvil-1.7.1 manifest has nodes to upgrade), and its anvil releases carry the operator's release
+ * signature: with release keys configured, agents install only signed artifacts
+ * (docs/artifacts.md). `node_modules` is the repository's, so the profile's relative anvil paths
+ * resolve.
  */
 async function operatorConfigDir(releaseKey: string): Promise<string> {
   const dir = fs.realpathSync(tempDir('nodeplane-anvil-config-'))
@@ -27,8 +27,8 @@ async function operatorConfigDir(releaseKey: string): Promise<string> {
   fs.symlinkSync(path.join(REPO, 'node_modules'), path.join(dir, 'node_modules'))
   const profile = path.join(dir, 'chains', 'ethereum-anvil', 'profile.yaml')
   let text = fs.readFileSync(profile, 'utf8')
-  if (!/^default_version: "1\.5\.1"$/m.test(text)) throw new Error('chains/ethereum-anvil/profile.yaml no longer has default_version "1.5.1"')
-  text = text.replace(/^default_version: "1\.5\.1"$/m, 'default_version: "1.7.0"')
+  if (!/^default_version: "1\.7\.1"$/m.test(text)) throw new Error('chains/ethereum-anvil/profile.yaml no longer has default_version "1.7.1"')
+  text = text.replace(/^default_version: "1\.7\.1"$/m, 'default_version: "1.7.0"')
   const versions = ['1.5.1', '1.7.0', '1.7.1']
   const signatures = await Promise.all(
     versions.map(async (version) => {

@@ -8,6 +8,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { Wallet, parseEther, type JsonRpcProvider, type TransactionReceipt } from 'ethers'
 import { expect, it } from 'vitest'
+import { getProfile } from '../../../src/config/chains.js'
 import { findNode } from '../../../src/nodes/node-store.js'
 import { runAgentCommand } from '../../../src/provisioning/agent-calls.js'
 import { requestMigration, requestProvision, type MigrateResult } from '../../../src/provisioning/index.js'
@@ -21,7 +22,11 @@ import { waitFor } from '../../helpers/ports.js'
 import { untilRunFinished } from '../provisioning/harness.js'
 
 describeEachDialectConcurrently('an ethereum-anvil node on %s', (dialect) => {
-  const h = useChainHarness(dialect, { rollouts: true })
+  // Nodes on 1.5.1 (an older default still running in fleets): the release this file is about.
+  const h = useChainHarness(dialect, {
+    rollouts: true,
+    catalogue: (catalogue) => ({ ...catalogue, profiles: new Map([...catalogue.profiles, ['ethereum-anvil', { ...getProfile(catalogue, 'ethereum-anvil'), default_version: '1.5.1' }]]) }),
+  })
   let nodeId: string
   const recipient = Wallet.createRandom().address
   const sent: TransactionReceipt[] = []

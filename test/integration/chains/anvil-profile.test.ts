@@ -38,7 +38,7 @@ describe('the ethereum-anvil profile', () => {
     }
     expect(profile.releases.map((r) => r.version)).toEqual(['1.5.1', '1.7.0', '1.7.1'])
     const config = renderNodeConfig(profile, 'full', sampleNode)
-    expect(config.artifact.version).toBe('1.5.1')
+    expect(config.artifact.version).toBe('1.7.1')
     expect(config.run).toMatchObject({ runtime: 'native' })
     const args = config.run.args.join(' ')
     expect(args).toContain('--host 127.0.0.1 --port 18545')
@@ -57,7 +57,7 @@ describe('the ethereum-anvil profile', () => {
       }
     })()
     expect(refused).toBeInstanceOf(ValidationError)
-    expect((refused as ValidationError).message).toMatch(/^chain ethereum-anvil release 1\.5\.1 cannot be installed: .*node_modules\/anvil-1\.5\.1\/bin\/anvil is not installed \(npm dependency anvil-1\.5\.1/)
+    expect((refused as ValidationError).message).toMatch(/^chain ethereum-anvil release 1\.7\.1 cannot be installed: .*node_modules\/anvil-1\.7\.1\/bin\/anvil is not installed \(npm dependency anvil-1\.7\.1/)
   })
 
   it('refuses the catalogue when an installed anvil is not the build the release pins', async () => {
