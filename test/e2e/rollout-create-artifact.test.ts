@@ -4,8 +4,8 @@
  * public key), on both databases: the digest is read from the API (GET /api/v1/artifacts/…) and
  * the rollout names the stored artifact, which agents fetch from the gateway; manual mode without
  * --target-url does the same with the digest given. An unknown, unsigned, differently signed or
- * other-digest artifact, a file:// URL and a key without the admin scope are refused with their
- * exit codes, and nothing is created; malformed and conflicting flags are refused before any request.
+ * other-digest artifact, a file:// URL, a public URL outside ARTIFACT_ALLOWED_SOURCES and a key
+ * without the admin scope are refused with their exit codes, and nothing is created; malformed and conflicting flags are refused before any request.
  */
 import fs from 'node:fs'
 import path from 'node:path'
@@ -87,14 +87,16 @@ describeEachDialectConcurrently('rollout create naming a stored artifact on %s',
     await cancel(latest!.id)
   })
 
-  it('refuses unknown, unsigned, differently signed and other-digest artifacts, file:// and a key without admin, creating nothing', { timeout: 60_000 }, async () => {
+  it('refuses unknown, unsigned, differently signed and other-digest artifacts, file://, a free public URL and a key without admin, creating nothing', { timeout: 60_000 }, async () => {
     const before = await count()
-    const [unknown, unsigned, otherKey, otherDigest, fileUrl, narrow] = await Promise.all([
+    const [unknown, unsigned, otherKey, otherDigest, fileUrl, publicUrl, narrow] = await Promise.all([
       run([...BASE, '--artifact', 'devnet-node@9.9.9']),
       run([...BASE, '--artifact', 'devnet-node@1.1.2']),
       run([...BASE, '--artifact', 'devnet-node@1.1.1', '--json']),
       run([...BASE, '--artifact', 'devnet-node@1.1.0', '--target-checksum', `sha256:${digest['1.1.1']}`]),
       run([...BASE, '--binary-name', 'devnet-node', '--target-version', '1.1.0', '--target-url', 'file:///etc/nodeplane/master.key', '--target-checksum', `sha256:${'ab'.repeat(32)}`]),
+      // The api-server has no ARTIFACT_ALLOWED_SOURCES: a public host is as free as any other URL.
+      run([...BASE, '--binary-name', 'devnet-node', '--target-version', '1.1.0', '--target-url', 'https://releases.example.com/devnet-node-1.1.0.mjs', '--target-checksum', `sha256:${digest['1.1.0']}`]),
       run([...BASE, '--artifact', 'devnet-node@1.1.0'], { NODEPLANE_API_KEY: narrowKey }),
     ])
     expect(unknown.exitCode).toBe(3)
@@ -107,6 +109,11 @@ describeEachDialectConcurrently('rollout create naming a stored artifact on %s',
     expect(otherDigest.stderr).toContain('checksum mismatch: the stored devnet-node 1.1.0 has other bytes than the checksum given')
     expect(fileUrl.exitCode).toBe(2)
     expect(fileUrl.stderr).toContain('body.target_binary_url: file:///etc/nodeplane/master.key is a file on the node hosts (file://)')
+    expect(publicUrl.exitCode).toBe(2)
+    // One line: what was refused, the setting, and what to do instead.
+    expect(publicUrl.stderr.trim()).toBe(
+      'Error: invalid request: body.target_binary_url: https://releases.example.com/devnet-node-1.1.0.mjs is not under an allowed source (ARTIFACT_ALLOWED_SOURCES) nor a stored artifact; add it with `nodeplane artifact add` and name it by binary, version and checksum, or allow its source (docs/artifacts.md)',
+    )
     expect(narrow.exitCode).toBe(77)
     expect(narrow.stderr).toContain('admin')
     // The refusals name releases, never a stored digest.
