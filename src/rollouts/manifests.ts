@@ -81,8 +81,10 @@ export const manifestFileSchema = z
     binary_name: binaryName,
     target_version: versionString,
     /**
-     * A path relative to the manifest's folder, or a file:// or http(s):// URL. Absent: the
-     * artifact store's binary_name target_version with this checksum (docs/artifacts.md).
+     * A path relative to the manifest's folder, or a file:// or http(s):// URL; a rollout or group
+     * then uses it only if it is a release of the chain profile or under ARTIFACT_ALLOWED_SOURCES
+     * (create.ts, which knows the setting). Absent: the artifact store's binary_name
+     * target_version with this checksum (docs/artifacts.md).
      */
     artifact: z.string().min(1).max(2048).optional(),
     checksum: checksumString,

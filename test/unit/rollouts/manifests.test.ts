@@ -134,6 +134,8 @@ describe('upgrade manifests', () => {
     fs.copyFileSync(release110, path.join(dir, 'upgrades/devnet/devnet-node-1.1.0.mjs'))
     const manifest = await loadUpgradeManifest(dir, 'devnet', 'local', devnet)
     expect(manifest.target_binary_url).toBe(pathToFileURL(path.join(dir, 'upgrades/devnet/devnet-node-1.1.0.mjs')).href)
+    // Loading only resolves it; a rollout refuses it unless it lies under ARTIFACT_ALLOWED_SOURCES
+    // (test/integration/rollouts/artifact-sources.test.ts, both databases).
     const remote = configDirWith({ 'remote.yaml': VALID.replace(/^artifact: .*$/m, 'artifact: https://releases.example.test/devnet-node-1.1.0.mjs') })
     expect((await loadUpgradeManifest(remote, 'devnet', 'remote')).target_binary_url).toBe('https://releases.example.test/devnet-node-1.1.0.mjs')
   })
