@@ -9,7 +9,10 @@
  * to a new host by itself, the incident auto-resolves; a canary rollout 1.0.0 -> 1.1.0
  * (auto mode, upgrades/devnet/devnet-1.1.0.yaml) completes and the node reports 1.1.0; uptime
  * figures for 24h; expiry and, after the grace period, termination with the host removed.
- * Exactly one node per subscription and no duplicate incident throughout.
+ * Exactly one node per subscription and no duplicate incident throughout. On the way, operators'
+ * commands on this shape (issue 22): `node show --wide` with the chain's pid as reported through a
+ * gateway daemon, `node terminate` of an active subscription's node refused, and a scheduled
+ * rollout cancelled before its time, freeing the chain for the canary rollout.
  *
  * Operator clock shortcut: a subscription bought for a week expires in a week, and its grace
  * period lasts 24 hours. Instead of moving a clock shared by separate processes, the test writes
@@ -179,6 +182,21 @@ describe('the whole journey on the split stack (separate daemon processes, Postg
     expect(registeredAt.length).toBeGreaterThanOrEqual(1)
     mark(`healthy (provisioned by ${creators.join()}, agent on ${registeredAt.join()})`)
 
+    // Operators on this shape (issue 22). Item 8: `node show --wide` reads the database and shows
+    // the chain's pid as the agent reported it through a gateway daemon: the live devnet-node.
+    const wide = await stack.cli(['node', 'show', '--id', nodeId, '--wide', '--json'])
+    expect(wide.exitCode, wide.stderr).toBe(0)
+    const chainPid = (JSON.parse(wide.stdout) as { agent?: { chain_pid?: number | null } }).agent?.chain_pid
+    expect(chainPid).toEqual(expect.any(Number))
+    expect(fs.readFileSync(`/proc/${chainPid as number}/cmdline`, 'utf8')).toContain('devnet-node')
+    // Item 6: the live node of an active subscription is not terminated silently; nothing changes.
+    const terminate = await stack.cli(['node', 'terminate', '--node', nodeId])
+    expect(terminate.exitCode).toBe(4)
+    expect(terminate.stderr).toContain(`Error: node ${nodeId} is the node of subscription ${sub.id}, which is active`)
+    expect(await count(stack.db, 'workflow_runs', { workflow_name: TERMINATE_WORKFLOW })).toBe(0)
+    expect((await subscription(sub.id)).status).toBe('active')
+    mark('operator: chain pid shown, terminate of an active node refused')
+
     // An incident: the host dies (its agent's process group: agent and devnet-node), heartbeats stop.
     const record = JSON.parse(fs.readFileSync(path.join(stack.hostsDir, `local-${nodeId}`, 'host.json'), 'utf8')) as { pid: number }
     process.kill(-record.pid, 'SIGKILL')
@@ -206,6 +224,12 @@ describe('the whole journey on the split stack (separate daemon processes, Postg
     // A canary rollout of devnet 1.0.0 -> 1.1.0 from the manifest, by an admin.
     const adminKey = stack.admin.key
     expect((await call(key, 'POST', '/api/v1/rollouts', {})).status).toBe(403)
+    // Item 7: a rollout scheduled an hour ahead holds the chain's one active slot until it is
+    // cancelled, which ends it at once, through the other api-server, touching no node.
+    const scheduled = await ok<Rollout>(adminKey, 'POST', '/api/v1/rollouts', { upgrade_id: 'devnet-1.1.0', chain_profile_id: 'devnet', node_type: 'full', source_version: '1.0.0', scheduled_at: new Date(Date.now() + 3_600_000).toISOString() }, 201)
+    expect(await ok<Rollout>(adminKey, 'POST', `/api/v1/rollouts/${scheduled.id}/start`)).toMatchObject({ status: 'scheduled' })
+    expect((await call(adminKey, 'POST', '/api/v1/rollouts', { upgrade_id: 'devnet-1.1.0', chain_profile_id: 'devnet', node_type: 'full', source_version: '1.0.0' })).status).toBe(409)
+    expect(await ok<Rollout>(adminKey, 'POST', `/api/v1/rollouts/${scheduled.id}/cancel`)).toMatchObject({ status: 'cancelled', started_at: null })
     const rollout = await ok<Rollout>(
       adminKey,
       'POST',
