@@ -38,17 +38,7 @@ export async function startLitecoind(dataDir: string, options: { rpcPort?: numbe
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()))
   const cookieFile = path.join(dataDir, 'regtest', '.cookie')
   const url = `http://127.0.0.1:${rpcPort}`
-  async function rpc<T>(method: string, params: unknown[] = [], wallet?: string): Promise<T> {
-    const cookie = fs.readFileSync(cookieFile, 'utf8').trim()
-    const response = await fetch(`${url}${wallet ? `/wallet/${wallet}` : '/'}`, {
-      method: 'POST',
-      headers: { authorization: `Basic ${Buffer.from(cookie).toString('base64')}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ jsonrpc: '1.0', id: 0, method, params }),
-    })
-    const answer = (await response.json()) as { result: T; error: { code: number; message: string } | null }
-    if (answer.error) throw new Error(`${method}: ${answer.error.code} ${answer.error.message}`)
-    return answer.result
-  }
+  const rpc = <T>(method: string, params: unknown[] = [], wallet?: string): Promise<T> => cookieRpc<T>(url, cookieFile, method, params, wallet)
   let stopping: Promise<void> | undefined
   const stop = () =>
     (stopping ??= (async () => {
@@ -87,8 +77,13 @@ export async function startLitecoind(dataDir: string, options: { rpcPort?: numbe
  */
 export async function nodeRpc<T>(stateDir: string, method: string, params: unknown[] = [], wallet?: string): Promise<T> {
   const port = /^rpcport=(\d+)$/m.exec(fs.readFileSync(path.join(stateDir, 'config', 'litecoin.conf'), 'utf8'))?.[1]
-  const cookie = fs.readFileSync(path.join(stateDir, 'data', 'regtest', '.cookie'), 'utf8').trim()
-  const response = await fetch(`http://127.0.0.1:${port}${wallet ? `/wallet/${wallet}` : '/'}`, {
+  return cookieRpc<T>(`http://127.0.0.1:${port}`, path.join(stateDir, 'data', 'regtest', '.cookie'), method, params, wallet)
+}
+
+/** A Bitcoin Core style JSON-RPC call with cookie authentication (the cookie is read per call: a restart writes a new one). */
+async function cookieRpc<T>(url: string, cookieFile: string, method: string, params: unknown[], wallet: string | undefined): Promise<T> {
+  const cookie = fs.readFileSync(cookieFile, 'utf8').trim()
+  const response = await fetch(`${url}${wallet ? `/wallet/${wallet}` : '/'}`, {
     method: 'POST',
     headers: { authorization: `Basic ${Buffer.from(cookie).toString('base64')}`, 'content-type': 'application/json' },
     body: JSON.stringify({ jsonrpc: '1.0', id: 0, method, params }),
