@@ -4,11 +4,11 @@
  * recovery, the incident consumer on the nodes' health events, the hourly uptime rollup
  * (src/uptime/rollup.ts), the subscription cleanup scheduler (src/subscriptions/cleanup.ts) and the
  * provisioning retries of paid subscriptions whose node failed (src/subscriptions/provision-retry.ts),
- * and the node metrics purge (src/agents/metrics-retention.ts). Every job takes its own database lease and the
+ * and the node metrics purge (src/agent-gateway/metrics-retention.ts). Every job takes its own database lease and the
  * consumer is durable, so any number of evaluators may share one database and bus.
  */
 import type { z } from 'zod'
-import { scheduleNodeMetricsPurge } from '../src/agents/metrics-retention.js'
+import { scheduleNodeMetricsPurge } from '../src/agent-gateway/metrics-retention.js'
 import type { ChainSource } from '../src/config/chain-source.js'
 import { healthEvaluatorEnv } from '../src/config/env.js'
 import type { Db } from '../src/db/knex.js'

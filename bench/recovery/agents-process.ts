@@ -6,7 +6,7 @@
  * that lost its stream had it back.
  */
 import fs from 'node:fs'
-import { AgentClient, type AgentHost, type CommandRunner, type HostSnapshot } from '../../src/agent/client.js'
+import { AgentClient, type AgentHost, type CommandRunner, type HostSnapshot } from '../../src/node-agent/client.js'
 import { createLogger } from '../../src/log.js'
 import { generateBoxKeyPair } from '../../src/secrets/sealed-box.js'
 

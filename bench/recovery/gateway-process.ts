@@ -6,8 +6,8 @@
  */
 import fs from 'node:fs'
 import * as grpc from '@grpc/grpc-js'
-import { AgentGateway } from '../../src/agents/gateway.js'
-import { ensureDevCertificates, readTlsMaterial } from '../../src/agents/tls.js'
+import { AgentGateway } from '../../src/agent-gateway/gateway.js'
+import { ensureDevCertificates, readTlsMaterial } from '../../src/agent-gateway/tls.js'
 import { createDatabase } from '../../src/db/knex.js'
 import { createLogger } from '../../src/log.js'
 

@@ -17,11 +17,11 @@
  * Nodes in maintenance are skipped (spec); provisioning is the provision workflow's business.
  *
  * Steps 2 and 3's move to down are held while no agent-gateway has been receiving heartbeats for
- * the whole timeout (issue 22; src/agents/gateway-presence.ts): with every gateway gone, or back
+ * the whole timeout (issue 22; src/agent-gateway/gateway-presence.ts): with every gateway gone, or back
  * for less than the timeout, a missing heartbeat says nothing about the node, and counting it
  * would take a healthy fleet down (and then migrate it) for an outage of the control plane's own.
  */
-import { heartbeatsReceivedSince } from '../agents/gateway-presence.js'
+import { heartbeatsReceivedSince } from '../agent-gateway/gateway-presence.js'
 import type { Db } from '../db/knex.js'
 import { isConcurrentWriteFailure } from '../db/errors.js'
 import { ConflictError } from '../errors.js'

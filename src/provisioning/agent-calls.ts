@@ -2,9 +2,9 @@
  * How a workflow step talks to a node's agent: enqueue a command (idempotent by key, so a
  * retried step gets the command it already sent) and wait for its outcome.
  */
-import { awaitCommand, cancelCommand, enqueueCommand } from '../agents/commands.js'
-import type { CommandType } from '../agents/protocol.js'
-import { findRegistration, registeredSince, type AgentRegistration } from '../agents/registrations.js'
+import { awaitCommand, cancelCommand, enqueueCommand } from '../agent-gateway/commands.js'
+import type { CommandType } from '../agent-gateway/protocol.js'
+import { findRegistration, registeredSince, type AgentRegistration } from '../agent-gateway/registrations.js'
 import { NonRetryableStepError, type StepOptions } from '../workflows/index.js'
 import type { LifecycleDeps } from './deps.js'
 

@@ -4,8 +4,8 @@
  * agent's X25519 key, and come back from the host only sealed to the server key. Plaintext exists
  * only inside a step, never in a journal, a command row or a log.
  */
-import type { KeyExport } from '../agents/protocol.js'
-import { findRegistration } from '../agents/registrations.js'
+import type { KeyExport } from '../agent-gateway/protocol.js'
+import { findRegistration } from '../agent-gateway/registrations.js'
 import type { ChainProfile, ProfileInput } from '../config/chains.js'
 import { toJson } from '../db/dialect.js'
 import type { Queryable } from '../db/knex.js'

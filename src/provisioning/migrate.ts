@@ -17,8 +17,8 @@
 import fs from 'node:fs'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { findRegistration } from '../agents/registrations.js'
-import { createAgentToken, revokeAgentToken } from '../agents/tokens.js'
+import { findRegistration } from '../agent-gateway/registrations.js'
+import { createAgentToken, revokeAgentToken } from '../agent-gateway/tokens.js'
 import { getProfile } from '../config/chains.js'
 import { lockRow } from '../db/dialect.js'
 import { BACKUP_FORMAT } from '../secrets/backup-keys.js'
@@ -398,7 +398,7 @@ type BackupCheck = { found: false } | { found: true; created_at: string | null; 
 
 /**
  * "Check backup": the snapshot the agent's `backup` command writes to `<store>/<backup id>/`
- * with its `manifest.json` last (src/agent/backup.ts). The store is a `file://` URL the
+ * with its `manifest.json` last (src/node-agent/backup.ts). The store is a `file://` URL the
  * orchestrator and the hosts both reach (a shared mount in production).
  */
 export async function findBackup(storeUrl: string, backupId: string): Promise<BackupCheck> {

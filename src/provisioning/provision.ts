@@ -3,7 +3,7 @@
  * redelivered trigger cannot start a second one). On any failure the host and the node's keys
  * are removed and the node ends `failed`: no orphaned host or key is left behind.
  */
-import { createAgentToken, revokeAgentToken } from '../agents/tokens.js'
+import { createAgentToken, revokeAgentToken } from '../agent-gateway/tokens.js'
 import { getProfile } from '../config/chains.js'
 import type { Queryable } from '../db/knex.js'
 import { applyHealthUpdate, forceNodeState } from '../nodes/health-state-machine.js'

@@ -3,7 +3,7 @@
  * update is critical)"; workflow key = the node id). Each middle step is tried with its retry
  * budget; one that still fails is recorded and skipped, so a node always ends `terminated`.
  */
-import { revokeAgentToken } from '../agents/tokens.js'
+import { revokeAgentToken } from '../agent-gateway/tokens.js'
 import { forgetDeletedRows } from '../db/dialect.js'
 import { deleteSealedInputs } from '../subscriptions/inputs.js'
 import { applyHealthUpdate } from '../nodes/health-state-machine.js'

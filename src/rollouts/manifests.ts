@@ -16,7 +16,7 @@ import path from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 import { parseDocument } from 'yaml'
 import { z } from 'zod'
-import { configFile, relativePath, runSpec, type ConfigFile, type RunSpec } from '../agents/protocol.js'
+import { configFile, relativePath, runSpec, type ConfigFile, type RunSpec } from '../agent-gateway/protocol.js'
 import { renderTemplate, type ChainProfile } from '../config/chains.js'
 import { sha256OfFile } from '../config/file-digest.js'
 import { ConfigError, ValidationError } from '../errors.js'
@@ -223,7 +223,7 @@ export interface NodeTemplateInput {
 
 /**
  * A manifest's config_changes rendered for one node: the upgrade command's `config_files`,
- * `config_version` and `run` (src/agents/protocol.ts, commandPayloads.upgrade). `version` in
+ * `config_version` and `run` (src/agent-gateway/protocol.ts, commandPayloads.upgrade). `version` in
  * the templates is the target version. Without config changes, nothing to add.
  */
 export function renderConfigChanges(

@@ -19,8 +19,8 @@
  */
 import type { ChainCatalogue } from '../config/chains.js'
 import { DEFAULT_HEALTH_POLICY } from '../config/health-policy.js'
-import { awaitCommand, cancelCommand, enqueueCommand, type AgentCommand } from '../agents/commands.js'
-import { upgradeResult, type ConfigFile, type RunSpec, type UpgradePhase } from '../agents/protocol.js'
+import { awaitCommand, cancelCommand, enqueueCommand, type AgentCommand } from '../agent-gateway/commands.js'
+import { upgradeResult, type ConfigFile, type RunSpec, type UpgradePhase } from '../agent-gateway/protocol.js'
 import { storedSignature } from '../artifacts/store.js'
 import { lockRow } from '../db/dialect.js'
 import type { Db, Queryable } from '../db/knex.js'

@@ -11,7 +11,7 @@ import { affectedRows, fromJson, toBool, toDate, toDateOrNull, toJson } from '..
 import { isConcurrentWriteFailure, isUniqueViolation } from '../db/errors.js'
 import { isUuid, uuidv7 } from '../db/ids.js'
 import type { Queryable } from '../db/knex.js'
-import type { UpgradePhase } from '../agents/protocol.js'
+import type { UpgradePhase } from '../agent-gateway/protocol.js'
 import { ConflictError, NotFoundError } from '../errors.js'
 import { paginateKeyset, type Page } from '../http/pagination.js'
 import type { MigrationType, RolloutManifestData } from './manifests.js'

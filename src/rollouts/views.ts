@@ -4,7 +4,7 @@
  * current_batch, batch_count, forced, error_message, timestamps). Durations are shown as
  * duration strings (`5m`) and in milliseconds. The schemas document the OpenAPI answers.
  */
-import { UPGRADE_PHASES } from '../agents/protocol.js'
+import { UPGRADE_PHASES } from '../agent-gateway/protocol.js'
 import { z } from '../http/zod.js'
 import { MIGRATION_TYPES } from './manifests.js'
 import { FAILURE_POLICIES, ROLLOUT_GROUP_STATUSES, ROLLOUT_NODE_STATUSES, ROLLOUT_STATUSES, ROLLOUT_STRATEGIES } from './states.js'

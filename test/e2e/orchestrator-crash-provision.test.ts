@@ -10,7 +10,7 @@ import { createTestDatabase, DIALECTS, type TestDatabase } from '../helpers/db.j
 import { startNats, type NatsServer } from '../helpers/nats.js'
 import { insertTestNode } from '../helpers/fixtures.js'
 import { waitFor } from '../helpers/ports.js'
-import { quiet, startGateway, type RunningGateway } from '../integration/agents/harness.js'
+import { quiet, startGateway, type RunningGateway } from '../integration/agent-gateway/harness.js'
 
 /**
  * `nodeplane daemon orchestrator` processes provisioning a node on the local provider; the first

@@ -13,7 +13,7 @@ import { createTestDatabase, describeEachDialectConcurrently, type TestDatabase 
 import { insertSubscription, insertUser } from '../helpers/fixtures.js'
 import { startNats, type NatsServer } from '../helpers/nats.js'
 import { waitFor } from '../helpers/ports.js'
-import { quiet, startGateway, type RunningGateway } from '../integration/agents/harness.js'
+import { quiet, startGateway, type RunningGateway } from '../integration/agent-gateway/harness.js'
 import { devnetRollout } from '../integration/rollouts/harness.js'
 
 /**

@@ -6,7 +6,7 @@
 import fs from 'node:fs'
 import path from 'node:path'
 import { createLocalMasterKey } from '../../src/secrets/master-key.js'
-import { devTls, type RunningGateway } from '../integration/agents/harness.js'
+import { devTls, type RunningGateway } from '../integration/agent-gateway/harness.js'
 import { tempDir } from './cli.js'
 
 export async function orchestratorDaemonEnv(databaseUrl: string, natsUrl: string, gateway: RunningGateway): Promise<{ env: Record<string, string>; hostsDir: string }> {

@@ -5,7 +5,7 @@ import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { promisify } from 'node:util'
 import { afterEach, describe, expect, it } from 'vitest'
-import { commandPayloads } from '../../src/agents/protocol.js'
+import { commandPayloads } from '../../src/agent-gateway/protocol.js'
 import {
   DURATIONS,
   defaultConfigDir,

@@ -8,7 +8,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { z } from 'zod'
 import type { Logger } from '../../log.js'
-import { isNodeAgentProcess as isAlive, readAgentPid } from '../../agent/lock.js'
+import { isNodeAgentProcess as isAlive, readAgentPid } from '../../node-agent/lock.js'
 import { packageRoot } from '../../package-root.js'
 import type { Host, HostSpec, HostStatus, InfrastructureProvider } from './types.js'
 

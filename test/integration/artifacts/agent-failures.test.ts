@@ -1,5 +1,5 @@
 /**
- * What an agent says when it cannot install an artifact (src/agent/artifacts.ts), against real
+ * What an agent says when it cannot install an artifact (src/node-agent/artifacts.ts), against real
  * loopback HTTP servers and files: a closed port, an open port answering 404, a redirect and a
  * missing file are the same "artifact not found" (the URL's owner learns nothing about the
  * host's ports or files), a redirect is never followed, and a checksum mismatch names no digest,
@@ -13,8 +13,8 @@ import type { AddressInfo } from 'node:net'
 import path from 'node:path'
 import { pathToFileURL } from 'node:url'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { acquireArtifact, ensureInstalled } from '../../../src/agent/artifacts.js'
-import { openStateDir, releaseBinaryPath, type StateDir } from '../../../src/agent/state-dir.js'
+import { acquireArtifact, ensureInstalled } from '../../../src/node-agent/artifacts.js'
+import { openStateDir, releaseBinaryPath, type StateDir } from '../../../src/node-agent/state-dir.js'
 import { generateReleaseKey, parsePublicKey, signArtifact } from '../../../src/artifacts/signing.js'
 import { createLogger } from '../../../src/log.js'
 import { tempDir } from '../../helpers/cli.js'

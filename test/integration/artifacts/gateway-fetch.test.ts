@@ -1,6 +1,6 @@
 /**
  * FetchArtifact on a real agent-gateway over TLS (src/artifacts/gateway-fetch.ts) with the agent's
- * own fetcher (src/agent/artifact-fetch.ts), on both databases: an agent with its node token gets
+ * own fetcher (src/node-agent/artifact-fetch.ts), on both databases: an agent with its node token gets
  * a stored artifact's bytes (several chunks); no token, a wrong one, another node's, a revoked
  * one are UNAUTHENTICATED and a terminated node's FAILED_PRECONDITION; anything not stored with
  * exactly that binary, version and digest is the same NOT_FOUND "artifact not found". Then the
@@ -13,11 +13,11 @@ import fs from 'node:fs'
 import path from 'node:path'
 import * as grpc from '@grpc/grpc-js'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { gatewayArtifactFetcher } from '../../../src/agent/artifact-fetch.js'
-import { ensureInstalled } from '../../../src/agent/artifacts.js'
-import { openStateDir, releaseBinaryPath } from '../../../src/agent/state-dir.js'
-import { agentGatewayService } from '../../../src/agents/grpc.js'
-import { createAgentToken, revokeAgentToken } from '../../../src/agents/tokens.js'
+import { gatewayArtifactFetcher } from '../../../src/node-agent/artifact-fetch.js'
+import { ensureInstalled } from '../../../src/node-agent/artifacts.js'
+import { openStateDir, releaseBinaryPath } from '../../../src/node-agent/state-dir.js'
+import { agentGatewayService } from '../../../src/agent-gateway/grpc.js'
+import { createAgentToken, revokeAgentToken } from '../../../src/agent-gateway/tokens.js'
 import { localBlobStore, type LocalBlobStore } from '../../../src/artifacts/blob-store.js'
 import { addArtifact } from '../../../src/artifacts/service.js'
 import { generateReleaseKey, parsePublicKey, type ReleaseKeyPair } from '../../../src/artifacts/signing.js'
@@ -28,7 +28,7 @@ import { createTestDatabase, DIALECTS, type TestDatabase } from '../../helpers/d
 import { insertTestNode, setNodeState } from '../../helpers/fixtures.js'
 import { tempDir } from '../../helpers/cli.js'
 import { LogCapture } from '../http/harness.js'
-import { devTls, startGateway, type RunningGateway } from '../agents/harness.js'
+import { devTls, startGateway, type RunningGateway } from '../agent-gateway/harness.js'
 
 describe.each(DIALECTS)('FetchArtifact on the agent-gateway on %s', (dialect) => {
   let t: TestDatabase

@@ -8,7 +8,7 @@ import os from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { afterAll, describe, expect, it } from 'vitest'
-import { createEthereumProbe } from '../../../src/agent/probes/ethereum-jsonrpc.js'
+import { createEthereumProbe } from '../../../src/node-agent/probes/ethereum-jsonrpc.js'
 import { freePort, waitFor } from '../../helpers/ports.js'
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..')

@@ -6,11 +6,11 @@
  * presence while it listens and withdraws it when it closes.
  */
 import { expect, it } from 'vitest'
-import { heartbeatsReceivedSince, recordGatewayPresence } from '../../../src/agents/gateway-presence.js'
+import { heartbeatsReceivedSince, recordGatewayPresence } from '../../../src/agent-gateway/gateway-presence.js'
 import type { Db } from '../../../src/db/knex.js'
 import { evaluateHeartbeats } from '../../../src/health/heartbeat-evaluation.js'
 import { describeEachDialectConcurrently } from '../../helpers/db.js'
-import { startGateway } from '../agents/harness.js'
+import { startGateway } from '../agent-gateway/harness.js'
 import { at, freshDatabases, healthEvents, logger, nodeNow, nodeWith, SECOND, SETTINGS, T0 } from './support.js'
 
 describeEachDialectConcurrently('heartbeat evaluation across a gateway outage on %s', (dialect) => {

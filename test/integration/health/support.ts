@@ -1,5 +1,5 @@
 /** Shared setting for the health evaluation tests: nodes placed in a state at a moved clock. */
-import { recordGatewayPresence } from '../../../src/agents/gateway-presence.js'
+import { recordGatewayPresence } from '../../../src/agent-gateway/gateway-presence.js'
 import { fromJson } from '../../../src/db/dialect.js'
 import type { Db } from '../../../src/db/knex.js'
 import type { HealthEvaluationSettings } from '../../../src/health/evaluator.js'

@@ -7,7 +7,7 @@
 import { afterEach, describe, expect, it } from 'vitest'
 import { evaluationLeaseMs } from '../../../src/health/evaluator.js'
 import { tryAcquireLease } from '../../../src/jobs/lease.js'
-import { recordGatewayPresence } from '../../../src/agents/gateway-presence.js'
+import { recordGatewayPresence } from '../../../src/agent-gateway/gateway-presence.js'
 import { evaluateHeartbeats } from '../../../src/health/heartbeat-evaluation.js'
 import { createWorkflowRegistry, createWorkflowWorker, startWorkflow, type WorkflowFunction } from '../../../src/workflows/index.js'
 import { createTestDatabase, DIALECTS, type TestDatabase } from '../../helpers/db.js'

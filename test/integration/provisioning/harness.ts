@@ -17,7 +17,7 @@ import { ensureServerKeyPair } from '../../../src/secrets/server-key.js'
 import { createWorkflowRegistry, createWorkflowWorker, getRun, type WorkflowRun, type WorkflowWorker } from '../../../src/workflows/index.js'
 import { tempDir } from '../../helpers/cli.js'
 import { waitFor } from '../../helpers/ports.js'
-import { devTls, quiet, startGateway, type RunningGateway } from '../agents/harness.js'
+import { devTls, quiet, startGateway, type RunningGateway } from '../agent-gateway/harness.js'
 
 export interface LifecycleSetting {
   gateway: RunningGateway

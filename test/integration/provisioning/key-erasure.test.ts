@@ -22,7 +22,7 @@ import { getRun, type WorkflowRun, type WorkflowWorker } from '../../../src/work
 import { createTestDatabase, type TestDatabase, describeEachDialectConcurrently } from '../../helpers/db.js'
 import { insertTestNode, setNodeState } from '../../helpers/fixtures.js'
 import { waitFor } from '../../helpers/ports.js'
-import type { RunningGateway } from '../agents/harness.js'
+import type { RunningGateway } from '../agent-gateway/harness.js'
 import { lifecycleSetting, startLifecycleWorker, untilRunFinished } from './harness.js'
 
 /** Every regular file under `dir`. */

@@ -1,7 +1,7 @@
 import fs from 'node:fs'
 import path from 'node:path'
 import { afterAll, afterEach, beforeAll, expect, it } from 'vitest'
-import { findRegistration } from '../../../src/agents/registrations.js'
+import { findRegistration } from '../../../src/agent-gateway/registrations.js'
 import { fromJson } from '../../../src/db/dialect.js'
 import type { Db } from '../../../src/db/knex.js'
 import { ConflictError, NotFoundError, ValidationError } from '../../../src/errors.js'
@@ -25,7 +25,7 @@ import { nodeplane, tempDir } from '../../helpers/cli.js'
 import { createTestDatabase, describeEachDialectConcurrently, type TestDatabase } from '../../helpers/db.js'
 import { insertTestNode, setNodeState } from '../../helpers/fixtures.js'
 import { waitFor } from '../../helpers/ports.js'
-import { otherCa, type RunningGateway } from '../agents/harness.js'
+import { otherCa, type RunningGateway } from '../agent-gateway/harness.js'
 import { lifecycleSetting, startLifecycleWorker, untilRunFinished } from './harness.js'
 
 const HOUR = 3_600_000

@@ -15,7 +15,7 @@ import { getRun, listSteps, type WorkflowStep, type WorkflowWorker } from '../..
 import { createTestDatabase, DIALECTS, type TestDatabase } from '../../helpers/db.js'
 import { insertTestNode } from '../../helpers/fixtures.js'
 import { waitFor } from '../../helpers/ports.js'
-import type { RunningGateway } from '../agents/harness.js'
+import type { RunningGateway } from '../agent-gateway/harness.js'
 import { testClock, type TestClock } from '../workflows/harness.js'
 import { lifecycleSetting, startLifecycleWorker } from './harness.js'
 

@@ -10,7 +10,7 @@
  * writer, with one critical incident; the rollout ends `failed`.
  */
 import { afterEach, describe, expect, it } from 'vitest'
-import { recordCompletion, recordFailure, recordProgress } from '../../../src/agents/commands.js'
+import { recordCompletion, recordFailure, recordProgress } from '../../../src/agent-gateway/commands.js'
 import { defaultConfigDir, loadChainCatalogue } from '../../../src/config/chains.js'
 import { fromJson } from '../../../src/db/dialect.js'
 import { findNode } from '../../../src/nodes/node-store.js'

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { AGENT_RECONNECT, jittered } from '../../../src/agent/client.js'
+import { AGENT_RECONNECT, jittered } from '../../../src/node-agent/client.js'
 
 describe('agent reconnect delays', () => {
   it('draws each delay from the upper half of the window, so a fleet spreads its attempts', () => {
