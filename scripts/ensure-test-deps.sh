@@ -2,7 +2,8 @@
 # Installs what the test suite needs from Debian's packages when it is missing: nats-server
 # (events tests), the PostgreSQL server binaries (the Postgres half of every database test) and
 # litecoind (the litecoin chain's tests run the real Litecoin Core; chains/litecoin/profile.yaml
-# pins the build Debian bookworm ships, 0.21.2.1) and openssl.
+# pins the build Debian bookworm ships, 0.21.2.1), openssl, and openssh-server with iproute2 (the
+# host fleet's tests run a real sshd per Linux network namespace, test/helpers/netns.ts).
 # Needs root for apt-get; otherwise says what to install.
 set -euo pipefail
 
@@ -20,6 +21,13 @@ fi
 # CA from before the PKI used ECDSA).
 if ! command -v openssl >/dev/null 2>&1; then
   missing+=(openssl)
+fi
+# The host fleet's tests: `ip netns` and a veth pair per test host, Debian's sshd in each.
+if [ ! -x /usr/sbin/sshd ]; then
+  missing+=(openssh-server)
+fi
+if ! command -v ip >/dev/null 2>&1 && [ ! -x /usr/sbin/ip ] && [ ! -x /sbin/ip ]; then
+  missing+=(iproute2)
 fi
 [ ${#missing[@]} -eq 0 ] && exit 0
 
