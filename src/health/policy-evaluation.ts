@@ -17,8 +17,9 @@
  * - Otherwise the worst of: each rule (a metric the report lacks is not judged), and the chain
  *   process crash-looping (`crash_loop` of the policy, critical by default).
  * - `block_lag` is derived: the reference head minus this node's block_height. The reference is
- *   the policy's `block_lag_reference`: `fleet` (the default), the highest head reported by any
- *   node of the same chain profile (block_height or the highest_block a syncing node sees);
+ *   the policy's `block_lag_reference`: `fleet` (the default), the lower median of the heads the
+ *   other nodes of the same chain profile report (block_height or the highest_block a syncing
+ *   node sees; at least two of them), so no one agent can move it (referenceHead);
  *   `node`, only the highest_block the node itself reports while syncing.
  */
 import { DEFAULT_HEALTH_POLICY, type HealthPolicy, type HealthRule } from '../config/health-policy.js'
@@ -88,16 +89,61 @@ function describeBreach(rule: HealthRule, level: ApplicationHealth, value: numbe
   return below !== undefined && value < below ? `${level} below ${below}` : `${level} above ${level === 'critical' ? rule.critical_above : rule.degraded_above}`
 }
 
-/** The highest head among a chain's fresh reports: block_lag's reference under `fleet`. */
-export function referenceHead(reports: Iterable<AgentReport>): number | undefined {
+/** The head a report claims: the higher of its block_height and the highest_block a syncing node sees. */
+export function reportedHead(report: AgentReport): number | undefined {
   let best: number | undefined
-  for (const report of reports) {
-    for (const name of ['block_height', 'highest_block']) {
-      const value = report.metrics[name]
-      if (value !== undefined && (best === undefined || value > best)) best = value
-    }
+  for (const name of ['block_height', 'highest_block']) {
+    const value = report.metrics[name]
+    if (value !== undefined && Number.isFinite(value) && (best === undefined || value > best)) best = value
   }
   return best
+}
+
+/** Fewer other nodes than this: no fleet reference (one other node alone would be the whole reference). */
+export const MIN_REFERENCE_NODES = 2
+
+/**
+ * block_lag's reference under `fleet` for one node: the lower median of the heads the *other*
+ * fresh nodes of the chain profile report (`othersSorted`, ascending, the node's own head taken
+ * out), or undefined with fewer than MIN_REFERENCE_NODES of them. Agents are run by tenants'
+ * hosts and are not trusted: a single report of block_height=1e12 must not make every other
+ * node lag. The lower median of two or more values is never above the second-highest, so no one
+ * node can raise the reference beyond what another node reports; a minority cannot move it at all.
+ */
+export function referenceHead(othersSorted: readonly number[]): number | undefined {
+  if (othersSorted.length < MIN_REFERENCE_NODES) return undefined
+  return othersSorted[Math.floor((othersSorted.length - 1) / 2)]
+}
+
+/** The fleet's heads, ascending, able to answer "the reference for the node whose own head is h". */
+export class FleetHeads {
+  private readonly sorted: number[]
+  constructor(heads: Iterable<number>) {
+    this.sorted = [...heads].sort((a, b) => a - b)
+  }
+
+  /** The reference for a node of this fleet whose own head is `own` (undefined: it reports none). */
+  referenceFor(own: number | undefined): number | undefined {
+    const n = this.sorted.length - (own === undefined ? 0 : 1)
+    if (n < MIN_REFERENCE_NODES) return undefined
+    // Index of the lower median among the others, in the list with `own` removed.
+    const k = Math.floor((n - 1) / 2)
+    if (own === undefined) return this.sorted[k]
+    const at = lowerBound(this.sorted, own)
+    // Removing the element at `at` shifts everything after it down by one.
+    return this.sorted[k < at ? k : k + 1]
+  }
+}
+
+function lowerBound(sorted: readonly number[], value: number): number {
+  let lo = 0
+  let hi = sorted.length
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1
+    if ((sorted[mid] as number) < value) lo = mid + 1
+    else hi = mid
+  }
+  return lo
 }
 
 export interface PolicyEvaluationOptions {
@@ -167,22 +213,23 @@ export async function evaluatePolicies(db: Db, options: PolicyEvaluationOptions)
     }
   })
 
-  const heads = new Map<string, number | undefined>()
-  const byChain = new Map<string, AgentReport[]>()
+  const byChain = new Map<string, number[]>()
   for (const { chain_profile_id: chain, report } of fleet) {
     if (!report || policyOf(options.catalogue, chain).block_lag_reference === 'node') continue
-    const reports = byChain.get(chain)
-    if (reports) reports.push(report)
-    else byChain.set(chain, [report])
+    const head = reportedHead(report)
+    if (head === undefined) continue
+    const heads = byChain.get(chain)
+    if (heads) heads.push(head)
+    else byChain.set(chain, [head])
   }
-  for (const [chain, reports] of byChain) heads.set(chain, referenceHead(reports))
+  const heads = new Map([...byChain].map(([chain, list]) => [chain, new FleetHeads(list)]))
 
   const targets: Array<{ node: EvaluatedNode; to: ApplicationHealth; findings: string[] }> = []
   for (const node of fleet) {
     const { report } = node
     if (report && report.reported_at.getTime() < node.state_changed_at.getTime()) continue
     const policy = policyOf(options.catalogue, node.chain_profile_id)
-    const derived = report ? derivedMetrics(report, policy, heads.get(node.chain_profile_id)) : {}
+    const derived = report ? derivedMetrics(report, policy, heads.get(node.chain_profile_id)?.referenceFor(reportedHead(report))) : {}
     const to = report ? applicationHealthFor(report, policy, derived) : 'unknown'
     if (to === node.application_health) continue
     const findings: string[] = []
@@ -232,7 +279,7 @@ function policyOf(catalogue: ChainCatalogue, chainProfileId: string): HealthPoli
 
 /**
  * The metrics derived for a report under `policy`: block_lag, against `fleetHead` (referenceHead of
- * the chain's fresh reports) or, with block_lag_reference `node`, against the highest_block the
+ * the other nodes' fresh reports) or, with block_lag_reference `node`, against the highest_block the
  * node itself reports. A node reporting no highest_block gets no block_lag (its rule is not
  * judged, or judges a block_lag the probe itself reports) rather than its own head minus its own
  * head: for a synced node both judge the same, but a syncing node whose client omits

@@ -35,6 +35,9 @@ export type HttpMethod = 'get' | 'post' | 'put' | 'patch' | 'delete'
 
 export const JSON_CONTENT_TYPE = 'application/json'
 
+/** For answers carrying a plaintext secret (a new API key, tokens): no cache, shared or private, may keep it. */
+export const NO_STORE: Readonly<Record<string, string>> = { 'Cache-Control': 'no-store' }
+
 export interface ResponseSpec<S extends ZodTypeAny | undefined = ZodTypeAny | undefined> {
   description: string
   /** Omitted for a response without a body (204). */

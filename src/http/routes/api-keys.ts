@@ -23,7 +23,7 @@ import type { Db } from '../../db/knex.js'
 import { ForbiddenError, ValidationError } from '../../errors.js'
 import type { Principal } from '../context.js'
 import { paginateKeyset, paginationQuery, pageSchema } from '../pagination.js'
-import { defineRoute, errorResponse, type ApiRoute } from '../route.js'
+import { defineRoute, errorResponse, NO_STORE, type ApiRoute } from '../route.js'
 import { z } from '../zod.js'
 
 export interface ApiKeyRouteDeps {
@@ -165,7 +165,7 @@ export function apiKeyRoutes(deps: ApiKeyRouteDeps): ApiRoute[] {
       }
       assertCanGrant(principal, body.scopes)
       const created = await db.transaction((trx) => createApiKey(trx, { userId: principal.userId, name: body.name, scopes: body.scopes, expiresAt }, at))
-      return { status: 201, body: issued(created) }
+      return { status: 201, body: issued(created), headers: NO_STORE }
     }),
 
     defineRoute({
@@ -218,7 +218,7 @@ export function apiKeyRoutes(deps: ApiKeyRouteDeps): ApiRoute[] {
         assertCanGrant(principal, (await getApiKey(trx, principal.userId, params.id)).scopes)
         return rotateApiKey(trx, principal.userId, params.id, at)
       })
-      return { status: 201, body: issued(rotated) }
+      return { status: 201, body: issued(rotated), headers: NO_STORE }
     }),
 
     defineRoute({

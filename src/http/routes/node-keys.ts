@@ -16,7 +16,7 @@ import { KeyMaterialError } from '../../secrets/errors.js'
 import type { MasterKey } from '../../secrets/master-key.js'
 import { decryptNodeKeys, NODE_KEY_TYPES } from '../../secrets/node-keys.js'
 import { assertUsableRecipientKey, sealBlob, SEALED_BLOB_ALGORITHM } from '../../secrets/sealed-blob.js'
-import { defineRoute, errorResponse, type ApiRoute } from '../route.js'
+import { defineRoute, errorResponse, NO_STORE, type ApiRoute } from '../route.js'
 import { z } from '../zod.js'
 
 export interface NodeKeyRouteDeps {
@@ -105,7 +105,7 @@ export function nodeKeyRoutes(deps: NodeKeyRouteDeps): ApiRoute[] {
         })
         const recipient = crypto.createHash('sha256').update(body.recipient_public_key).digest('hex').slice(0, 16)
         log.info({ nodeId: params.id, keyNames: sealed.map((k) => k.name), recipientKeyId: recipient }, 'exported node keys')
-        return { status: 200, body: { node_id: params.id, keys: sealed } }
+        return { status: 200, body: { node_id: params.id, keys: sealed }, headers: NO_STORE }
       } finally {
         dataKey.destroy()
       }

@@ -124,6 +124,8 @@ describe.each(DIALECTS)('API key endpoints on %s', (dialect) => {
     const expiresAt = new Date(api.clock.ms + 48 * HOUR).toISOString()
     const created = await api.call('POST', '/api/v1/api-keys', { apiKey: manager.key, body: { name: ' deploy bot ', scopes: ['nodes:read', 'nodes:write', 'nodes:read'], expires_at: expiresAt } })
     expect(created.status).toBe(201)
+    // The one answer carrying the plaintext must not be kept by any cache on the way.
+    expect(created.headers.get('cache-control')).toBe('no-store')
     const body = created.body as Record<string, unknown>
     expect(Object.keys(body).sort()).toEqual(['created_at', 'expires_at', 'id', 'key', 'key_prefix', 'name', 'scopes'])
     expect(body).toMatchObject({ name: 'deploy bot', scopes: ['nodes:read', 'nodes:write'], expires_at: expiresAt })
@@ -223,6 +225,7 @@ describe.each(DIALECTS)('API key endpoints on %s', (dialect) => {
 
     const rotated = await api.call('POST', `/api/v1/api-keys/${old.id}/rotate`, { bearer: old.key })
     expect(rotated.status).toBe(201)
+    expect(rotated.headers.get('cache-control')).toBe('no-store')
     const fresh = rotated.body as { id: string; key: string; scopes: string[]; expires_at: string; name: string }
     expect(fresh.id).not.toBe(old.id)
     expect(fresh).toMatchObject({ name: 'test key', scopes: ['api-keys:manage', 'nodes:read'], expires_at: new Date(api.clock.ms + 10 * HOUR).toISOString() })

@@ -36,7 +36,12 @@ describe.each(DIALECTS)('auth server tokens on %s', (dialect) => {
       expect(res.status).toBe(200)
       return res.body as unknown as Tokens
     }
-    const refresh = (token: string) => postJson(`${server.url}/auth/refresh`, { refresh_token: token })
+    const refresh = async (token: string) => {
+      const res = await postJson(`${server.url}/auth/refresh`, { refresh_token: token })
+      // A new pair of plaintext tokens: never cacheable.
+      if (res.status === 200) expect(res.headers.get('cache-control')).toBe('no-store')
+      return res
+    }
     return { db: t.db, clock, url: server.url, logs: server.logs, wallet, signIn, refresh }
   }
 

@@ -8,9 +8,11 @@ import { beforeAll, describe, expect, it } from 'vitest'
 import { defaultConfigDir, loadChainCatalogue, type ChainCatalogue } from '../../../src/config/chains.js'
 import { toJson } from '../../../src/db/dialect.js'
 import type { Db } from '../../../src/db/knex.js'
+import { staticChainSource } from '../../../src/config/chain-source.js'
+import { runHealthEvaluationCycle } from '../../../src/health/evaluator.js'
 import { evaluatePolicies } from '../../../src/health/policy-evaluation.js'
 import { DIALECTS } from '../../helpers/db.js'
-import { at, freshDatabases, healthEvents, logger, nodeNow, nodeWith, SECOND } from './support.js'
+import { at, freshDatabases, healthEvents, logger, nodeNow, nodeWith, SECOND, SETTINGS } from './support.js'
 
 let catalogue: ChainCatalogue
 /** The same catalogue with devnet's block_lag measured against the fleet's head, as a real chain's is. */
@@ -115,7 +117,7 @@ describe.each(DIALECTS)('policy evaluation on %s', (dialect) => {
     expect((await evaluate(db, 15 * SECOND)).changes).toEqual([{ node_id: coming, from: 'unknown', to: 'critical' }])
   })
 
-  it('with block_lag_reference node (devnet\'s) each node is measured against its own reported head; with fleet, against the highest head', async () => {
+  it('with block_lag_reference node (devnet\'s) each node is measured against its own reported head; with fleet, against the median of the others', async () => {
     expect(catalogue.profiles.get('devnet')?.health_policy?.block_lag_reference).toBe('node')
     const db = await database()
     // Each its own devnet, started at different times: very different heads, all synced.
@@ -130,11 +132,43 @@ describe.each(DIALECTS)('policy evaluation on %s', (dialect) => {
     const own: Record<string, string> = { [oldest]: 'ok', [younger]: 'ok', [youngest]: 'ok', [catchingUp]: 'degraded', [farBehind]: 'critical' }
     for (const [id, health] of Object.entries(own)) expect((await nodeNow(db, id)).application_health, id).toBe(health)
 
-    // The same reports measured against the fleet: everyone but the oldest lags it.
+    // The same reports measured against the fleet: each against the lower median of the others'
+    // heads (100 or 50 here), so the three young nodes lag it and the two old ones do not.
     await evaluate(db, 15 * SECOND, fleetCatalogue)
-    const fleet: Record<string, string> = { [oldest]: 'ok', [younger]: 'degraded', [youngest]: 'critical', [catchingUp]: 'critical', [farBehind]: 'critical' }
+    const fleet: Record<string, string> = { [oldest]: 'ok', [younger]: 'ok', [youngest]: 'critical', [catchingUp]: 'critical', [farBehind]: 'critical' }
     for (const [id, health] of Object.entries(fleet)) expect((await nodeNow(db, id)).application_health, id).toBe(health)
-    expect(await healthEvents(db, younger)).toMatchObject([{ from: 'unknown', to: 'ok' }, { from: 'ok', to: 'degraded' }])
+    expect(await healthEvents(db, youngest)).toMatchObject([{ from: 'unknown', to: 'ok' }, { from: 'ok', to: 'critical' }])
+  })
+
+  it('one agent reporting block_height=1e12 turns no other node critical through the real evaluation cycle; a real laggard still is', async () => {
+    const db = await database()
+    // Five tenants' nodes on one chain, all at the network's head, judged ok.
+    const honest = await Promise.all([100, 101, 100, 99].map((h) => reporting(db, { rpc_up: 1, peer_count: 3, block_height: h }, { health: 'ok' })))
+    const laggard = await reporting(db, { rpc_up: 1, peer_count: 3, block_height: 60 }, { health: 'ok' })
+    const liar = await reporting(db, { rpc_up: 1, peer_count: 3, block_height: 1e12, highest_block: 1e12 }, { health: 'ok' })
+    const cycle = () => runHealthEvaluationCycle(SETTINGS, { db, logger, chains: staticChainSource(fleetCatalogue) }, at(0))
+
+    const result = await cycle()
+    // Only the real laggard moves (40 behind the others' median of 100).
+    expect(result.policies.changes).toEqual([{ node_id: laggard, from: 'ok', to: 'critical' }])
+    for (const id of [...honest, liar]) {
+      expect((await nodeNow(db, id)).application_health, id).toBe('ok')
+      expect(await healthEvents(db, id), id).toEqual([])
+    }
+
+    // Two liars (a minority of seven) cannot move it either.
+    const second = await reporting(db, { rpc_up: 1, peer_count: 3, block_height: 5e11 }, { health: 'ok' })
+    expect((await cycle()).policies.changes).toEqual([])
+    for (const id of [...honest, liar, second]) expect((await nodeNow(db, id)).application_health, id).toBe('ok')
+  })
+
+  it('with fewer than two other reporting nodes there is no fleet reference: block_lag is not judged', async () => {
+    const db = await database()
+    const honest = await reporting(db, { rpc_up: 1, peer_count: 3, block_height: 100 }, { health: 'ok' })
+    const liar = await reporting(db, { rpc_up: 1, peer_count: 3, block_height: 1e12 }, { health: 'ok' })
+    expect((await evaluate(db)).changes).toEqual([])
+    expect((await nodeNow(db, honest)).application_health).toBe('ok')
+    expect((await nodeNow(db, liar)).application_health).toBe('ok')
   })
 
   it('a missing or stale report is unknown; maintenance, provisioning and terminal nodes are not judged', async () => {

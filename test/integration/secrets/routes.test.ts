@@ -162,6 +162,7 @@ describe.each(DIALECTS)('secrets API on %s', (dialect) => {
       body: { recipient_public_key: Buffer.from(recipient.publicKey).toString('base64') },
     })
     expect(res.status).toBe(200)
+    expect(res.headers.get('cache-control')).toBe('no-store')
     const answer = res.body as ExportAnswer
     expect(answer.node_id).toBe(nodeId)
     expect(answer.keys.map((k) => [k.name, k.key_type, k.public_key])).toEqual([

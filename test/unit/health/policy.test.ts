@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest'
 import { healthPolicySchema, type HealthPolicy } from '../../../src/config/health-policy.js'
-import { applicationHealthFor, derivedMetrics, referenceHead, ruleResult } from '../../../src/health/policy-evaluation.js'
+import { applicationHealthFor, derivedMetrics, FleetHeads, referenceHead, reportedHead, ruleResult } from '../../../src/health/policy-evaluation.js'
 
 const policy: HealthPolicy = healthPolicySchema.parse({
   rules: [
@@ -37,9 +37,40 @@ describe('application health policy', () => {
     expect(applicationHealthFor(report({ peer_count: 0 }, 'running'), policy)).toBe('critical')
   })
 
-  it('uses the highest head of the fleet, including what syncing nodes see, as the block_lag reference', () => {
-    expect(referenceHead([report({ block_height: 10 }), report({ block_height: 7, highest_block: 12 }), report({})])).toBe(12)
-    expect(referenceHead([report({ peer_count: 1 })])).toBeUndefined()
+  it('takes a report\'s head as the higher of block_height and the highest_block a syncing node sees', () => {
+    expect(reportedHead(report({ block_height: 10 }))).toBe(10)
+    expect(reportedHead(report({ block_height: 7, highest_block: 12 }))).toBe(12)
+    expect(reportedHead(report({ peer_count: 1 }))).toBeUndefined()
+  })
+
+  it('uses the lower median of the other nodes\' heads as the fleet reference, none with fewer than two others', () => {
+    expect(referenceHead([])).toBeUndefined()
+    expect(referenceHead([100])).toBeUndefined()
+    expect(referenceHead([100, 1e12])).toBe(100)
+    expect(referenceHead([90, 100, 1e12])).toBe(100)
+    expect(referenceHead([90, 100, 110, 1e12])).toBe(100)
+  })
+
+  it('never lets one node move the reference of the others beyond what another node reports', () => {
+    const honest = [100, 101, 99, 100, 98]
+    const fleet = new FleetHeads([...honest, 1e12])
+    // Every honest node's reference stays within the honest heads, whatever the liar claims.
+    for (const own of honest) {
+      const ref = fleet.referenceFor(own) as number
+      expect(ref).toBeGreaterThanOrEqual(98)
+      expect(ref).toBeLessThanOrEqual(101)
+    }
+    // The node's own head is not its own reference: with two nodes there is no fleet reference.
+    expect(new FleetHeads([100, 1e12]).referenceFor(100)).toBeUndefined()
+    expect(new FleetHeads([100, 1e12]).referenceFor(1e12)).toBeUndefined()
+    // Matches the definition (lower median of the others) for every position, duplicates included.
+    const heads = [5, 7, 7, 9, 12, 40]
+    const all = new FleetHeads(heads)
+    heads.forEach((own, i) => {
+      const others = heads.filter((_, j) => j !== i).sort((a, b) => a - b)
+      expect(all.referenceFor(own)).toBe(referenceHead(others))
+    })
+    expect(all.referenceFor(undefined)).toBe(referenceHead(heads))
   })
 
   it('measures block_lag against the fleet\'s head by default, or with block_lag_reference node against the head the node itself reports', () => {
