@@ -12,6 +12,9 @@ import * as provisionRetries from './0010_provision_retries.js'
 import * as artifacts from './0011_artifacts.js'
 import * as agentChainPid from './0012_agent_chain_pid.js'
 import * as agentGatewayPresence from './0013_agent_gateway_presence.js'
+import * as trustBoundaries from './0015_trust_boundaries.js'
+import * as hosts from './0014_hosts.js'
+import * as rpcRateBuckets from './0016_rpc_rate_buckets.js'
 
 /** In order; a released migration is never edited, a change is a new entry. */
-export const controlPlaneMigrations: readonly Migration[] = [initialSchema, authServer, agents, nodeKeys, payments, healthEvaluation, incidents, uptime, rollouts, provisionRetries, artifacts, agentChainPid, agentGatewayPresence]
+export const controlPlaneMigrations: readonly Migration[] = [initialSchema, authServer, agents, nodeKeys, payments, healthEvaluation, incidents, uptime, rollouts, provisionRetries, artifacts, agentChainPid, agentGatewayPresence, hosts, trustBoundaries, rpcRateBuckets]

@@ -1,10 +1,12 @@
 /**
- * Scopes exactly as the control-plane spec lists them (API key resource). `*` grants every
+ * Scopes as the control-plane spec lists them (API key resource), plus `nodes:rpc` (issue 18). `*` grants every
  * scope except `admin`, which only the backend grants (a user flag set by an operator).
  */
 export const API_KEY_SCOPES = [
   'nodes:read',
   'nodes:write',
+  /** Calling a node's JSON-RPC endpoint through the rpc-gateway (docs/rpc-gateway.md); not implied by nodes:read or nodes:write. */
+  'nodes:rpc',
   'subscriptions:read',
   'subscriptions:write',
   'chains:read',

@@ -15,6 +15,7 @@ import { bitcoinSyncPolicy, commandPayloads, crashLoopSpec, isChainWritablePath,
 import { ConfigError, ValidationError } from '../errors.js'
 import { sha256OfFile, sha256OfFileSync } from './file-digest.js'
 import { healthPolicySchema } from './health-policy.js'
+import { rpcPolicySchema } from './rpc-policy.js'
 import { packageRoot } from '../package-root.js'
 import { INPUT_PHASES, INPUT_TYPES, legacyKeysToInputSpecs, type InputSpec } from '../secrets/input-specs.js'
 import { DURATIONS, type SubscriptionDuration } from './durations.js'
@@ -156,6 +157,8 @@ export const chainProfileSchema = z
     probe: probeTemplateSchema.optional(),
     crash_loop: crashLoopSpec.optional(),
     health_policy: healthPolicySchema.optional(),
+    /** The rpc-gateway's method policy (src/config/rpc-policy.ts); absent: every method passes. */
+    rpc: rpcPolicySchema.optional(),
     inputs: z.array(inputSpecSchema).max(50).default([]),
     /** Legacy: names of keys the service generates; converted to generated secret inputs. */
     keys: z.array(z.string()).max(50).optional(),
@@ -188,6 +191,9 @@ export const chainProfileSchema = z
     })
     checkVars(profile.vars, ['vars'])
     for (const [name, type] of Object.entries(profile.node_types)) checkVars(type.vars, ['node_types', name, 'vars'])
+    for (const nodeType of Object.keys(profile.rpc?.node_types ?? {})) {
+      if (!nodeTypes.includes(nodeType)) problem(['rpc', 'node_types', nodeType], 'is not a declared node type')
+    }
   })
 
 type ChainProfileFile = Omit<z.infer<typeof chainProfileSchema>, 'keys' | 'inputs'> & { inputs: ProfileInput[] }

@@ -55,6 +55,11 @@ export const sharedEnv = {
     .string()
     .optional()
     .refine((v) => v === undefined || /^(nats|tls|wss?):\/\/[^\s]+$/.test(v), 'must look like nats://host:4222'),
+  /** Mutual TLS to NATS and this service's nkey (docs/events.md, "Security"); files, read at start. */
+  NATS_CA_FILE: z.string().min(1).optional(),
+  NATS_CERT_FILE: z.string().min(1).optional(),
+  NATS_KEY_FILE: z.string().min(1).optional(),
+  NATS_NKEY_SEED_FILE: z.string().min(1).optional(),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 }
 
@@ -65,6 +70,7 @@ export const portsEnv = {
   PAYMENT_GRPC_PORT: port(50051),
   PAYMENT_HTTP_PORT: port(8085),
   PAYMENT_METRICS_PORT: port(9086),
+  RPC_GATEWAY_PORT: port(8545),
 }
 
 export const eventsEnv = {
@@ -82,6 +88,11 @@ export const httpEnv = {
     .enum(['true', 'false', '1', '0'], { message: 'must be true or false' })
     .default('false')
     .transform((v) => v === 'true' || v === '1'),
+  /**
+   * With HTTP_TRUST_PROXY: how many proxies stand in front (Koa's app.maxIpsCount). Only that
+   * many rightmost X-Forwarded-For entries are believed; what a client wrote to the left is not.
+   */
+  HTTP_MAX_IPS_COUNT: z.coerce.number().int('must be a whole number').min(1, 'must be at least 1').max(16).default(1),
 }
 
 const urlList = z
@@ -366,6 +377,25 @@ export const healthEvaluatorEnv = z.object({
   MIGRATION_COOLDOWN: lifecycleEnv.MIGRATION_COOLDOWN,
 })
 
+/** The rpc-gateway's own settings (docs/rpc-gateway.md). */
+export const rpcGatewayOnlyEnv = {
+  /** Sustained JSON-RPC calls per second per API key (token bucket refill); a batch counts each call. */
+  RPC_GATEWAY_RATE_LIMIT_PER_SECOND: z.coerce.number().int().min(1).max(1_000_000).default(50),
+  /** The bucket's size: calls a key that was idle may make at once. */
+  RPC_GATEWAY_RATE_LIMIT_BURST: z.coerce.number().int().min(1).max(1_000_000).default(100),
+  RPC_GATEWAY_BODY_LIMIT_BYTES: z.coerce.number().int().min(1024).max(64 * 1024 * 1024).default(1024 * 1024),
+  RPC_GATEWAY_MAX_BATCH: z.coerce.number().int().min(1).max(10_000).default(100),
+  /** How long a node's route is used without re-reading it, when no event says it changed. */
+  RPC_GATEWAY_ROUTE_TTL: duration('5s'),
+  RPC_GATEWAY_UPSTREAM_TIMEOUT: duration('30s'),
+}
+
+/** Where customers reach the rpc-gateway, for the endpoints the api-server shows; default http://127.0.0.1:$RPC_GATEWAY_PORT. */
+export const rpcPublicUrlEnv = {
+  RPC_PUBLIC_URL: z.string().url('must be a URL').regex(/^https?:\/\//, 'must be an http:// or https:// URL').optional(),
+  RPC_GATEWAY_PORT: portsEnv.RPC_GATEWAY_PORT,
+}
+
 export const databaseCommandEnv = z.object(sharedEnv)
 /** Rollout artifacts (docs/artifacts.md): the file:// and internal-host prefixes the operator allows. */
 export const artifactEnv = {
@@ -389,6 +419,7 @@ export const apiServerEnv = z.object({
   PAYMENT_GRPC_PORT: portsEnv.PAYMENT_GRPC_PORT,
   ...paymentTlsEnv,
   ...paymentClientEnv,
+  ...rpcPublicUrlEnv,
 })
 export const authServerEnv = z.object({ ...sharedEnv, ...httpEnv, ...authEnv, ...authServerOnlyEnv, AUTH_SERVER_PORT: portsEnv.AUTH_SERVER_PORT })
 export const orchestratorEnv = z.object({
@@ -422,6 +453,17 @@ export const paymentServiceEnv = z.object({
   ...paymentServiceOnlyEnv,
 })
 export type PaymentServiceConfig = ResolvedPaths<z.infer<typeof paymentServiceEnv>>
+export const rpcGatewayEnv = z.object({
+  ...sharedEnv,
+  ...httpEnv,
+  NODEPLANE_CONFIG_DIR: lifecycleEnv.NODEPLANE_CONFIG_DIR,
+  CHAIN_PROFILE_VERSION: lifecycleEnv.CHAIN_PROFILE_VERSION,
+  CHAINS_CHECK_INTERVAL: lifecycleEnv.CHAINS_CHECK_INTERVAL,
+  LOCAL_HOSTS_DIR: lifecycleEnv.LOCAL_HOSTS_DIR,
+  RPC_GATEWAY_PORT: portsEnv.RPC_GATEWAY_PORT,
+  ...rpcGatewayOnlyEnv,
+})
+export type RpcGatewayConfig = ResolvedPaths<z.infer<typeof rpcGatewayEnv>>
 
 export const upEnv = z.object({
   ...sharedEnv,
@@ -444,6 +486,8 @@ export const upEnv = z.object({
   ...healthEvaluationEnv,
   ...uptimeEnv,
   ...incidentEnv,
+  ...rpcGatewayOnlyEnv,
+  RPC_PUBLIC_URL: rpcPublicUrlEnv.RPC_PUBLIC_URL,
   // On a laptop nothing real can take a payment: unset, the test provider is on while neither the
   // card nor the crypto provider is (src/payments/providers/index.ts, testProviderEnabled).
   PAYMENT_TEST_PROVIDER_ENABLED: z
