@@ -20,6 +20,7 @@ import {
   ValidationError,
 } from '../errors.js'
 import type { ApiTarget, KeySource } from './api-target.js'
+import { httpTransport, type Transport, type TransportResponse } from './http-transport.js'
 
 export const API_PREFIX = '/api/v1'
 /** Above the API's own longest wait (PAYMENT_CALL_TIMEOUT, 30 s, for a card checkout session). */
@@ -48,7 +49,8 @@ export interface ApiRequest {
 }
 
 export interface ApiClientOptions {
-  fetch?: typeof fetch
+  /** node:http by default; a global fetch also fits. */
+  fetch?: Transport
   timeoutMs?: number
 }
 
@@ -58,14 +60,14 @@ export interface ServerError {
 }
 
 export class ApiClient {
-  private readonly fetchImpl: typeof fetch
+  private readonly fetchImpl: Transport
   private readonly timeoutMs: number
 
   constructor(
     readonly target: ApiTarget,
     options: ApiClientOptions = {},
   ) {
-    this.fetchImpl = options.fetch ?? fetch
+    this.fetchImpl = options.fetch ?? httpTransport
     this.timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS
   }
 
@@ -105,14 +107,14 @@ export class ApiClient {
     if (this.target.credential) headers.Authorization = `Bearer ${this.target.credential.key}`
     if (request.body !== undefined) headers['Content-Type'] = 'application/json'
 
-    let response: Response
+    let response: TransportResponse
     try {
       response = await this.fetchImpl(url, {
         method: request.method,
         headers,
+        // Never follow a redirect (neither transport does): the Authorization header must not
+        // travel to another address.
         body: request.body === undefined ? undefined : JSON.stringify(request.body),
-        // Never follow a redirect: the Authorization header must not travel to another address.
-        redirect: 'manual',
         signal: AbortSignal.timeout(this.timeoutMs),
       })
     } catch (err) {
