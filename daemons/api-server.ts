@@ -10,6 +10,7 @@ import { ConfigError } from '../src/errors.js'
 import type { EventBus } from '../src/events/bus.js'
 import { createApiApp } from '../src/http/app.js'
 import { controlPlaneRoutes } from '../src/http/routes/index.js'
+import { rpcPublicUrl } from '../src/rpc-gateway/endpoints.js'
 import { startHttpServer } from '../src/http/server.js'
 import type { Logger } from '../src/log.js'
 import { createMetrics } from '../src/metrics.js'
@@ -24,6 +25,9 @@ export interface ApiServerSettings extends AuthenticationSettings {
   API_SERVER_PORT: number
   HTTP_HOST: string
   HTTP_BODY_LIMIT_BYTES: number
+  /** Behind a reverse proxy: the client address (failed-authentication throttle, logs) from X-Forwarded-For. */
+  HTTP_TRUST_PROXY?: boolean
+  HTTP_MAX_IPS_COUNT?: number
   API_RATE_LIMIT_PER_MINUTE?: number
   /** Rollout artifact sources beyond public hosts (docs/artifacts.md); none when absent. */
   ARTIFACT_ALLOWED_SOURCES?: readonly string[]
@@ -31,6 +35,9 @@ export interface ApiServerSettings extends AuthenticationSettings {
   ARTIFACT_RELEASE_PUBLIC_KEYS?: readonly ReleasePublicKey[]
   /** Holds the artifact store (`<data dir>/artifacts`); without it rollouts cannot name stored artifacts. */
   NODEPLANE_DATA_DIR?: string
+  /** Where customers reach the rpc-gateway (nodes' `endpoints`); default http://127.0.0.1:$RPC_GATEWAY_PORT. */
+  RPC_PUBLIC_URL?: string | undefined
+  RPC_GATEWAY_PORT?: number
 }
 
 export interface ApiServerDeps {
@@ -70,6 +77,8 @@ export async function startApiServer(settings: ApiServerSettings, deps: ApiServe
     logger: deps.logger,
     metrics,
     bodyLimitBytes: settings.HTTP_BODY_LIMIT_BYTES,
+    trustProxy: settings.HTTP_TRUST_PROXY ?? false,
+    ...(settings.HTTP_MAX_IPS_COUNT !== undefined ? { maxIpsCount: settings.HTTP_MAX_IPS_COUNT } : {}),
     authenticate,
     rateLimit: limiter.rateLimit,
     routes: controlPlaneRoutes({
@@ -80,6 +89,7 @@ export async function startApiServer(settings: ApiServerSettings, deps: ApiServe
       ...(deps.chains ? { chains: deps.chains } : {}),
       ...(deps.payments ? { payments: deps.payments } : {}),
       artifactSources: settings.ARTIFACT_ALLOWED_SOURCES ?? [],
+      rpcPublicUrl: rpcPublicUrl(settings),
       ...(settings.NODEPLANE_DATA_DIR ? { artifactStore: { blobs: localBlobStore(settings.NODEPLANE_DATA_DIR), releaseKeys: settings.ARTIFACT_RELEASE_PUBLIC_KEYS ?? [] } } : {}),
     }),
   })

@@ -3,7 +3,7 @@
  * wallet sign-in, token refresh and logout, and the key set of the tokens it issues
  * (docs/auth.md, "Auth server"). It needs only the control-plane database: no event bus.
  */
-import { createAuthRateLimiter, purgeRateLimitWindows, RATE_LIMIT_WINDOW_MS } from '../src/auth/auth-rate-limit.js'
+import { createAuthRateLimiter, purgeFullBuckets } from '../src/auth/auth-rate-limit.js'
 import { purgeExpiredNonces } from '../src/auth/nonces.js'
 import { purgeExpiredRefreshTokens } from '../src/auth/refresh-tokens.js'
 import { defaultSigningKeyFile, loadOrCreateSigningKey } from '../src/auth/signing-key.js'
@@ -25,6 +25,7 @@ export type AuthServerSettings = Pick<
   | 'HTTP_HOST'
   | 'HTTP_BODY_LIMIT_BYTES'
   | 'HTTP_TRUST_PROXY'
+  | 'HTTP_MAX_IPS_COUNT'
   | 'AUTH_SERVER_PORT'
   | 'AUTH_PROVIDER'
   | 'AUTH_IDP_WEBHOOK_SIGNING_SECRET'
@@ -83,6 +84,7 @@ export async function startAuthServer(config: AuthServerSettings, deps: AuthServ
     bodyLimitBytes: config.HTTP_BODY_LIMIT_BYTES,
     routes,
     trustProxy: config.HTTP_TRUST_PROXY,
+    maxIpsCount: config.HTTP_MAX_IPS_COUNT,
     info: {
       title: 'nodeplane auth server',
       version: '1',
@@ -99,9 +101,9 @@ export async function startAuthServer(config: AuthServerSettings, deps: AuthServ
     now,
     run: async (at) => {
       const nonces = await purgeExpiredNonces(db, at)
-      const windows = await purgeRateLimitWindows(db, new Date(at.getTime() - 2 * RATE_LIMIT_WINDOW_MS))
+      const windows = await purgeFullBuckets(db, at)
       const tokens = await purgeExpiredRefreshTokens(db, at, EXPIRED_REFRESH_TOKEN_RETENTION_MS)
-      if (nonces + windows + tokens > 0) logger.debug({ nonces, rate_limit_windows: windows, refresh_tokens: tokens }, 'auth housekeeping')
+      if (nonces + windows + tokens > 0) logger.debug({ nonces, rate_limit_buckets: windows, refresh_tokens: tokens }, 'auth housekeeping')
     },
   })
 

@@ -52,7 +52,15 @@ export interface ApiAppOptions {
    * the proxy's. Off by default, since a direct client could forge the header.
    */
   trustProxy?: boolean
+  /**
+   * With `trustProxy`: the number of proxies in front (HTTP_MAX_IPS_COUNT, default 1). Koa then
+   * believes only that many rightmost X-Forwarded-For entries; its own default (0) would take
+   * the leftmost, which the client writes.
+   */
+  maxIpsCount?: number
 }
+
+export const DEFAULT_MAX_IPS_COUNT = 1
 
 export type ApiApp = Koa<ApiState, ApiContext>
 
@@ -91,7 +99,10 @@ export function createApiApp(options: ApiAppOptions): ApiApp {
     router[route.method](route.routerPath, ...chain)
   }
 
-  const app: ApiApp = new Koa<ApiState, ApiContext>({ proxy: options.trustProxy ?? false })
+  const app: ApiApp = new Koa<ApiState, ApiContext>({
+    proxy: options.trustProxy ?? false,
+    maxIpsCount: options.maxIpsCount ?? DEFAULT_MAX_IPS_COUNT,
+  })
   // Errors are answered and logged by errorMapping; this only catches what escapes it
   // (a failure while streaming a response), and keeps Koa from printing to stderr.
   app.on('error', (err: unknown, ctx?: ApiContext) => {

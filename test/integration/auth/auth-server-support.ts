@@ -60,6 +60,7 @@ export async function startTestAuthServer(
     HTTP_HOST: '127.0.0.1',
     HTTP_BODY_LIMIT_BYTES: 1024 * 1024,
     HTTP_TRUST_PROXY: false,
+    HTTP_MAX_IPS_COUNT: 1,
     AUTH_SERVER_PORT: 0,
     AUTH_PROVIDER: 'both',
     AUTH_IDP_WEBHOOK_SIGNING_SECRET: undefined,

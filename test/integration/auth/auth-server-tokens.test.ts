@@ -169,7 +169,7 @@ describe.each(DIALECTS)('auth server tokens on %s', (dialect) => {
     const second = (await refresh(first.refresh_token)).body as unknown as Tokens
     await postJson(`${url}/auth/logout`, { refresh_token: second.refresh_token })
     const secrets = [first.refresh_token, second.refresh_token, first.access_token, second.access_token]
-    const dump = JSON.stringify(await Promise.all(['refresh_tokens', 'users', 'auth_nonces', 'auth_rate_limits', 'idempotency_keys'].map((t) => db(t).select())))
+    const dump = JSON.stringify(await Promise.all(['refresh_tokens', 'users', 'auth_nonces', 'auth_rate_buckets', 'idempotency_keys'].map((t) => db(t).select())))
     const text = logs.text()
     expect(text.length).toBeGreaterThan(0)
     for (const secret of secrets) {
