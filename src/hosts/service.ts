@@ -93,7 +93,7 @@ export type OperatorHostAction = 'cordon' | 'uncordon' | 'drain' | 'remove'
  * otherwise it stays `draining` (moving nodes off comes with placement). `remove` refuses a
  * host that still has nodes, and forgets its SSH key.
  */
-export async function moveHost(fleet: Pick<HostFleet, 'db' | 'keys' | 'now'> & { pool?: SshPool }, ref: string, action: OperatorHostAction): Promise<Host> {
+export async function moveHost(fleet: Pick<HostFleet, 'db' | 'now'> & { keys?: SshKeyStore; pool?: SshPool }, ref: string, action: OperatorHostAction): Promise<Host> {
   const now = fleet.now ?? (() => new Date())
   const result = await fleet.db.transaction(async (trx) => {
     const host = await resolveHost(trx, ref)
@@ -112,7 +112,7 @@ export async function moveHost(fleet: Pick<HostFleet, 'db' | 'keys' | 'now'> & {
     return (await findHostById(trx, host.id)) as Host
   })
   if (action === 'remove' && result.state === 'removed') {
-    await fleet.keys.remove(result.id)
+    await fleet.keys?.remove(result.id)
     fleet.pool?.drop(result.id)
   }
   return result

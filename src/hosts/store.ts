@@ -48,7 +48,7 @@ export interface NewHost {
   now: Date
 }
 
-interface HostRow {
+export interface HostRow {
   id: string
   name: string
   address: string
@@ -73,7 +73,7 @@ interface HostRow {
 
 const iso = (value: unknown): string => toDate(value).toISOString()
 
-function hostFromRow(row: HostRow): Host {
+export function hostFromRow(row: HostRow): Host {
   const probedAt = toDateOrNull(row.last_probe_at)
   const removedAt = toDateOrNull(row.removed_at)
   return {
@@ -132,6 +132,17 @@ export async function findLiveHostByName(db: Queryable, name: string): Promise<H
   const row = (await db('hosts').where({ name }).whereNot({ state: 'removed' }).first()) as HostRow | undefined
   return row ? hostFromRow(row) : undefined
 }
+
+/** The filters of a host listing as a query without select or order (for keyset pagination, by name). */
+export function hostListQuery(db: Queryable, filters: { state?: HostState | undefined; region?: string | undefined }) {
+  const q = db('hosts')
+  if (filters.state) q.where({ state: filters.state })
+  else q.whereNot({ state: 'removed' })
+  if (filters.region) q.where({ region: filters.region })
+  return q
+}
+
+export const HOST_LIST_ORDER = { sortColumn: 'name', idColumn: 'id' } as const
 
 export async function listHosts(db: Queryable, filters: { state?: HostState | undefined; region?: string | undefined; includeRemoved?: boolean }): Promise<Host[]> {
   const q = db('hosts').select('*').orderBy([{ column: 'name' }, { column: 'id' }])

@@ -10,6 +10,7 @@ import { apiKeyRoutes } from './api-keys.js'
 import { artifactRoutes } from './artifacts.js'
 import { chainRoutes } from './chains.js'
 import { cryptoRoutes } from './crypto.js'
+import { hostRoutes, type HostRouteDeps } from './hosts.js'
 import { incidentRoutes } from './incidents.js'
 import { inputRoutes } from './inputs.js'
 import { meRoutes } from './me.js'
@@ -37,8 +38,10 @@ export interface ControlPlaneRouteDeps {
   artifactSources?: readonly string[]
   /** The artifact store and release public keys (rollouts naming stored artifacts). */
   artifactStore?: ArtifactSource
+  /** SSH to the fleet's hosts and their key store (`POST /hosts` answers 503 without it). */
+  hostFleet?: HostRouteDeps['hostFleet']
 }
 
 export function controlPlaneRoutes(deps: ControlPlaneRouteDeps): ApiRoute[] {
-  return [...meRoutes(deps), ...apiKeyRoutes(deps), ...walletRoutes(deps), ...nodeRoutes(deps), ...cryptoRoutes(deps), ...nodeKeyRoutes(deps), ...inputRoutes(deps), ...subscriptionRoutes(deps), ...chainRoutes(deps), ...paymentRoutes(deps), ...notificationRoutes(deps), ...uptimeRoutes(deps), ...incidentRoutes(deps), ...rolloutRoutes(deps), ...artifactRoutes(deps)]
+  return [...meRoutes(deps), ...apiKeyRoutes(deps), ...walletRoutes(deps), ...nodeRoutes(deps), ...cryptoRoutes(deps), ...nodeKeyRoutes(deps), ...inputRoutes(deps), ...subscriptionRoutes(deps), ...chainRoutes(deps), ...paymentRoutes(deps), ...notificationRoutes(deps), ...uptimeRoutes(deps), ...incidentRoutes(deps), ...rolloutRoutes(deps), ...artifactRoutes(deps), ...hostRoutes(deps)]
 }
