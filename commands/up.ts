@@ -5,6 +5,7 @@ import { startAuthServer } from '../daemons/auth-server.js'
 import { startHealthEvaluator } from '../daemons/health-evaluator.js'
 import { lifecycleDeps, orchestratorWorkflows, startOrchestrator, startPaymentActivation } from '../daemons/orchestrator.js'
 import { startPaymentService } from '../daemons/payment-service.js'
+import { startRpcGateway } from '../daemons/rpc-gateway.js'
 import { openDatabase, startHousekeeping, startRelay } from '../daemons/runtime.js'
 import { BaseCommand } from '../src/cli/base-command.js'
 import { ensureLocalOperator, LOCAL_OPERATOR_EMAIL } from '../src/cli/operator.js'
@@ -94,8 +95,14 @@ export default class Up extends BaseCommand<typeof Up> {
       // Added after the payment service and the orchestrator: closed before them.
       resources.add('payment consumer', await startPaymentActivation(config, { bus, db, logger: logFor('orchestrator'), chains }), (c) => c.close())
       const auth = resources.add('auth-server', await startAuthServer(config, { db, logger: logFor('auth-server') }), (s) => s.stop())
-      // The api-server verifies legacy wallet tokens against the auth-server started here.
-      const apiConfig = { ...config, AUTH_LEGACY_JWKS_URL: config.AUTH_LEGACY_JWKS_URL ?? `${auth.url}/.well-known/jwks.json` }
+      // Customers' endpoints; it hears of node moves on the same bus as everything here.
+      const rpc = resources.add('rpc-gateway', await startRpcGateway(config, { db, logger: logFor('rpc-gateway'), chains, events: { bus } }), (g) => g.stop())
+      // The api-server verifies legacy wallet tokens against the auth-server started here, and shows the gateway started here as nodes' endpoints.
+      const apiConfig = {
+        ...config,
+        AUTH_LEGACY_JWKS_URL: config.AUTH_LEGACY_JWKS_URL ?? `${auth.url}/.well-known/jwks.json`,
+        RPC_PUBLIC_URL: config.RPC_PUBLIC_URL ?? rpc.url,
+      }
       const api = resources.add(
         'api-server',
         await startApiServer(apiConfig, { db, bus, logger: logFor('api-server'), masterKey: secrets.masterKey, chains, ...(payments ? { payments } : {}) }),
@@ -105,9 +112,10 @@ export default class Up extends BaseCommand<typeof Up> {
         pid: process.pid,
         started_at: new Date().toISOString(),
         data_dir: dataDir,
-        daemons: ['orchestrator', 'health-evaluator', 'agent-gateway', 'payment-service', 'auth-server', 'api-server'],
+        daemons: ['orchestrator', 'health-evaluator', 'agent-gateway', 'payment-service', 'auth-server', 'rpc-gateway', 'api-server'],
         api_url: api.url,
         auth_url: auth.url,
+        rpc_url: rpc.url,
         agent_gateway: agents.target,
         agent_ca_file: agents.caFile ?? null,
         payment_grpc: paymentService.grpcTarget,

@@ -7,14 +7,19 @@ import { isUuid } from '../../src/db/ids.js'
 import { NotFoundError, ValidationError } from '../../src/errors.js'
 import { findOperatorNodeView, type OperatorNodeView } from '../../src/nodes/operator-view.js'
 import type { NodeView } from '../../src/nodes/views.js'
+import type { NodeEndpoints } from '../../src/rpc-gateway/endpoints.js'
+
+/** A node as GET /api/v1/nodes/{id} answers it: the view plus its rpc-gateway endpoints. */
+type ApiNodeView = NodeView & { endpoints: NodeEndpoints }
 
 export default class NodeShow extends BaseCommand<typeof NodeShow> {
-  static override summary = 'Show one node through the API: its states, display state, versions and last heartbeat'
+  static override summary = 'Show one node through the API: its states, display state, versions, last heartbeat and JSON-RPC endpoint'
   static override description =
     'An unknown id, or a node that is not yours, exits 3. Needs the scope nodes:read. With --wide (operators), the node is read from the control-plane database (DATABASE_URL) instead, with its agent\'s latest report: the chain process\'s pid on the host, the agent version and process state.'
   static override examples = [
     '<%= config.bin %> node show --id 0193a1b2-…',
     '<%= config.bin %> node show --id "$NODE_ID" --json | jq -r .display_state',
+    '<%= config.bin %> node show --id "$NODE_ID" --json | jq -r .endpoints.http   # POST JSON-RPC there with X-API-Key (scope nodes:rpc)',
     '<%= config.bin %> node show --id "$NODE_ID" --wide --json | jq -r .agent.chain_pid',
   ]
   static override flags = {
@@ -23,14 +28,14 @@ export default class NodeShow extends BaseCommand<typeof NodeShow> {
     wide: Flags.boolean({ description: "operators: read the control-plane database and add the agent's report (chain pid)", default: false }),
   }
 
-  async run(): Promise<NodeView | OperatorNodeView> {
+  async run(): Promise<ApiNodeView | OperatorNodeView> {
     if (this.flags.wide) return this.showWide()
     const api = apiClientFor(this.env(), this.flags['api-url'])
-    const node = await api.get<NodeView>(`/nodes/${encodeURIComponent(this.flags.id)}`).catch((err: unknown) => {
+    const node = await api.get<ApiNodeView>(`/nodes/${encodeURIComponent(this.flags.id)}`).catch((err: unknown) => {
       if (err instanceof NotFoundError) throw new NotFoundError(`no node ${this.flags.id} among the nodes you can see`, 'list them with `nodeplane node list`')
       throw err
     })
-    if (!this.jsonEnabled()) this.log(describeNode(node))
+    if (!this.jsonEnabled()) this.log(`${describeNode(node)}\n  ${'endpoint (http):'.padEnd(22)}${node.endpoints.http}\n  ${'endpoint (ws):'.padEnd(22)}${node.endpoints.ws}`)
     return node
   }
 

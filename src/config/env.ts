@@ -60,6 +60,11 @@ export const sharedEnv = {
   NATS_CERT_FILE: z.string().min(1).optional(),
   NATS_KEY_FILE: z.string().min(1).optional(),
   NATS_NKEY_SEED_FILE: z.string().min(1).optional(),
+  /** Mutual TLS to NATS and this service's nkey (docs/events.md, "Security"); files, read at start. */
+  NATS_CA_FILE: z.string().min(1).optional(),
+  NATS_CERT_FILE: z.string().min(1).optional(),
+  NATS_KEY_FILE: z.string().min(1).optional(),
+  NATS_NKEY_SEED_FILE: z.string().min(1).optional(),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 }
 

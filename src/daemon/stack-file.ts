@@ -31,6 +31,8 @@ export interface StackFile {
   payment_http_url?: string
   payment_metrics_url?: string
   payment_ca_file?: string
+  /** The rpc-gateway: customers' JSON-RPC endpoints are `{rpc_url}/v1/{node_id}`. */
+  rpc_url?: string
   [extra: string]: unknown
 }
 

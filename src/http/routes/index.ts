@@ -40,6 +40,8 @@ export interface ControlPlaneRouteDeps {
   artifactStore?: ArtifactSource
   /** SSH to the fleet's hosts and their key store (`POST /hosts` answers 503 without it). */
   hostFleet?: HostRouteDeps['hostFleet']
+  /** Where customers reach the rpc-gateway (RPC_PUBLIC_URL): nodes' `endpoints`; default http://127.0.0.1:8545. */
+  rpcPublicUrl?: string
 }
 
 export function controlPlaneRoutes(deps: ControlPlaneRouteDeps): ApiRoute[] {

@@ -8,7 +8,8 @@ import { isUuid } from '../../db/ids.js'
 import type { Db } from '../../db/knex.js'
 import { NotFoundError } from '../../errors.js'
 import { APPLICATION_HEALTH_VALUES, DISPLAY_STATES, NODE_STATES, SYNC_STATUSES } from '../../nodes/states.js'
-import { findNodeView, NODE_LIST_ORDER, NODE_VIEW_COLUMNS, nodeViewFromRow, nodeViewQuery } from '../../nodes/views.js'
+import { findNodeView, NODE_LIST_ORDER, NODE_VIEW_COLUMNS, nodeViewFromRow, nodeViewQuery, type NodeView } from '../../nodes/views.js'
+import { nodeEndpoints, rpcPublicUrl } from '../../rpc-gateway/endpoints.js'
 import { paginateKeyset, paginationQuery, pageSchema } from '../pagination.js'
 import { defineRoute, errorResponse, type ApiRoute } from '../route.js'
 import { z } from '../zod.js'
@@ -16,6 +17,8 @@ import { callerVisibility, listingScope } from '../visibility.js'
 
 export interface NodeRouteDeps {
   db: Db
+  /** The rpc-gateway's public URL (RPC_PUBLIC_URL) the endpoints are built on. */
+  rpcPublicUrl?: string
 }
 
 const SCOPE = { scope: 'nodes:read' } as const
@@ -41,6 +44,15 @@ const nodeView = z
     last_migration_triggered_at: timestamp.nullable(),
     created_at: timestamp,
     updated_at: timestamp,
+    endpoints: z
+      .object({
+        http: z.string().url().openapi({ example: 'https://rpc.example.com/v1/0190c3a2-7c1e-7cc0-9c6e-2f6f0d5c1a11' }),
+        ws: z.string().url().openapi({ example: 'wss://rpc.example.com/v1/0190c3a2-7c1e-7cc0-9c6e-2f6f0d5c1a11' }),
+      })
+      .openapi({
+        description:
+          "The node's JSON-RPC endpoint through the rpc-gateway: an API key with scope nodes:rpc in X-API-Key or Authorization: Bearer, or appended as a last path segment (docs/rpc-gateway.md)",
+      }),
   })
   .openapi('Node')
 
@@ -60,6 +72,8 @@ const NOT_FOUND = (): NotFoundError => new NotFoundError('not found', 'no node w
 
 export function nodeRoutes(deps: NodeRouteDeps): ApiRoute[] {
   const { db } = deps
+  const publicUrl = deps.rpcPublicUrl ?? rpcPublicUrl({})
+  const withEndpoints = (node: NodeView) => ({ ...node, endpoints: nodeEndpoints(publicUrl, node.id) })
   return [
     defineRoute({
       method: 'get',
@@ -81,7 +95,7 @@ export function nodeRoutes(deps: NodeRouteDeps): ApiRoute[] {
         limit: query.limit,
         cursor: query.cursor,
         columns: NODE_VIEW_COLUMNS,
-        map: nodeViewFromRow,
+        map: (row: Record<string, unknown>) => withEndpoints(nodeViewFromRow(row)),
       })
       return { status: 200, body: page }
     }),
@@ -98,7 +112,7 @@ export function nodeRoutes(deps: NodeRouteDeps): ApiRoute[] {
       if (!isUuid(params.id)) throw NOT_FOUND()
       const node = await findNodeView(db, callerVisibility(principal), params.id.toLowerCase())
       if (!node) throw NOT_FOUND()
-      return { status: 200, body: node }
+      return { status: 200, body: withEndpoints(node) }
     }),
   ]
 }
