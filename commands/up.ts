@@ -63,7 +63,7 @@ export default class Up extends BaseCommand<typeof Up> {
     const resources = new Resources(logger)
     const stack = await resources.starting(async () => {
       const db = resources.add('database', await openDatabase(config.DATABASE_URL, 'nodeplane-up', logger), (d) => d.destroy())
-      const bus = resources.add('bus', await openEventBus({ natsUrl: config.NATS_URL, singleProcess: true, logger: logFor('event-bus'), name: 'up' }), (b) => b.close())
+      const bus = resources.add('bus', await openEventBus({ settings: config, service: undefined, singleProcess: true, logger: logFor('event-bus'), name: 'up' }), (b) => b.close())
       resources.add('outbox relay', startRelay(db, bus, config, logFor('outbox-relay')), (r) => r.stop())
       resources.add('housekeeping', startHousekeeping(db, config, logFor('housekeeping')), (j) => j.stop())
       // The key hierarchy: the master key file and the server key pair, created on the first start.

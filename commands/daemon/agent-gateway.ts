@@ -23,7 +23,7 @@ export default class DaemonAgentGateway extends BaseCommand<typeof DaemonAgentGa
     const running = await resources.starting(async () => {
       const bus = resources.add(
         'bus',
-        await openEventBus({ natsUrl: config.NATS_URL, singleProcess: false, logger, name: 'agent-gateway' }),
+        await openEventBus({ settings: config, service: 'control-plane', singleProcess: false, logger, name: 'agent-gateway' }),
         (b) => b.close(),
       )
       const db = resources.add('database', await openDatabase(config.DATABASE_URL, 'nodeplane-agent-gateway', logger), (d) => d.destroy())

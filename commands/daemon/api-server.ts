@@ -23,7 +23,7 @@ export default class DaemonApiServer extends BaseCommand<typeof DaemonApiServer>
     const url = await resources.starting(async () => {
       const bus = resources.add(
         'bus',
-        await openEventBus({ natsUrl: config.NATS_URL, singleProcess: false, logger, name: 'api-server' }),
+        await openEventBus({ settings: config, service: 'control-plane', singleProcess: false, logger, name: 'api-server' }),
         (b) => b.close(),
       )
       const db = resources.add('database', await openDatabase(config.DATABASE_URL, 'nodeplane-api-server', logger), (d) => d.destroy())

@@ -22,7 +22,7 @@ export default class DaemonHealthEvaluator extends BaseCommand<typeof DaemonHeal
     await resources.starting(async () => {
       const bus = resources.add(
         'bus',
-        await openEventBus({ natsUrl: config.NATS_URL, singleProcess: false, logger, name: 'health-evaluator' }),
+        await openEventBus({ settings: config, service: 'control-plane', singleProcess: false, logger, name: 'health-evaluator' }),
         (b) => b.close(),
       )
       const db = resources.add('database', await openDatabase(config.DATABASE_URL, 'nodeplane-health-evaluator', logger), (d) => d.destroy())

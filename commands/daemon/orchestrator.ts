@@ -23,7 +23,7 @@ export default class DaemonOrchestrator extends BaseCommand<typeof DaemonOrchest
     const logger = createLogger({ level: config.LOG_LEVEL, daemon: 'orchestrator' })
     const resources = new Resources(logger)
     const owner = await resources.starting(async () => {
-      const bus = resources.add('bus', await openEventBus({ natsUrl: config.NATS_URL, singleProcess: false, logger, name: 'orchestrator' }), (b) => b.close())
+      const bus = resources.add('bus', await openEventBus({ settings: config, service: 'control-plane', singleProcess: false, logger, name: 'orchestrator' }), (b) => b.close())
       const db = resources.add('database', await openDatabase(config.DATABASE_URL, 'nodeplane-orchestrator', logger), (d) => d.destroy())
       await assertSchemaCurrent(db, 'control-plane')
       // Added after the database, so it is stopped (drained) before the database closes.

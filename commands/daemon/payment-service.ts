@@ -31,7 +31,7 @@ export default class DaemonPaymentService extends BaseCommand<typeof DaemonPayme
     warnIfTestProviderEnabled(config, logger)
     const resources = new Resources(logger)
     const running = await resources.starting(async () => {
-      const bus = resources.add('bus', await openEventBus({ natsUrl: config.NATS_URL, singleProcess: false, logger, name: 'payment-service' }), (b) => b.close())
+      const bus = resources.add('bus', await openEventBus({ settings: config, service: 'payment-service', singleProcess: false, logger, name: 'payment-service' }), (b) => b.close())
       const db = resources.add('database', await openDatabase(config.PAYMENTS_DATABASE_URL, 'nodeplane-payment-service', logger), (d) => d.destroy())
       await assertSchemaCurrent(db, 'payments')
       resources.add('outbox relay', startRelay(db, bus, config, logger), (r) => r.stop())

@@ -1,9 +1,10 @@
 /**
  * EventBus on NATS JetStream, used whenever NATS_URL is set (docs/events.md).
  *
- * - Streams: every stream in STREAMS is created (file storage, limits retention) or updated so
- *   its subjects are held and its duplicate window is at least `duplicateWindowMs`; limits an
- *   operator set on an existing stream (max age, max bytes…) are left alone.
+ * - Streams: every stream in STREAMS the process owns (`ownedStreams`, default all) is created
+ *   (file storage, limits retention) or updated so its subjects are held and its duplicate window
+ *   is at least `duplicateWindowMs`; limits an operator set on an existing stream (max age, max
+ *   bytes…) are left alone. A stream it only reads is created at subscribe time when missing.
  * - Publish: `js.publish` with `msgID` = the outbox message id, awaiting the PubAck. While the
  *   connection is down it throws at once (and after `publishTimeoutMs` at worst), so the relay
  *   backs off and keeps the rows instead of hanging.
@@ -11,6 +12,8 @@
  *   one stream holding the filter, consumed with `consume()`; the client re-pulls across
  *   reconnects on its own.
  * - The connection reconnects forever.
+ * - Security (docs/events.md): TLS and the nkey come in `connection`; a process updates only the
+ *   streams it publishes on (`ownedStreams`), which is all its NATS user may change.
  */
 import {
   AckPolicy,
@@ -56,8 +59,13 @@ export interface NatsBusOptions {
   /** Ack wait for subscriptions that set none. */
   ackWaitMs?: number
   reconnectTimeWaitMs?: number
-  /** TLS, credentials and other connection settings. */
+  /** TLS, credentials and other connection settings (`natsConnectionSettings`). */
   connection?: Omit<ConnectionOptions, 'servers' | 'name' | 'maxReconnectAttempts'>
+  /**
+   * Streams this process publishes on: it creates and updates them. Any other stream it only
+   * creates when missing, never changes (its user may not). Default: all.
+   */
+  ownedStreams?: readonly string[]
 }
 
 /** JetStream API error codes we branch on. */
@@ -109,6 +117,8 @@ export async function connectNatsBus(options: NatsBusOptions): Promise<EventBus>
   const requestTimeoutMs = options.requestTimeoutMs ?? 5_000
   const duplicateWindowMs = options.duplicateWindowMs ?? 10 * 60_000
   const defaultAckWaitMs = options.ackWaitMs ?? 30_000
+  const owned: readonly string[] = options.ownedStreams ?? STREAMS.map((s) => s.name)
+  const ensuredForReading = new Set<string>()
 
   let nc: NatsConnection
   try {
@@ -120,7 +130,10 @@ export async function connectNatsBus(options: NatsBusOptions): Promise<EventBus>
       reconnectTimeWait: options.reconnectTimeWaitMs ?? 1_000,
     })
   } catch (err) {
-    throw new UnavailableError(`cannot connect to NATS: ${errorText(err)}`, 'check NATS_URL and that nats-server is running with JetStream (-js)')
+    throw new UnavailableError(
+      `cannot connect to NATS: ${errorText(err)}`,
+      'check NATS_URL, that nats-server is running with JetStream, and NATS_CA_FILE, NATS_CERT_FILE, NATS_KEY_FILE and NATS_NKEY_SEED_FILE',
+    )
   }
 
   let connected = true
@@ -134,7 +147,7 @@ export async function connectNatsBus(options: NatsBusOptions): Promise<EventBus>
     jsm = await nc.jetstreamManager({ timeout: requestTimeoutMs })
     healthJsm = await nc.jetstreamManager({ timeout: Math.min(requestTimeoutMs, 2_000), checkAPI: false })
     js = nc.jetstream({ timeout: publishTimeoutMs })
-    await ensureStreams(jsm, duplicateWindowMs, log)
+    for (const spec of STREAMS) if (owned.includes(spec.name)) await ensureStream(jsm, spec, duplicateWindowMs, true, log)
   } catch (err) {
     await nc.close().catch(() => undefined)
     throw new UnavailableError(`NATS JetStream is not usable: ${errorText(err)}`, 'the server must run with JetStream enabled (-js)')
@@ -215,6 +228,12 @@ export async function connectNatsBus(options: NatsBusOptions): Promise<EventBus>
       const { durable, subject } = subscribeOptions
       const stream = streamForFilter(subject)
       const concurrency = Math.max(1, subscribeOptions.concurrency ?? 1)
+      const spec = STREAMS.find((s) => s.name === stream)
+      if (spec && !owned.includes(stream) && !ensuredForReading.has(stream)) {
+        // A consumer may start before the stream's publisher ever ran.
+        await ensureStream(jsm, spec, duplicateWindowMs, false, log)
+        ensuredForReading.add(stream)
+      }
       await ensureConsumer(stream, durable, subject, subscribeOptions.ackWaitMs ?? defaultAckWaitMs)
       const consumer = await js.consumers.get(stream, durable)
       // A small buffer: messages waiting in it already run down their ack wait.
@@ -306,41 +325,46 @@ export async function connectNatsBus(options: NatsBusOptions): Promise<EventBus>
   }
 }
 
-async function ensureStreams(jsm: JetStreamManager, duplicateWindowMs: number, log: Logger): Promise<void> {
+/**
+ * Creates the stream when missing, or adds our subjects and raises its duplicate window when
+ * `owned`; a stream the process only reads is never changed (its NATS user may not).
+ */
+async function ensureStream(jsm: JetStreamManager, spec: (typeof STREAMS)[number], duplicateWindowMs: number, owned: boolean, log: Logger): Promise<void> {
   const window = nanos(duplicateWindowMs)
-  for (const spec of STREAMS) {
-    let info: StreamInfo | undefined
+  let info: StreamInfo | undefined
+  try {
+    info = await jsm.streams.info(spec.name)
+  } catch (err) {
+    if (apiErrorCode(err) !== STREAM_NOT_FOUND) throw err
+  }
+  if (!info) {
     try {
-      info = await jsm.streams.info(spec.name)
-    } catch (err) {
-      if (apiErrorCode(err) !== STREAM_NOT_FOUND) throw err
-    }
-    if (!info) {
-      try {
-        await jsm.streams.add({
-          name: spec.name,
-          subjects: [...spec.subjects],
-          storage: StorageType.File,
-          retention: RetentionPolicy.Limits,
-          duplicate_window: window,
-        })
-        log.info({ stream: spec.name, subjects: spec.subjects }, 'stream created')
-        continue
-      } catch (err) {
-        // Another process created it in the meantime.
-        if (apiErrorCode(err) !== STREAM_NAME_IN_USE) throw err
-        info = await jsm.streams.info(spec.name)
-      }
-    }
-    const subjects = new Set(info.config.subjects ?? [])
-    const missing = spec.subjects.filter((s) => !subjects.has(s))
-    const windowTooShort = (info.config.duplicate_window ?? 0) < window
-    if (missing.length > 0 || windowTooShort) {
-      await jsm.streams.update(spec.name, {
-        subjects: [...subjects, ...missing],
-        duplicate_window: windowTooShort ? window : info.config.duplicate_window,
+      await jsm.streams.add({
+        name: spec.name,
+        subjects: [...spec.subjects],
+        storage: StorageType.File,
+        retention: RetentionPolicy.Limits,
+        duplicate_window: window,
       })
-      log.info({ stream: spec.name, added: missing, duplicateWindowMs }, 'stream updated')
+      log.info({ stream: spec.name, subjects: spec.subjects }, 'stream created')
+      return
+    } catch (err) {
+      // Another process created it in the meantime.
+      if (apiErrorCode(err) !== STREAM_NAME_IN_USE) throw err
+      info = await jsm.streams.info(spec.name)
     }
   }
+  const subjects = new Set(info.config.subjects ?? [])
+  const missing = spec.subjects.filter((s) => !subjects.has(s))
+  const windowTooShort = (info.config.duplicate_window ?? 0) < window
+  if (missing.length === 0 && !windowTooShort) return
+  if (!owned) {
+    log.warn({ stream: spec.name, missing, duplicateWindowMs }, 'stream lacks our subjects or duplicate window; its publisher updates it')
+    return
+  }
+  await jsm.streams.update(spec.name, {
+    subjects: [...subjects, ...missing],
+    duplicate_window: windowTooShort ? window : info.config.duplicate_window,
+  })
+  log.info({ stream: spec.name, added: missing, duplicateWindowMs }, 'stream updated')
 }

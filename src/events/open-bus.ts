@@ -9,10 +9,17 @@ import type { Logger } from '../log.js'
 import type { EventBus } from './bus.js'
 import { createLocalBus } from './local-bus.js'
 import type { NatsBusOptions } from './nats-bus.js'
+import { natsConnectionSettings, type NatsSettings } from './nats-connection.js'
+import { ownedStreams, type NatsService } from './nats-security.js'
 
 export interface OpenEventBusOptions {
-  /** NATS_URL, if set. */
-  natsUrl: string | undefined
+  /** NATS_URL (NATS is used when it is set) and the TLS and credential files. */
+  settings: NatsSettings
+  /**
+   * Whose NATS user this process is: it then owns only that service's streams and reads replies
+   * under that service's inbox prefix. Undefined in `nodeplane up`, which runs both.
+   */
+  service: NatsService | undefined
   /** True only for `nodeplane up`, where every daemon shares this process. */
   singleProcess: boolean
   logger: Logger
@@ -22,10 +29,19 @@ export interface OpenEventBusOptions {
 }
 
 export async function openEventBus(options: OpenEventBusOptions): Promise<EventBus> {
-  if (options.natsUrl) {
+  const url = options.settings.NATS_URL
+  if (url) {
+    const connection = natsConnectionSettings(options.settings, options.service)
     // Loaded only with NATS: `nodeplane up` on its in-process bus never needs the client.
     const { connectNatsBus } = await import('./nats-bus.js')
-    return connectNatsBus({ ...options.nats, url: options.natsUrl, logger: options.logger, name: options.name })
+    return connectNatsBus({
+      ...options.nats,
+      connection: { ...connection, ...options.nats?.connection },
+      ...(options.service ? { ownedStreams: ownedStreams(options.service) } : {}),
+      url,
+      logger: options.logger,
+      name: options.name,
+    })
   }
   if (!options.singleProcess) {
     throw new ConfigError([

@@ -2,17 +2,33 @@
  * Starts a real `nats-server` (Debian package) with JetStream in a temp store dir on a free
  * port. `stop()`/`start()` take the same server down and back up on the same port and store,
  * for "NATS is down for a while" tests; `destroy()` stops it for good.
+ *
+ * `startNats({ secure: true })` runs it the way production does (src/events/nats-security.ts,
+ * the configuration `nodeplane certs nats` writes): mutual TLS from a fresh development CA, one
+ * nkey user per service with its permissions, JetStream encrypted at rest. `envFor(service)`
+ * gives that service's NATS_* settings.
  */
 import { spawn, type ChildProcess } from 'node:child_process'
 import fs from 'node:fs'
 import net from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
+import { natsConnectionSettings, type NatsConnectionSettings, type NatsSettings } from '../../src/events/nats-connection.js'
+import { ensureNatsSecurityFiles, renderNatsServerConfig, type NatsSecurityFiles, type NatsService } from '../../src/events/nats-security.js'
+import { LOCAL_HOSTS } from '../../src/tls/dev-pki.js'
 import { freePort, waitFor } from './ports.js'
+
+export type NatsEnv = Required<Pick<NatsSettings, 'NATS_URL'>> & Record<string, string>
 
 export interface NatsServer {
   url: string
   port: number
+  /** The certificates, seeds and key of a secure server. */
+  security: NatsSecurityFiles | undefined
+  /** NATS_URL, and for a secure server the service's TLS and nkey files. */
+  envFor(service: NatsService): NatsEnv
+  /** `connectNatsBus`'s `connection` for the service (TLS, nkey, inbox prefix). */
+  connectionFor(service: NatsService): NatsConnectionSettings
   start(): Promise<void>
   stop(): Promise<void>
   destroy(): Promise<void>
@@ -33,21 +49,37 @@ async function portOpen(port: number): Promise<boolean> {
   })
 }
 
-export async function startNats(): Promise<NatsServer> {
+export async function startNats(options: { secure?: boolean } = {}): Promise<NatsServer> {
   const external = process.env.TEST_NATS_URL
-  if (external) {
-    return { url: external, port: Number(new URL(external).port), start: async () => {}, stop: async () => {}, destroy: async () => {} }
+  if (external && !options.secure) {
+    const envFor = () => ({ NATS_URL: external })
+    return { url: external, port: Number(new URL(external).port), security: undefined, envFor, connectionFor: () => ({}), start: async () => {}, stop: async () => {}, destroy: async () => {} }
   }
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'nodeplane-nats-'))
   const port = await freePort()
   const binary = natsServerBinary()
   let child: ChildProcess | undefined
+  const url = `nats://127.0.0.1:${port}`
+  let args = ['-js', '-a', '127.0.0.1', '-p', String(port), '-sd', dir, '-l', path.join(dir, 'server.log')]
+  let security: NatsSecurityFiles | undefined
+  if (options.secure) {
+    security = ensureNatsSecurityFiles(path.join(dir, 'security'), { hosts: LOCAL_HOSTS })
+    const configFile = path.join(security.dir, 'nats-server.conf')
+    const users = { 'payment-service': security.services['payment-service'].publicKey, 'control-plane': security.services['control-plane'].publicKey }
+    const tls = { certFile: security.serverCertFile, keyFile: security.serverKeyFile, caFile: security.caFile }
+    const config = renderNatsServerConfig({ host: '127.0.0.1', port, storeDir: path.join(dir, 'store'), tls, users, encryptionKeyFile: security.encryptionKeyFile, logFile: path.join(dir, 'server.log') })
+    fs.writeFileSync(configFile, config)
+    args = ['-c', configFile]
+  }
+  const envFor = (service: NatsService): NatsEnv => {
+    if (!security) return { NATS_URL: url }
+    const files = security.services[service]
+    return { NATS_URL: url, NATS_CA_FILE: security.caFile, NATS_CERT_FILE: files.certFile, NATS_KEY_FILE: files.keyFile, NATS_NKEY_SEED_FILE: files.seedFile }
+  }
 
   const start = async () => {
     if (child) return
-    const proc = spawn(binary, ['-js', '-a', '127.0.0.1', '-p', String(port), '-sd', dir, '-l', path.join(dir, 'server.log')], {
-      stdio: 'ignore',
-    })
+    const proc = spawn(binary, args, { stdio: 'ignore' })
     child = proc
     proc.once('exit', () => {
       if (child === proc) child = undefined
@@ -66,8 +98,11 @@ export async function startNats(): Promise<NatsServer> {
   }
   await start()
   return {
-    url: `nats://127.0.0.1:${port}`,
+    url,
     port,
+    security,
+    envFor,
+    connectionFor: (service) => natsConnectionSettings(envFor(service), service),
     start,
     stop,
     async destroy() {

@@ -7,13 +7,13 @@ const logger = createLogger({ level: 'silent' })
 
 describe('openEventBus', () => {
   it('refuses a separate daemon without NATS_URL, naming the variable', async () => {
-    const attempt = openEventBus({ natsUrl: undefined, singleProcess: false, logger, name: 'orchestrator' })
+    const attempt = openEventBus({ settings: {}, service: undefined, singleProcess: false, logger, name: 'orchestrator' })
     await expect(attempt).rejects.toThrow(ConfigError)
     await expect(attempt).rejects.toThrow(/NATS_URL/)
   })
 
   it('gives `nodeplane up` the in-process bus when NATS_URL is unset', async () => {
-    const bus = await openEventBus({ natsUrl: undefined, singleProcess: true, logger, name: 'up' })
+    const bus = await openEventBus({ settings: {}, service: undefined, singleProcess: true, logger, name: 'up' })
     expect(bus.kind).toBe('local')
     await bus.close()
   })
