@@ -98,9 +98,9 @@ function readBody(req: http.IncomingMessage, limit: number): Promise<Buffer | Re
 }
 
 function send(res: http.ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
-  const text = typeof body === 'string' ? body : JSON.stringify(body)
-  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text), ...headers })
-  res.end(text)
+  const bytes = Buffer.isBuffer(body) ? body : Buffer.from(JSON.stringify(body))
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': bytes.length, ...headers })
+  res.end(bytes)
 }
 
 export function createRpcHandler(deps: RpcGatewayDeps): (req: http.IncomingMessage, res: http.ServerResponse) => Promise<void> {
