@@ -234,8 +234,13 @@ export function createSshPool(options: SshPoolOptions = {}): SshPool {
     async exec(target, command, execOptions = {}) {
       const pooled = pooledOf(target)
       return pooled.sessions.run(async () => {
-        const { client } = await connection(target)
-        return runCommand(client, command, execOptions.timeoutMs ?? execTimeoutMs, `${target.address}:${target.port}`)
+        const made = connection(target)
+        const { client } = await made
+        return runCommand(client, command, execOptions.timeoutMs ?? execTimeoutMs, `${target.address}:${target.port}`).catch((err: unknown) => {
+          // The timed-out command's connection was ended: the next command opens a new one.
+          if (err instanceof SshTimeoutError && pooled.connection === made) pooled.connection = undefined
+          throw err
+        })
       })
     },
     async connect(target) {

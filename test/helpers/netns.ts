@@ -3,7 +3,8 @@
  * namespaces"): each host is a namespace `np-<pid>-<random>` joined to the root namespace by a
  * veth pair on a /24 of its own in 10.213.0.0/16 (root side .1, host side .2), running Debian's
  * `sshd` on its own address with its own host key, config, authorized key and root directory.
- * Namespaces share the filesystem, so the host's `node` is this machine's.
+ * Namespaces share the filesystem, so the host's `node` is this machine's; root's home inside
+ * the namespace is the host's own directory (an /etc/netns/<name>/passwd).
  *
  * Traffic goes only to the addresses made here. Teardown kills every process in the namespace
  * (`ip netns pids`) and deletes it, which deletes the veth pair with it; it runs from `stop()`
@@ -111,6 +112,7 @@ function destroyNamespace(namespace: string): void {
   } catch {
     // already gone
   }
+  fs.rmSync(path.join('/etc/netns', namespace), { recursive: true, force: true })
   live.delete(namespace)
 }
 
@@ -226,6 +228,14 @@ export async function startNetnsHost(): Promise<NetnsHost> {
     await ip('-n', namespace, 'addr', 'add', `${address}/24`, 'dev', hostLink)
     await ip('-n', namespace, 'link', 'set', hostLink, 'up')
     await ip('-n', namespace, 'link', 'set', 'lo', 'up')
+
+    // `ip netns exec` binds /etc/netns/<name>/* over /etc: inside the namespace root's home is
+    // the host's own, so the machine's dotfiles (a slow .bashrc) never run in a test session.
+    const home = path.join(dir, 'home')
+    fs.mkdirSync(home, { mode: 0o700 })
+    fs.mkdirSync(path.join('/etc/netns', namespace), { recursive: true })
+    const passwd = fs.readFileSync('/etc/passwd', 'utf8').replace(/^root:([^:]*):0:0:([^:]*):[^:]*:/m, `root:$1:0:0:$2:${home}:`)
+    fs.writeFileSync(path.join('/etc/netns', namespace, 'passwd'), passwd)
 
     const rootDir = path.join(dir, 'root')
     fs.mkdirSync(rootDir, { mode: 0o755 })
