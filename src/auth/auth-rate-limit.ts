@@ -20,7 +20,7 @@
  * once, and keeps serving; it tries the database again every `retryDatabaseAfterMs` and logs once
  * more when the database answers again.
  */
-import type { Db, Queryable } from '../db/knex.js'
+import type { Queryable } from '../db/knex.js'
 import { RateLimitedError } from '../errors.js'
 import type { Logger } from '../log.js'
 
@@ -34,7 +34,7 @@ const MEMORY_SWEEP_SIZE = 10_000
 export type RateLimitStore = 'database' | 'memory'
 
 export interface AuthRateLimiterOptions {
-  db: Db
+  db: Queryable
   limitPerMinute: number
   logger: Logger
   now?: () => Date

@@ -17,10 +17,13 @@
 import { decodeJwt } from 'jose'
 import type { Queryable } from '../db/knex.js'
 import { UnauthorizedError } from '../errors.js'
+import type { Logger } from '../log.js'
 import type { Authenticator } from '../http/auth.js'
 import type { ApiContext, Principal } from '../http/context.js'
 import { HttpError } from '../http/http-errors.js'
 import { checkApiKey, looksLikeApiKey, type ApiKeyRejection } from './api-keys.js'
+import { createAuthRateLimiter } from './auth-rate-limit.js'
+import { createFailedAuthThrottle, DEFAULT_AUTH_FAILURE_LIMIT_PER_MINUTE, type FailedAuthThrottle } from './failed-auth-throttle.js'
 import { createIdpTokenVerifier, type IdpTokenVerifier, type KeySetOptions } from './idp-tokens.js'
 import { createLegacyTokenVerifier, defaultLegacyJwksUrl, LEGACY_TOKEN_ISSUER, type LegacyTokenVerifier } from './legacy-tokens.js'
 import { ADMIN_SCOPE, USER_SCOPES } from './scopes.js'
@@ -183,14 +186,29 @@ function knownIdpUser(user: User | undefined): User {
   return user
 }
 
-/** The Authenticator for createApiApp. */
-export function createAuthenticator(options: AuthenticatorDeps): Authenticator {
+/** Whether the request carries a credential at all (an anonymous call is not a failed attempt). */
+function sendsCredential(ctx: ApiContext): boolean {
+  return ctx.headers.authorization !== undefined || ctx.headers[API_KEY_HEADER] !== undefined
+}
+
+/**
+ * The Authenticator for createApiApp. With a `throttle`, an address that has used up its failed
+ * authentications is answered 429 before its credential is looked at (no database read), and
+ * every refused credential counts against its address (the client address, ctx.ip: the TCP
+ * peer, or behind HTTP_TRUST_PROXY the client HTTP_MAX_IPS_COUNT hops from the right).
+ */
+export function createAuthenticator(options: AuthenticatorDeps & { throttle?: FailedAuthThrottle }): Authenticator {
   const deps: AuthenticatorDeps = { ...options, verifiedTokens: options.verifiedTokens ?? new VerifiedTokens() }
   const now = deps.now ?? (() => new Date())
+  const throttle = options.throttle
   return async (ctx: ApiContext) => {
+    const counted = throttle !== undefined && sendsCredential(ctx)
+    if (counted) throttle.check(ctx.ip)
     try {
       return await principalFor(deps, credentialOf(ctx.headers), now())
     } catch (err) {
+      const refused = err instanceof UnauthorizedError || err instanceof AuthenticationError
+      if (refused && counted) await throttle.failed(ctx.ip)
       if (err instanceof UnauthorizedError) {
         ctx.state.log.debug({ reason: err.details }, 'authentication refused')
         throw new AuthenticationError(err.message, err.details, true)
@@ -210,6 +228,8 @@ export interface AuthenticationSettings {
   AUTH_CLOCK_SKEW?: number
   AUTH_LEGACY_JWKS_URL?: string | undefined
   AUTH_SERVER_PORT?: number
+  /** Failed authentications per client address and minute before 429 (docs/auth.md). */
+  AUTH_FAILURE_LIMIT_PER_MINUTE?: number
 }
 
 export const DEFAULT_CLOCK_SKEW_MS = 30_000
@@ -217,7 +237,7 @@ export const DEFAULT_CLOCK_SKEW_MS = 30_000
 /** Builds the authenticator from configuration (defaults as in src/config/env.ts). */
 export function authenticatorFromSettings(
   settings: AuthenticationSettings,
-  deps: { db: Queryable; now?: () => Date; keySet?: KeySetOptions },
+  deps: { db: Queryable; now?: () => Date; keySet?: KeySetOptions; logger?: Logger },
 ): { authenticate: Authenticator; provider: AuthProvider; idp: IdpTokenVerifier } {
   const clockSkewMs = settings.AUTH_CLOCK_SKEW ?? DEFAULT_CLOCK_SKEW_MS
   const provider = settings.AUTH_PROVIDER ?? 'idp'
@@ -233,6 +253,15 @@ export function authenticatorFromSettings(
     clockSkewMs,
     ...(deps.keySet ? { keySet: deps.keySet } : {}),
   })
-  const authenticate = createAuthenticator({ db: deps.db, provider, idp, legacy, ...(deps.now ? { now: deps.now } : {}) })
+  const now = deps.now ?? (() => new Date())
+  const failureLimit = settings.AUTH_FAILURE_LIMIT_PER_MINUTE ?? DEFAULT_AUTH_FAILURE_LIMIT_PER_MINUTE
+  const throttle = createFailedAuthThrottle({
+    limitPerMinute: failureLimit,
+    now,
+    ...(deps.logger
+      ? { shared: createAuthRateLimiter({ db: deps.db, limitPerMinute: failureLimit, logger: deps.logger, now, describe: 'failed authentications per minute' }) }
+      : {}),
+  })
+  const authenticate = createAuthenticator({ db: deps.db, provider, idp, legacy, now, throttle })
   return { authenticate, provider, idp }
 }

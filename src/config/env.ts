@@ -136,6 +136,8 @@ export const apiAuthEnv = {
   /** Where the auth-server publishes the legacy wallet path's keys; default: the local auth-server. */
   AUTH_LEGACY_JWKS_URL: optionalUrl,
   API_RATE_LIMIT_PER_MINUTE: z.coerce.number().int().min(1).max(1_000_000).default(600),
+  /** Failed authentications per client address and minute before the address gets 429 without a lookup. */
+  AUTH_FAILURE_LIMIT_PER_MINUTE: z.coerce.number().int().min(1).max(1_000_000).default(30),
 }
 
 /** The auth-server's own settings. */

@@ -13,6 +13,7 @@ import { authenticatorFromSettings, type AuthProvider } from '../../../src/auth/
 import { createUser, type User } from '../../../src/auth/users.js'
 import type { Db } from '../../../src/db/knex.js'
 import { controlPlaneRoutes } from '../../../src/http/routes/index.js'
+import { createLogger } from '../../../src/log.js'
 import { getJson, type Resources, type StartedApi } from '../http/harness.js'
 
 export class TestClock {
@@ -34,6 +35,10 @@ export interface AuthApiOptions {
   clock?: TestClock
   /** The payment service client for the payment routes (they answer 503 without one). */
   payments?: PaymentClient
+  /** AUTH_FAILURE_LIMIT_PER_MINUTE (default 30). */
+  failureLimitPerMinute?: number
+  /** HTTP_TRUST_PROXY with one proxy hop: tests name the client address in X-Forwarded-For. */
+  trustProxy?: boolean
 }
 
 export interface AuthApi extends StartedApi {
@@ -53,11 +58,12 @@ export async function startAuthApi(resources: Resources, db: Db, options: AuthAp
       AUTH_CLOCK_SKEW: options.clockSkewMs ?? 30_000,
       // Nothing listens there unless a test says so: legacy tokens then fail as 503.
       AUTH_LEGACY_JWKS_URL: options.legacyJwksUrl ?? 'http://127.0.0.1:9/.well-known/jwks.json',
+      ...(options.failureLimitPerMinute !== undefined ? { AUTH_FAILURE_LIMIT_PER_MINUTE: options.failureLimitPerMinute } : {}),
     },
-    { db, now: clock.now, keySet: { cooldownMs: 0 } },
+    { db, now: clock.now, keySet: { cooldownMs: 0 }, logger: createLogger({ level: 'silent' }) },
   )
   const limiter = createApiRateLimiter({ perMinute: options.perMinute ?? 600, now: () => clock.ms })
-  const api = await resources.api({ db, authenticate, rateLimit: limiter.rateLimit, routes: controlPlaneRoutes({ db, now: clock.now, ...(options.payments ? { payments: options.payments } : {}) }) })
+  const api = await resources.api({ db, authenticate, rateLimit: limiter.rateLimit, ...(options.trustProxy ? { trustProxy: true, maxIpsCount: 1 } : {}), routes: controlPlaneRoutes({ db, now: clock.now, ...(options.payments ? { payments: options.payments } : {}) }) })
   const call: AuthApi['call'] = (method, path, init = {}) => {
     const headers: Record<string, string> = { ...(init.headers ?? {}) }
     if (init.bearer !== undefined) headers.authorization = `Bearer ${init.bearer}`

@@ -223,7 +223,7 @@ describe.each(DIALECTS)('authorisation matrix on %s', (dialect) => {
 
   beforeAll(async () => {
     const { db } = await resources.database(dialect)
-    api = await startAuthApi(resources, db, { perMinute: 1_000_000 })
+    api = await startAuthApi(resources, db, { perMinute: 1_000_000, failureLimitPerMinute: 1_000_000 })
     const owner = await newUser(db)
     const other = await newUser(db)
     const admin = await newUser(db, { admin: true })
