@@ -192,7 +192,7 @@ export function createRpcHandler(deps: RpcGatewayDeps): (req: http.IncomingMessa
   async function serveSystem(req: http.IncomingMessage, res: http.ServerResponse, path: string): Promise<number | undefined> {
     if (req.method !== 'GET') return undefined
     if (path === '/health') {
-      send(res, 200, { status: 'ok' })
+      send(res, 200, { status: 'healthy' })
       return 200
     }
     if (path === '/readyz') {

@@ -41,7 +41,7 @@ describe('nodeplane up: auth-server, local operator and its admin key', () => {
 
     const first = await start()
     expect(first.stack).toMatchObject({
-      daemons: ['orchestrator', 'health-evaluator', 'agent-gateway', 'payment-service', 'auth-server', 'api-server'],
+      daemons: ['orchestrator', 'health-evaluator', 'agent-gateway', 'payment-service', 'auth-server', 'rpc-gateway', 'api-server'],
       api_url: `http://127.0.0.1:${env.API_SERVER_PORT}`,
       auth_url: `http://127.0.0.1:${env.AUTH_SERVER_PORT}`,
       admin_api_key_file: keyFile,

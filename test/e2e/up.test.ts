@@ -1,3 +1,4 @@
+import crypto from 'node:crypto'
 import fs from 'node:fs'
 import net from 'node:net'
 import path from 'node:path'
@@ -28,9 +29,10 @@ describe('nodeplane up', () => {
     const stackFile = path.join(dir, 'data', 'stack.json')
     const stack = await waitForFile<StackFile>(stackFile, 'stack.json')
     expect(stack).toMatchObject({
-      daemons: ['orchestrator', 'health-evaluator', 'agent-gateway', 'payment-service', 'auth-server', 'api-server'],
+      daemons: ['orchestrator', 'health-evaluator', 'agent-gateway', 'payment-service', 'auth-server', 'rpc-gateway', 'api-server'],
       api_url: `http://127.0.0.1:${port}`,
       auth_url: `http://127.0.0.1:${ports.AUTH_SERVER_PORT}`,
+      rpc_url: `http://127.0.0.1:${ports.RPC_GATEWAY_PORT}`,
       bus: 'local',
       pid: child.pid,
     })
@@ -41,6 +43,11 @@ describe('nodeplane up', () => {
     expect(stack.payment_grpc).toBe(`127.0.0.1:${ports.PAYMENT_GRPC_PORT}`)
     expect(stack.payment_ca_file).toBe(path.join(dir, 'data', 'payments-ca', 'ca.pem'))
     expect((await fetch(`${stack.payment_http_url}/health`)).status).toBe(200)
+    // The customers' endpoints: up and refusing calls without a key, as JSON-RPC.
+    expect((await fetch(`${stack.rpc_url as string}/health`)).status).toBe(200)
+    const anonymous = await fetch(`${stack.rpc_url as string}/v1/${crypto.randomUUID()}`, { method: 'POST', body: '{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"}' })
+    expect(anonymous.status).toBe(401)
+    expect(await anonymous.json()).toMatchObject({ jsonrpc: '2.0', error: { code: -32001 } })
     expect(await (await fetch(stack.payment_metrics_url as string)).text()).toMatch(/^payments\{status="pending",daemon="payment-service"\} 0$/m)
 
     const health = await fetch(`${stack.api_url}/health`)

@@ -38,6 +38,7 @@ export interface UpPorts {
   PAYMENT_GRPC_PORT: string
   PAYMENT_HTTP_PORT: string
   PAYMENT_METRICS_PORT: string
+  RPC_GATEWAY_PORT: string
   [variable: string]: string
 }
 
@@ -49,6 +50,7 @@ export async function upPorts(): Promise<UpPorts> {
     PAYMENT_GRPC_PORT: String(await freePort()),
     PAYMENT_HTTP_PORT: String(await freePort()),
     PAYMENT_METRICS_PORT: String(await freePort()),
+    RPC_GATEWAY_PORT: String(await freePort()),
   }
 }
 

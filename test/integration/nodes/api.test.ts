@@ -17,6 +17,7 @@ const NODE_KEYS = [
   'config_version',
   'created_at',
   'display_state',
+  'endpoints',
   'id',
   'last_heartbeat',
   'last_migration_triggered_at',
@@ -127,6 +128,8 @@ describe.each(DIALECTS)('nodes API on %s', (dialect) => {
       last_migration_triggered_at: null,
       created_at: at.toISOString(),
       updated_at: at.toISOString(),
+      // The rpc-gateway's public URL: this server is configured with none, so the local default.
+      endpoints: { http: `http://127.0.0.1:8545/v1/${node.id}`, ws: `ws://127.0.0.1:8545/v1/${node.id}` },
     })
     // Upper-case UUIDs name the same node on both databases.
     expect((await api.call('GET', `/api/v1/nodes/${node.id.toUpperCase()}`, { bearer: s.aliceKey })).status).toBe(200)

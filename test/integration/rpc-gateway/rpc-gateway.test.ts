@@ -4,7 +4,6 @@
  * matrix, the limits, and a node that moves (driven through the health state machine, the outbox,
  * the relay and the bus the gateway listens on).
  */
-import { spawn, type ChildProcess } from 'node:child_process'
 import crypto from 'node:crypto'
 import fs from 'node:fs'
 import os from 'node:os'
@@ -16,71 +15,16 @@ import { startRpcGateway, type RunningRpcGateway, type RpcGatewaySettings } from
 import { createApiKey } from '../../../src/auth/api-keys.js'
 import { staticChainSource } from '../../../src/config/chain-source.js'
 import { defaultConfigDir, loadChainCatalogue } from '../../../src/config/chains.js'
-import { toJson } from '../../../src/db/dialect.js'
-import type { Db } from '../../../src/db/knex.js'
 import { createLocalBus } from '../../../src/events/local-bus.js'
 import { OutboxRelay } from '../../../src/events/relay.js'
 import { createLogger } from '../../../src/log.js'
 import { forceNodeState } from '../../../src/nodes/health-state-machine.js'
-import { insertNode } from '../../../src/nodes/node-store.js'
 import { DEV_ACCOUNT_KEY } from '../../helpers/anvil.js'
+import { insertServingNode, post, recordConfigure, rpc, rpcError, startAnvil, type RunningAnvil } from '../../helpers/rpc-gateway-fixtures.js'
 import { createTestDatabase, DIALECTS, type TestDatabase } from '../../helpers/db.js'
 import { insertUser } from '../../helpers/fixtures.js'
 import { startLitecoind, type RunningLitecoind } from '../../helpers/litecoind.js'
-import { freePort, waitFor } from '../../helpers/ports.js'
-
-const ANVIL = path.resolve('node_modules/anvil-1.7.1/bin/anvil')
-
-interface RunningAnvil {
-  url: string
-  port: number
-  stop(): Promise<void>
-}
-
-async function startAnvil(chainId: number): Promise<RunningAnvil> {
-  const port = await freePort()
-  const child: ChildProcess = spawn(ANVIL, ['--host', '127.0.0.1', '--port', String(port), '--chain-id', String(chainId), '--quiet'], { stdio: 'ignore' })
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()))
-  const stop = async () => {
-    if (child.exitCode !== null || child.signalCode !== null) return
-    child.kill('SIGTERM')
-    await exited
-  }
-  const url = `http://127.0.0.1:${port}`
-  try {
-    await waitFor(() => rpc(url, 'eth_blockNumber').then((r) => r.status === 200, () => false), 'anvil to answer', 15_000, 50)
-  } catch (err) {
-    await stop()
-    throw err
-  }
-  return { url, port, stop }
-}
-
-interface Answer {
-  status: number
-  headers: Headers
-  body: unknown
-}
-
-async function post(url: string, body: unknown, headers: Record<string, string> = {}): Promise<Answer> {
-  const response = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: typeof body === 'string' ? body : JSON.stringify(body) })
-  const text = await response.text()
-  let parsed: unknown = text
-  try {
-    parsed = JSON.parse(text)
-  } catch {
-    // asserted by the caller
-  }
-  return { status: response.status, headers: response.headers, body: parsed }
-}
-
-function rpc(url: string, method: string, params: unknown[] = [], headers: Record<string, string> = {}): Promise<Answer> {
-  return post(url, { jsonrpc: '2.0', id: 1, method, params }, headers)
-}
-
-function rpcError(answer: Answer): { code: number; message: string } {
-  return (answer.body as { error: { code: number; message: string } }).error
-}
+import { waitFor } from '../../helpers/ports.js'
 
 /** Lines the gateway logged, to prove what it never writes down. */
 function capturedLogger() {
@@ -128,48 +72,6 @@ afterAll(async () => {
   await Promise.all([anvil?.stop(), movedTo?.stop(), litecoind?.stop()])
   fs.rmSync(tmp, { recursive: true, force: true })
 })
-
-async function insertSubscription(db: Db, userId: string, chain: string, nodeType: string): Promise<string> {
-  const id = crypto.randomUUID()
-  const now = new Date()
-  await db('subscriptions').insert({
-    id,
-    user_id: userId,
-    chain_profile_id: chain,
-    node_type: nodeType,
-    duration: '1m',
-    provider: 'local',
-    region: 'local',
-    instance_type: 'local.small',
-    status: 'active',
-    expires_at: new Date(now.getTime() + 30 * 86_400_000),
-    created_at: now,
-    updated_at: now,
-  })
-  return id
-}
-
-/** A node of `userId` running on a local host whose chain listens on `rpcPort` (its configure completed). */
-async function insertServingNode(db: Db, userId: string, chain: string, nodeType: string, hostId: string, rpcPort: number): Promise<string> {
-  const subscriptionId = await insertSubscription(db, userId, chain, nodeType)
-  const node = await insertNode(db, { subscription_id: subscriptionId, chain_profile_id: chain, node_type: nodeType, provider: 'local' })
-  await db('nodes').where({ id: node.id }).update({ state: 'healthy', host_id: hostId, host_ip: '127.0.0.1' })
-  await recordConfigure(db, node.id, rpcPort)
-  return node.id
-}
-
-async function recordConfigure(db: Db, nodeId: string, rpcPort: number): Promise<void> {
-  const now = new Date()
-  await db('agent_commands').insert({
-    id: crypto.randomUUID(),
-    node_id: nodeId,
-    type: 'configure',
-    payload: toJson({ rpc_port: rpcPort }),
-    status: 'completed',
-    created_at: now,
-    updated_at: now,
-  })
-}
 
 describe.each(DIALECTS)('rpc-gateway on %s', (dialect) => {
   let t: TestDatabase
