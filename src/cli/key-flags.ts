@@ -6,7 +6,7 @@ import { ValidationError } from '../errors.js'
 export const keyFlags = {
   name: Flags.string({ description: 'a name to recognise the key by (at most 100 characters)', required: true }),
   scopes: Flags.string({
-    description: 'comma-separated scopes: nodes:read, nodes:write, subscriptions:read, subscriptions:write, chains:read, keys:export, payments:read, payments:write, api-keys:manage, or *',
+    description: 'comma-separated scopes: nodes:read, nodes:write, nodes:rpc, subscriptions:read, subscriptions:write, chains:read, keys:export, payments:read, payments:write, api-keys:manage, or *',
     required: true,
   }),
   'expires-in': Flags.string({ description: 'lifetime such as 12h, 30d (at least 1h); default: never expires' }),

@@ -21,12 +21,18 @@ export interface RpcCaller {
 
 export type CallerCheck = { ok: true; caller: RpcCaller } | { ok: false; status: 401 | 403; message: string }
 
-const REFUSED: Record<ApiKeyRejection, string> = {
+// Keyed by string: a rejection reason added in src/auth is still refused, with the generic message.
+const REFUSED: Readonly<Record<string, string>> = {
   malformed: 'the API key is malformed',
   unknown: 'the API key is not known',
   revoked: 'the API key has been revoked',
   expired: 'the API key has expired',
   deleted: 'the API key has been deleted',
+  user_disabled: "the API key's owner is disabled",
+}
+
+function refusal(reason: ApiKeyRejection): string {
+  return REFUSED[reason] ?? 'the API key is not valid'
 }
 
 function headerKey(headers: Record<string, string | string[] | undefined>): { key?: string; error?: string } {
@@ -53,7 +59,7 @@ export async function identifyCaller(db: Queryable, headers: Record<string, stri
     return { ok: false, status: 401, message: 'unauthorized: no API key: send "X-API-Key: <key>", "Authorization: Bearer <key>" or use {endpoint}/<key>' }
   }
   const result = await checkApiKey(db, key, now)
-  if (!result.ok) return { ok: false, status: 401, message: `unauthorized: ${REFUSED[result.reason]}` }
+  if (!result.ok) return { ok: false, status: 401, message: `unauthorized: ${refusal(result.reason)}` }
   // `admin` never grants RPC (hasScope), and a key's scopes are all it has.
   const scopes = result.apiKey.scopes.filter((s) => s !== ADMIN_SCOPE)
   if (!hasScope(scopes, RPC_SCOPE)) return { ok: false, status: 403, message: `forbidden: this API key lacks the scope "${RPC_SCOPE}"` }
