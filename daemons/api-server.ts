@@ -10,6 +10,7 @@ import { ConfigError } from '../src/errors.js'
 import type { EventBus } from '../src/events/bus.js'
 import { createApiApp } from '../src/http/app.js'
 import { controlPlaneRoutes } from '../src/http/routes/index.js'
+import { openHostFleet, type HostFleetSettings } from '../src/hosts/fleet.js'
 import { rpcPublicUrl } from '../src/rpc-gateway/endpoints.js'
 import { startHttpServer } from '../src/http/server.js'
 import type { Logger } from '../src/log.js'
@@ -21,7 +22,7 @@ import type { MasterKey } from '../src/secrets/master-key.js'
  * What the daemon reads from its configuration (apiServerEnv or upEnv, parsed). The auth fields
  * are optional so a bare settings object still starts a server with the documented defaults.
  */
-export interface ApiServerSettings extends AuthenticationSettings {
+export interface ApiServerSettings extends AuthenticationSettings, Partial<Omit<HostFleetSettings, 'NODEPLANE_DATA_DIR'>> {
   API_SERVER_PORT: number
   HTTP_HOST: string
   HTTP_BODY_LIMIT_BYTES: number
@@ -70,6 +71,8 @@ export async function startApiServer(settings: ApiServerSettings, deps: ApiServe
   } else if (provider !== 'siwe' && (settings.AUTH_IDP_AUTHORIZED_PARTY ?? []).length === 0) {
     deps.logger.warn({ AUTH_PROVIDER: provider }, 'AUTH_IDP_AUTHORIZED_PARTY is empty: no identity-provider token can pass the azp check')
   }
+  // Adding hosts (POST /hosts) connects to them over SSH and keeps their keys under the data directory.
+  const hostFleet = settings.NODEPLANE_DATA_DIR ? openHostFleet({ ...settings, NODEPLANE_DATA_DIR: settings.NODEPLANE_DATA_DIR }) : undefined
   const limiter = createApiRateLimiter({ perMinute: settings.API_RATE_LIMIT_PER_MINUTE, now: () => now().getTime() })
   const app = createApiApp({
     db: deps.db,
@@ -89,6 +92,7 @@ export async function startApiServer(settings: ApiServerSettings, deps: ApiServe
       ...(deps.chains ? { chains: deps.chains } : {}),
       ...(deps.payments ? { payments: deps.payments } : {}),
       artifactSources: settings.ARTIFACT_ALLOWED_SOURCES ?? [],
+      ...(hostFleet ? { hostFleet } : {}),
       rpcPublicUrl: rpcPublicUrl(settings),
       ...(settings.NODEPLANE_DATA_DIR ? { artifactStore: { blobs: localBlobStore(settings.NODEPLANE_DATA_DIR), releaseKeys: settings.ARTIFACT_RELEASE_PUBLIC_KEYS ?? [] } } : {}),
     }),
@@ -100,5 +104,11 @@ export async function startApiServer(settings: ApiServerSettings, deps: ApiServe
   })
   // The remote key sets hold no sockets or timers between fetches (jose fetches on demand with a
   // per-fetch deadline), so closing the HTTP server is all there is to stop.
-  return { url: server.url, stop: () => server.close() }
+  return {
+    url: server.url,
+    stop: async () => {
+      await server.close()
+      await hostFleet?.close()
+    },
+  }
 }

@@ -4,7 +4,8 @@
  * recovery, the incident consumer on the nodes' health events, the hourly uptime rollup
  * (src/uptime/rollup.ts), the subscription cleanup scheduler (src/subscriptions/cleanup.ts) and the
  * provisioning retries of paid subscriptions whose node failed (src/subscriptions/provision-retry.ts),
- * and the node metrics purge (src/agent-gateway/metrics-retention.ts). Every job takes its own database lease and the
+ * the node metrics purge (src/agent-gateway/metrics-retention.ts), and the hosts' SSH health probe
+ * (src/hosts/probe.ts). Every job takes its own database lease and the
  * consumer is durable, so any number of evaluators may share one database and bus.
  */
 import type { z } from 'zod'
@@ -17,6 +18,8 @@ import { startIncidentConsumer } from '../src/health/incident-consumer.js'
 import { advanceIncidentResolution } from '../src/health/incident-resolution.js'
 import { incidentSettingsFromEnv } from '../src/health/incident-rules.js'
 import { scheduleHealthEvaluation, scheduleMaintenanceRecovery, type AfterEvaluation } from '../src/health/evaluator.js'
+import { openHostFleet, type HostFleetSettings } from '../src/hosts/fleet.js'
+import { scheduleHostProbe } from '../src/hosts/probe.js'
 import type { PeriodicJob } from '../src/jobs/periodic.js'
 import type { Logger } from '../src/log.js'
 import { scheduleSubscriptionCleanup } from '../src/subscriptions/cleanup.js'
@@ -48,7 +51,9 @@ export type HealthEvaluatorSettings = Pick<
   | 'UPTIME_RETENTION'
 > &
   // Optional: the env schema gives defaults; a caller passing its own settings may leave them out.
-  Partial<Pick<z.infer<typeof healthEvaluatorEnv>, 'PROVISION_RETRY_INTERVAL' | 'PROVISION_RETRY_ATTEMPTS' | 'PROVISION_RETRY_BACKOFF' | 'PROVISION_RETRY_BACKOFF_MAX'>>
+  Partial<Pick<z.infer<typeof healthEvaluatorEnv>, 'PROVISION_RETRY_INTERVAL' | 'PROVISION_RETRY_ATTEMPTS' | 'PROVISION_RETRY_BACKOFF' | 'PROVISION_RETRY_BACKOFF_MAX'>> &
+  // The host probe runs when the data directory (where the hosts' SSH keys are) is given.
+  Partial<HostFleetSettings & Pick<z.infer<typeof healthEvaluatorEnv>, 'HOSTS_PROBE_INTERVAL' | 'HOSTS_PROBE_TIMEOUT'>>
 
 export interface HealthEvaluatorDeps {
   db: Db
@@ -72,6 +77,8 @@ export interface HealthEvaluator {
   readonly provisionRetry: PeriodicJob
   /** Hourly: agents' reports (node metrics) older than the spec's 30 days are deleted. */
   readonly nodeMetricsPurge: PeriodicJob
+  /** The hosts' SSH health probe (ready <-> unreachable); absent without a data directory. */
+  readonly hostProbe?: PeriodicJob
   /** The incident consumer (durable `health-incidents` on the nodes' health events). */
   readonly incidents: BusSubscription
   /** Stops the consumer and the schedulers; a pass in progress finishes first and the leases are released. */
@@ -144,7 +151,15 @@ export async function startHealthEvaluator(settings: HealthEvaluatorSettings, de
     ...clock,
   })
   const nodeMetricsPurge = scheduleNodeMetricsPurge({ db: deps.db, logger: deps.logger, ...clock })
-  const jobs = [healthEvaluation, maintenanceRecovery, subscriptionCleanup, uptimeRollup, provisionRetry, nodeMetricsPurge]
+  const hostFleet = settings.NODEPLANE_DATA_DIR ? openHostFleet({ ...settings, NODEPLANE_DATA_DIR: settings.NODEPLANE_DATA_DIR }) : undefined
+  const hostProbe = hostFleet
+    ? scheduleHostProbe(
+        { db: deps.db, logger: deps.logger, ...clock },
+        { db: deps.db, pool: hostFleet.pool, keys: hostFleet.keys, timeoutMs: settings.HOSTS_PROBE_TIMEOUT ?? 10_000 },
+        settings.HOSTS_PROBE_INTERVAL ?? 30_000,
+      )
+    : undefined
+  const jobs = [healthEvaluation, maintenanceRecovery, subscriptionCleanup, uptimeRollup, provisionRetry, nodeMetricsPurge, ...(hostProbe ? [hostProbe] : [])]
   return {
     healthEvaluation,
     maintenanceRecovery,
@@ -152,10 +167,12 @@ export async function startHealthEvaluator(settings: HealthEvaluatorSettings, de
     uptimeRollup,
     provisionRetry,
     nodeMetricsPurge,
+    ...(hostProbe ? { hostProbe } : {}),
     incidents,
     stop: async () => {
       await incidents.close()
       await Promise.all(jobs.map((job) => job.stop()))
+      await hostFleet?.close()
     },
   }
 }

@@ -370,6 +370,32 @@ export const incidentEnv = {
   INCIDENT_ESCALATE_AFTER: duration('1h'),
 }
 
+/** The host fleet (docs/infrastructure.md): SSH to hosts, their keys, the health probe. */
+export const hostsEnv = {
+  /** Hosts' SSH private keys, one file per host (0600); default <data dir>/secrets/ssh. Every server reaching hosts needs the same. */
+  HOSTS_SSH_KEY_DIR: z.string().min(1).optional(),
+  HOSTS_SSH_CONNECT_TIMEOUT: duration('10s'),
+  /** Commands run at once on one host over its one connection (OpenSSH allows 10 by default). */
+  HOSTS_SSH_MAX_SESSIONS: z.coerce.number().int().min(1).max(10).default(4),
+  /** Free space a host's root directory needs for `host add` (B, KiB, MiB, GiB, TiB; KB, MB, GB, TB). */
+  HOSTS_MIN_FREE_DISK: z
+    .string()
+    .default('10GiB')
+    .transform((text, ctx) => {
+      const match = /^(\d+)\s*(B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)?$/.exec(text.trim())
+      const unit = { B: 1, KiB: 2 ** 10, MiB: 2 ** 20, GiB: 2 ** 30, TiB: 2 ** 40, KB: 1e3, MB: 1e6, GB: 1e9, TB: 1e12 }[match?.[2] ?? 'B']
+      if (!match || unit === undefined) {
+        ctx.addIssue({ code: z.ZodIssueCode.custom, message: `"${text}" is not a size such as 10GiB` })
+        return z.NEVER
+      }
+      return Number(match[1]) * unit
+    }),
+  /** How often the health probe asks every host over SSH (ready <-> unreachable). */
+  HOSTS_PROBE_INTERVAL: duration('30s'),
+  /** A host that does not answer the probe within this is unreachable. */
+  HOSTS_PROBE_TIMEOUT: duration('10s'),
+}
+
 export const healthEvaluatorEnv = z.object({
   ...sharedEnv,
   ...eventsEnv,
@@ -382,6 +408,7 @@ export const healthEvaluatorEnv = z.object({
   CHAIN_PROFILE_VERSION: lifecycleEnv.CHAIN_PROFILE_VERSION,
   CHAINS_CHECK_INTERVAL: lifecycleEnv.CHAINS_CHECK_INTERVAL,
   MIGRATION_COOLDOWN: lifecycleEnv.MIGRATION_COOLDOWN,
+  ...hostsEnv,
 })
 
 /** The rpc-gateway's own settings (docs/rpc-gateway.md). */
@@ -427,6 +454,7 @@ export const apiServerEnv = z.object({
   ...paymentTlsEnv,
   ...paymentClientEnv,
   ...rpcPublicUrlEnv,
+  ...hostsEnv,
 })
 export const authServerEnv = z.object({ ...sharedEnv, ...httpEnv, ...authEnv, ...authServerOnlyEnv, AUTH_SERVER_PORT: portsEnv.AUTH_SERVER_PORT })
 export const orchestratorEnv = z.object({
@@ -495,6 +523,7 @@ export const upEnv = z.object({
   ...incidentEnv,
   ...rpcGatewayOnlyEnv,
   RPC_PUBLIC_URL: rpcPublicUrlEnv.RPC_PUBLIC_URL,
+  ...hostsEnv,
   // On a laptop nothing real can take a payment: unset, the test provider is on while neither the
   // card nor the crypto provider is (src/payments/providers/index.ts, testProviderEnabled).
   PAYMENT_TEST_PROVIDER_ENABLED: z
