@@ -30,6 +30,8 @@ const external = [
   'mariadb/*',
   '@grpc/grpc-js',
   '@grpc/proto-loader',
+  // Optional native parts (cpu-features, its sshcrypto binding) found by require() at run time.
+  'ssh2',
   'grpc-health-check',
   'pino',
   'thread-stream',
