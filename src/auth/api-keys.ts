@@ -183,6 +183,19 @@ export async function revokeApiKey(db: Queryable, userId: string, id: string, no
   return { ...key, revoked_at: now }
 }
 
+/**
+ * An operator revokes any user's key (admin route): the key and its owner's id. Unknown id:
+ * NotFoundError. Revoking again is harmless.
+ */
+export async function revokeAnyApiKey(db: Queryable, id: string, now: Date): Promise<ApiKey> {
+  const row = isUuid(id) ? ((await db('api_keys').where({ id }).whereNull('deleted_at').first()) as ApiKeyRow | undefined) : undefined
+  if (!row) throw new NotFoundError('not found', `no API key ${id}`)
+  const key = apiKeyFromRow(row)
+  if (key.revoked_at) return key
+  await db('api_keys').where({ id }).update({ revoked_at: now, updated_at: now })
+  return { ...key, revoked_at: now }
+}
+
 /** Soft delete: the row stays for audit, the key stops working and leaves the listings. */
 export async function deleteApiKey(db: Queryable, userId: string, id: string, now: Date = new Date()): Promise<void> {
   await getApiKey(db, userId, id)
@@ -190,7 +203,7 @@ export async function deleteApiKey(db: Queryable, userId: string, id: string, no
 }
 
 /** Why a presented key was refused; all answer 401, the reason only sharpens `details`. */
-export type ApiKeyRejection = 'malformed' | 'unknown' | 'revoked' | 'expired' | 'deleted'
+export type ApiKeyRejection = 'malformed' | 'unknown' | 'revoked' | 'expired' | 'deleted' | 'user_disabled'
 
 export type ApiKeyCheck = { ok: true; apiKey: ApiKey; owner: User } | { ok: false; reason: ApiKeyRejection }
 
@@ -214,6 +227,7 @@ export async function checkApiKey(db: Queryable, plaintext: string, now: Date = 
       'u.wallet_type as owner_wallet_type',
       'u.external_auth_id as owner_external_auth_id',
       'u.is_admin as owner_is_admin',
+      'u.disabled_at as owner_disabled_at',
       'u.created_at as owner_created_at',
       'u.updated_at as owner_updated_at',
     )) as (ApiKeyRow & Record<`owner_${string}`, unknown>) | undefined
@@ -221,6 +235,7 @@ export async function checkApiKey(db: Queryable, plaintext: string, now: Date = 
   const key = apiKeyFromRow(row)
   const status = apiKeyStatus(key, now)
   if (status !== 'active') return { ok: false, reason: status }
+  if (row.owner_disabled_at !== null && row.owner_disabled_at !== undefined) return { ok: false, reason: 'user_disabled' }
   if (!key.last_used_at || now.getTime() - key.last_used_at.getTime() >= LAST_USED_RESOLUTION_MS) {
     const staleBefore = new Date(now.getTime() - LAST_USED_RESOLUTION_MS)
     await db('api_keys')
@@ -237,6 +252,7 @@ export async function checkApiKey(db: Queryable, plaintext: string, now: Date = 
     wallet_public_key: null,
     external_auth_id: row.owner_external_auth_id,
     is_admin: row.owner_is_admin,
+    disabled_at: null,
     created_at: row.owner_created_at,
     updated_at: row.owner_updated_at,
   })

@@ -99,6 +99,7 @@ const API_KEY_REFUSED: Record<ApiKeyRejection, string> = {
   revoked: 'the API key has been revoked',
   expired: 'the API key has expired',
   deleted: 'the API key has been deleted',
+  user_disabled: 'the user of this API key is disabled',
 }
 
 /** Establishes the caller from a credential; throws UnauthorizedError (401) when it does not hold. */
@@ -178,11 +179,17 @@ async function userForJwt(deps: AuthenticatorDeps, token: string, now: Date): Pr
 
 function existingUser(user: User | undefined): User {
   if (!user) throw new UnauthorizedError('invalid token', 'the token names no existing user')
-  return user
+  return enabled(user)
 }
 
 function knownIdpUser(user: User | undefined): User {
   if (!user) throw new UnauthorizedError('unknown user', 'no local user for this identity-provider account; it is created when the provider reports the sign-up')
+  return enabled(user)
+}
+
+/** A disabled user's tokens are refused on the next request, whoever issued them. */
+function enabled(user: User): User {
+  if (user.disabled_at) throw new UnauthorizedError('user disabled', 'this user has been disabled by an operator')
   return user
 }
 

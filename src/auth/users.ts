@@ -1,6 +1,6 @@
 /** Users: one exported function per database operation; the caller owns the transaction. */
 import type { Queryable } from '../db/knex.js'
-import { toBool, toDate } from '../db/dialect.js'
+import { toBool, toDate, toDateOrNull } from '../db/dialect.js'
 import { isUniqueViolation } from '../db/errors.js'
 import { isUuid, uuidv7 } from '../db/ids.js'
 import { ConflictError, NotFoundError, ValidationError } from '../errors.js'
@@ -12,11 +12,13 @@ export interface User {
   wallet_type: 'ethereum' | 'solana' | null
   external_auth_id: string | null
   is_admin: boolean
+  /** Set by an operator (`nodeplane user disable`): every key and token of the user is refused. */
+  disabled_at: Date | null
   created_at: Date
   updated_at: Date
 }
 
-type UserRow = Record<keyof User | 'wallet_public_key', unknown>
+type UserRow = Record<Exclude<keyof User, 'disabled_at'> | 'wallet_public_key', unknown> & { disabled_at?: unknown }
 
 export function userFromRow(row: UserRow): User {
   return {
@@ -26,6 +28,7 @@ export function userFromRow(row: UserRow): User {
     wallet_type: (row.wallet_type as User['wallet_type']) ?? null,
     external_auth_id: (row.external_auth_id as string | null) ?? null,
     is_admin: toBool(row.is_admin),
+    disabled_at: toDateOrNull(row.disabled_at),
     created_at: toDate(row.created_at),
     updated_at: toDate(row.updated_at),
   }
@@ -99,4 +102,31 @@ export async function setAdmin(db: Queryable, userId: string, isAdmin: boolean, 
 export async function listUsers(db: Queryable): Promise<User[]> {
   const rows = await db('users').orderBy('created_at').orderBy('id')
   return rows.map((r) => userFromRow(r as UserRow))
+}
+
+export interface DisableChange {
+  user: User
+  changed: boolean
+  /** Refresh tokens revoked by disabling (sessions do not come back on enable). */
+  revokedRefreshTokens: number
+}
+
+/**
+ * Disables or enables a user (docs/auth.md, "Disabled users"), in the caller's transaction.
+ * Disabling revokes every active refresh token of the user, so enabling later does not bring old
+ * sessions back; API keys are left as they are (refused while the user is disabled, working again
+ * once enabled) so an operator can undo a mistaken disable without reissuing every key.
+ */
+export async function setUserDisabled(db: Queryable, userId: string, disabled: boolean, now: Date): Promise<DisableChange> {
+  const before = await findUserById(db, userId)
+  if (!before) throw new NotFoundError(`no user ${userId}`)
+  const changed = (before.disabled_at !== null) !== disabled
+  let revokedRefreshTokens = 0
+  if (changed) {
+    await db('users').where({ id: userId }).update({ disabled_at: disabled ? now : null, updated_at: now })
+  }
+  if (disabled) {
+    revokedRefreshTokens = Number(await db('refresh_tokens').where({ user_id: userId }).whereNull('revoked_at').update({ revoked_at: now }))
+  }
+  return { user: (await findUserById(db, userId)) as User, changed, revokedRefreshTokens }
 }

@@ -67,6 +67,7 @@ export async function signInWithWallet(deps: SignInDeps, input: WalletSignIn, no
       throw new UnauthorizedError('invalid nonce', (await whyNonceUnusable(trx, nonce, address, now)) ?? 'the nonce was already used; request a new one')
     }
     const found = await findOrCreateWalletUser(trx, wallet, now)
+    if (found.user.disabled_at) throw new UnauthorizedError('user disabled', 'this user has been disabled by an operator')
     return { ...found, refresh: await createRefreshToken(trx, found.user.id, deps.refreshTokenTtlMs, now) }
   })
   const access = await deps.issuer.issueAccessToken(user.id, now)

@@ -6,6 +6,7 @@ import type { Logger } from '../../log.js'
 import type { PaymentClient } from '../../payments/client.js'
 import type { MasterKey } from '../../secrets/master-key.js'
 import type { ApiRoute } from '../route.js'
+import { adminUserRoutes } from './admin-users.js'
 import { apiKeyRoutes } from './api-keys.js'
 import { artifactRoutes } from './artifacts.js'
 import { chainRoutes } from './chains.js'
@@ -45,5 +46,5 @@ export interface ControlPlaneRouteDeps {
 }
 
 export function controlPlaneRoutes(deps: ControlPlaneRouteDeps): ApiRoute[] {
-  return [...meRoutes(deps), ...apiKeyRoutes(deps), ...walletRoutes(deps), ...nodeRoutes(deps), ...cryptoRoutes(deps), ...nodeKeyRoutes(deps), ...inputRoutes(deps), ...subscriptionRoutes(deps), ...chainRoutes(deps), ...paymentRoutes(deps), ...notificationRoutes(deps), ...uptimeRoutes(deps), ...incidentRoutes(deps), ...rolloutRoutes(deps), ...artifactRoutes(deps), ...hostRoutes(deps)]
+  return [...meRoutes(deps), ...apiKeyRoutes(deps), ...adminUserRoutes(deps), ...walletRoutes(deps), ...nodeRoutes(deps), ...cryptoRoutes(deps), ...nodeKeyRoutes(deps), ...inputRoutes(deps), ...subscriptionRoutes(deps), ...chainRoutes(deps), ...paymentRoutes(deps), ...notificationRoutes(deps), ...uptimeRoutes(deps), ...incidentRoutes(deps), ...rolloutRoutes(deps), ...artifactRoutes(deps), ...hostRoutes(deps)]
 }
