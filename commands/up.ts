@@ -31,6 +31,7 @@ import { createLogger } from '../src/log.js'
 import { scheduleBackupPurge } from '../src/provisioning/backup-store.js'
 import { ensureSecrets } from '../src/secrets/setup.js'
 import { paymentClientFromSettings } from '../src/payments/client.js'
+import { unconfiguredPaymentLookup } from '../src/subscriptions/payment-confirmation.js'
 import { ensurePaymentDevCertificates, paymentsCaDir } from '../src/payments/tls.js'
 
 export default class Up extends BaseCommand<typeof Up> {
@@ -93,7 +94,7 @@ export default class Up extends BaseCommand<typeof Up> {
       const payments = paymentClientFromSettings({ ...config, PAYMENT_SERVICE_URL: config.PAYMENT_SERVICE_URL ?? paymentService.grpcTarget })
       if (payments) resources.add('payment client', payments, (c) => c.close())
       // Added after the payment service and the orchestrator: closed before them.
-      resources.add('payment consumer', await startPaymentActivation(config, { bus, db, logger: logFor('orchestrator'), chains }), (c) => c.close())
+      resources.add('payment consumer', await startPaymentActivation(config, { bus, db, logger: logFor('orchestrator'), chains, payments: payments ?? unconfiguredPaymentLookup() }), (c) => c.close())
       const auth = resources.add('auth-server', await startAuthServer(config, { db, logger: logFor('auth-server') }), (s) => s.stop())
       // Customers' endpoints; it hears of node moves on the same bus as everything here.
       const rpc = resources.add('rpc-gateway', await startRpcGateway(config, { db, logger: logFor('rpc-gateway'), chains, events: { bus } }), (g) => g.stop())

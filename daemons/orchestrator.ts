@@ -20,6 +20,7 @@ import type { ReleasePublicKey } from '../src/artifacts/release-keys.js'
 import { registerLifecycleWorkflows, type LifecycleDeps } from '../src/provisioning/index.js'
 import { registerRolloutWorkflows } from '../src/rollouts/index.js'
 import { startPaymentConsumer } from '../src/subscriptions/activation.js'
+import type { PaymentLookup } from '../src/subscriptions/payment-confirmation.js'
 import { LocalInfrastructureProvider } from '../src/provisioning/infrastructure/local.js'
 import { createWorkflowRegistry, createWorkflowWorker, type WorkflowRegistry, type WorkflowWorker } from '../src/workflows/index.js'
 import { devCaDir } from './agent-gateway.js'
@@ -120,6 +121,8 @@ export interface PaymentActivationDeps {
   db: Db
   logger: Logger
   chains: ChainSource
+  /** The payment service's client: every payment.completed is confirmed with it first. */
+  payments: PaymentLookup
   now?: () => Date
 }
 
@@ -133,6 +136,7 @@ export function startPaymentActivation(settings: { IDEMPOTENCY_KEY_TTL: number }
     db: deps.db,
     logger: deps.logger,
     chains: deps.chains,
+    payments: deps.payments,
     idempotencyTtlMs: settings.IDEMPOTENCY_KEY_TTL,
     ...(deps.now ? { now: deps.now } : {}),
   })

@@ -11,6 +11,8 @@ import { ensureServerKeyPair } from '../../src/secrets/server-key.js'
 import { openChainCatalogueFromSettings } from '../../src/config/chain-source.js'
 import { openEventBus } from '../../src/events/open-bus.js'
 import { scheduleBackupPurge } from '../../src/provisioning/backup-store.js'
+import { paymentClientFromSettings } from '../../src/payments/client.js'
+import { unconfiguredPaymentLookup } from '../../src/subscriptions/payment-confirmation.js'
 
 export default class DaemonOrchestrator extends BaseCommand<typeof DaemonOrchestrator> {
   static override summary = 'Run the orchestrator daemon: executes durable workflows (provisioning, migrations, rollouts) and activates paid subscriptions'
@@ -35,8 +37,13 @@ export default class DaemonOrchestrator extends BaseCommand<typeof DaemonOrchest
       const lifecycle = await lifecycleDeps(config, { db, logger, masterKey, chains })
       const worker = resources.add('workflow worker', startOrchestrator(config, { db, logger, registry: orchestratorWorkflows(lifecycle) }), (w) => w.stop())
       resources.add('backup purge', scheduleBackupPurge({ db, logger, storeUrl: lifecycle.backupStoreUrl }), (j) => j.stop())
+      // Every payment.completed is confirmed with the payment service before it activates anything.
+      const client = paymentClientFromSettings(config)
+      if (client) resources.add('payment client', client, (c) => c.close())
+      else logger.warn('no payment service client (PAYMENT_SERVICE_URL, PAYMENT_TLS_CA_FILE, PAYMENT_CLIENT_CERT_FILE, PAYMENT_CLIENT_KEY_FILE): payment.completed events wait unconfirmed')
+      const payments = client ?? unconfiguredPaymentLookup()
       // Added last: closed first, so no payment event is handled while the worker and database close.
-      resources.add('payment consumer', await startPaymentActivation(config, { bus, db, logger, chains }), (s) => s.close())
+      resources.add('payment consumer', await startPaymentActivation(config, { bus, db, logger, chains, payments }), (s) => s.close())
       return worker.owner
     })
     installShutdown({ logger, timeoutMs: config.SHUTDOWN_TIMEOUT, stop: () => resources.closeAll() })

@@ -60,11 +60,6 @@ export const sharedEnv = {
   NATS_CERT_FILE: z.string().min(1).optional(),
   NATS_KEY_FILE: z.string().min(1).optional(),
   NATS_NKEY_SEED_FILE: z.string().min(1).optional(),
-  /** Mutual TLS to NATS and this service's nkey (docs/events.md, "Security"); files, read at start. */
-  NATS_CA_FILE: z.string().min(1).optional(),
-  NATS_CERT_FILE: z.string().min(1).optional(),
-  NATS_KEY_FILE: z.string().min(1).optional(),
-  NATS_NKEY_SEED_FILE: z.string().min(1).optional(),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 }
 
@@ -468,6 +463,10 @@ export const orchestratorEnv = z.object({
   /** For the agents the local provider starts; unset: false (docs/artifacts.md, "Agents"). */
   AGENT_REQUIRE_SIGNED_ARTIFACTS: requireSignedArtifactsSetting,
   AGENT_GATEWAY_PORT: portsEnv.AGENT_GATEWAY_PORT,
+  // The payment consumer confirms each payment.completed with the payment service (GetPayment).
+  PAYMENT_GRPC_PORT: portsEnv.PAYMENT_GRPC_PORT,
+  ...paymentTlsEnv,
+  ...paymentClientEnv,
 })
 export const agentGatewayEnv = z.object({
   ...sharedEnv,

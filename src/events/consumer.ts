@@ -6,6 +6,7 @@
  * | already processed                      | ack and skip                             |
  * | malformed (cannot be parsed at all)    | ack (log a warning): retrying cannot help |
  * | unmarshal failure (`decode` throws)    | nak with back-off (redelivered)          |
+ * | confirmation cannot be had (`confirm`) | nak with back-off                        |
  * | handler failure                        | roll back, nak with back-off             |
  *
  * The idempotency key is marked processed in the same database transaction as the handler's
@@ -41,6 +42,13 @@ export interface ConsumerOptions<T> {
   ttlMs: number
   /** Typed unmarshal of the payload (e.g. `schema.parse`); throwing means "not understood yet". */
   decode: (payload: EventPayload, envelope: EventEnvelope) => T | Promise<T>
+  /**
+   * A check against another service before the transaction (no database lock is held while it
+   * waits), e.g. the payment consumer's GetPayment. It returns the event, possibly annotated
+   * with its verdict for `handle`; throwing means "cannot tell now" and redelivers with back-off.
+   * Skipped for a message already processed.
+   */
+  confirm?: (event: T, envelope: EventEnvelope) => Promise<T>
   /** The effect. Write only through `trx`; throwing rolls everything back and redelivers. */
   handle: (trx: Tx, event: T, envelope: EventEnvelope) => Promise<void>
   now?: () => Date
@@ -99,6 +107,18 @@ export function createEventHandler<T>(options: ConsumerOptions<T>): (message: Bu
 
     // Scoped by consumer: two consumers of one message in one database each process it once.
     const key = `${durable}:${envelope.idempotencyKey}`
+    if (options.confirm) {
+      try {
+        if (await isProcessed(db, key, now())) {
+          log.info('event already processed; acknowledged and skipped')
+          return settle('duplicate')
+        }
+        event = await options.confirm(event, envelope)
+      } catch (err) {
+        log.warn({ err }, 'event could not be confirmed now; redelivering')
+        return settle('failed', err)
+      }
+    }
     try {
       const outcome = await db.transaction(async (trx): Promise<ConsumerOutcome> => {
         const at = now()

@@ -59,6 +59,9 @@ function describe(category: IncidentCategory, event: DecodedHealthEvent): string
       return `${node}: provisioning failed${why}. Its host and keys were removed; the node is ${event.to}.`
     case 'migration_failed':
       return `${node}: the migration to a new host failed${why}; the node is ${event.to}.`
+    case 'payment_unconfirmed':
+      // Raised by the payment consumer, never from a health event.
+      return `${node}: ${event.reason ?? 'payment event not confirmed'}.`
   }
 }
 

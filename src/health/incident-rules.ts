@@ -5,7 +5,7 @@
  */
 import type { HealthEvent } from '../nodes/health-state-machine.js'
 
-export const INCIDENT_CATEGORIES = ['node_down', 'app_critical', 'app_degraded', 'sync_stalled', 'provision_failed', 'migration_failed'] as const
+export const INCIDENT_CATEGORIES = ['node_down', 'app_critical', 'app_degraded', 'sync_stalled', 'provision_failed', 'migration_failed', 'payment_unconfirmed'] as const
 export type IncidentCategory = (typeof INCIDENT_CATEGORIES)[number]
 
 export const INCIDENT_SEVERITIES = ['warning', 'critical'] as const
@@ -25,6 +25,8 @@ export const INITIAL_SEVERITY: Readonly<Record<IncidentCategory, IncidentSeverit
   sync_stalled: 'warning',
   provision_failed: 'critical',
   migration_failed: 'critical',
+  // A payment.completed the payment service does not confirm (src/subscriptions/payment-confirmation.ts).
+  payment_unconfirmed: 'critical',
 }
 
 /**
@@ -117,6 +119,7 @@ const CATEGORY_TITLES: Readonly<Record<IncidentCategory, string>> = {
   sync_stalled: 'sync has stalled',
   provision_failed: 'provisioning failed',
   migration_failed: 'migration failed',
+  payment_unconfirmed: 'payment event not confirmed',
 }
 
 /** `devnet node 0193a1b2: sync has stalled` */

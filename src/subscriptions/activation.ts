@@ -13,6 +13,10 @@
  *      one active subscription per line item, placement resolved from the chain catalogue now;
  *      an item the catalogue no longer offers is logged as an error and skipped (retrying
  *      cannot make it appear, so it must not nak forever).
+ * Confirmation (docs/events.md, "Security"): with `payments` set, as the daemons always set it,
+ * a payment.completed first goes to the payment service (GetPayment, payment-confirmation.ts);
+ * one it does not confirm activates nothing and raises a `payment_unconfirmed` incident, and
+ * one it cannot confirm now is redelivered with back-off.
  * payment.failed / payment.canceled — the still-pending subscriptions linked to the payment are
  * unlinked (payment_id null) so they can be paid again, and the user gets a notification.
  * Every event also moves the `payment_requests` mirror row, when there is one.
@@ -30,13 +34,14 @@ import { uuidv7 } from '../db/ids.js'
 import type { Db, Queryable, Tx } from '../db/knex.js'
 import type { BusSubscription, EventBus } from '../events/bus.js'
 import { runConsumer, type ConsumerOptions } from '../events/consumer.js'
-import { ValidationError } from '../errors.js'
+import { UnavailableError, ValidationError } from '../errors.js'
 import type { Logger } from '../log.js'
 import { insertNode } from '../nodes/node-store.js'
 import { createNotification } from '../notifications/notifications.js'
 import { paymentEventSchema, type PaymentEvent } from '../payments/events.js'
 import { requestProvision } from '../provisioning/triggers.js'
 import { transitionSubscription } from './lifecycle.js'
+import { confirmPayment, raiseUnconfirmedPayment, type PaymentConfirmation, type PaymentLookup } from './payment-confirmation.js'
 import { durationEnd } from './subscriptions.js'
 
 export const PAYMENT_CONSUMER_DURABLE = 'main-app-payment'
@@ -302,12 +307,30 @@ export interface PaymentConsumerDeps extends PaymentEventDeps {
   onOutcome?: ConsumerOptions<PaymentEvent>['onOutcome']
   /** Messages handled at once by this process (default 1). */
   concurrency?: number
+  /**
+   * The payment service, to confirm each payment.completed before it activates anything. The
+   * daemons always pass it; without it an event is trusted as received (tests of the
+   * activation rules alone).
+   */
+  payments?: PaymentLookup
 }
 
+/** A decoded payment event and, for payment.completed under confirmation, the payment service's verdict. */
+export type ConsumedPaymentEvent = PaymentEvent & { confirmation?: PaymentConfirmation }
+
 /** The consumer's options, for `runConsumer` or a caller driving `createEventHandler` itself. */
-export function paymentConsumerOptions(deps: PaymentConsumerDeps): ConsumerOptions<PaymentEvent> {
+export function paymentConsumerOptions(deps: PaymentConsumerDeps): ConsumerOptions<ConsumedPaymentEvent> {
   const now = deps.now ?? (() => new Date())
   const eventDeps: PaymentEventDeps = { logger: deps.logger.child({ component: 'payment-activation' }), chains: deps.chains }
+  const payments = deps.payments
+  const handle = async (trx: Tx, event: ConsumedPaymentEvent, envelope: { subject: string; messageId: string | undefined }): Promise<void> => {
+    if (payments && envelope.subject === PAYMENT_SUBJECTS.completed) {
+      const verdict = event.confirmation
+      if (!verdict) throw new UnavailableError(`payment ${event.payment_id} was not confirmed with the payment service`)
+      if (!verdict.confirmed) return raiseUnconfirmedPayment(trx, event, verdict.reason, envelope.messageId, now(), eventDeps.logger)
+    }
+    return handlePaymentEvent(trx, envelope.subject, event, eventDeps, now())
+  }
   return {
     bus: deps.bus,
     db: deps.db,
@@ -316,8 +339,15 @@ export function paymentConsumerOptions(deps: PaymentConsumerDeps): ConsumerOptio
     subject: PAYMENT_CONSUMER_SUBJECT,
     ttlMs: deps.idempotencyTtlMs,
     now,
-    decode: (payload) => paymentEventSchema.parse(payload),
-    handle: (trx, event, envelope) => handlePaymentEvent(trx, envelope.subject, event, eventDeps, now()),
+    // parse() drops unknown keys: a payload cannot bring its own `confirmation`.
+    decode: (payload): ConsumedPaymentEvent => paymentEventSchema.parse(payload),
+    ...(payments
+      ? {
+          confirm: async (event: ConsumedPaymentEvent, envelope: { subject: string }): Promise<ConsumedPaymentEvent> =>
+            envelope.subject === PAYMENT_SUBJECTS.completed ? { ...event, confirmation: await confirmPayment(payments, event) } : event,
+        }
+      : {}),
+    handle,
     ...(deps.retryDelayMs ? { retryDelayMs: deps.retryDelayMs } : {}),
     ...(deps.onOutcome ? { onOutcome: deps.onOutcome } : {}),
     ...(deps.concurrency ? { concurrency: deps.concurrency } : {}),

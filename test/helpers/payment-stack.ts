@@ -227,7 +227,7 @@ export async function startPaymentStack(options: PaymentStackOptions): Promise<P
       worker,
       consumer: undefined,
       async startConsumer() {
-        stack.consumer = await startPaymentActivation({ IDEMPOTENCY_KEY_TTL }, { bus: consumerBus, db: cp.db, logger, chains, now })
+        stack.consumer = await startPaymentActivation({ IDEMPOTENCY_KEY_TTL }, { bus: consumerBus, db: cp.db, logger, chains, now, payments: client })
         return stack.consumer
       },
       async stopConsumer() {
