@@ -82,3 +82,22 @@ export function apiKeyStatus(item: ApiKeyItem, now: Date = new Date()): string {
 export function fromCreatedApiKey(created: CreatedApiKey): IssuedKeyView {
   return { id: created.id, key: created.key, scopes: created.scopes, expires_at: created.expires_at ?? null }
 }
+
+/** `POST /api/v1/admin/users/{user}/disable|enable` (user disable / enable). */
+export interface AdminUserView {
+  id: string
+  email: string | null
+  is_admin: boolean
+  disabled_at: string | null
+  changed: boolean
+  revoked_refresh_tokens: number
+}
+
+/** `POST /api/v1/admin/api-keys/{id}/revoke` (user revoke-key). */
+export interface AdminRevokedKeyView {
+  id: string
+  user_id: string
+  name: string
+  key_prefix: string
+  revoked_at: string
+}

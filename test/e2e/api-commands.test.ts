@@ -135,4 +135,32 @@ describe('commands over the API (against nodeplane up)', () => {
     const anonymous = await run(['whoami'], { cwd: env.HOME })
     expect(anonymous.exitCode).toBe(78)
   })
+  it('an operator disables and enables a user and revokes their key over the API: effective on the next request', { timeout: 90_000 }, async () => {
+    expect((await run(['user', 'create', '--email', 'mallory@example.test'])).exitCode).toBe(0)
+    const issued = await run(['api-key', 'issue', '--user', 'mallory@example.test', '--name', 'm', '--scopes', 'nodes:read', '--json'])
+    const mallory = json<{ id: string; key: string }>(issued)
+    keys.push(mallory.key)
+    const asMallory = { env: { NODEPLANE_API_KEY: mallory.key } }
+
+    const disabled = await run(['user', 'disable', '--user', 'mallory@example.test', '--json'])
+    expect(disabled.exitCode).toBe(0)
+    expect(json(disabled)).toMatchObject({ email: 'mallory@example.test', disabled_at: expect.any(String), changed: true })
+    const refused = await run(['whoami'], asMallory)
+    expect(refused.exitCode).toBe(77)
+    expect(refused.stderr).toContain('the user of this API key is disabled')
+
+    const enabled = await run(['user', 'enable', '--user', 'mallory@example.test'])
+    expect(enabled.stdout).toContain('mallory@example.test is enabled')
+    expect((await run(['whoami'], asMallory)).exitCode).toBe(0)
+
+    const revoked = await run(['user', 'revoke-key', '--id', mallory.id, '--json'])
+    expect(json(revoked)).toMatchObject({ id: mallory.id, revoked_at: expect.any(String) })
+    expect((await run(['whoami'], asMallory)).exitCode).toBe(77)
+
+    // An unknown user: exit 3, one line; the caller's own key lacks admin: exit 77.
+    const unknown = await run(['user', 'disable', '--user', 'nobody@example.test'])
+    expect(unknown.exitCode).toBe(3)
+    const notAdmin = await run(['user', 'enable', '--user', 'mallory@example.test'], asMallory)
+    expect(notAdmin.exitCode).toBe(77)
+  })
 })
