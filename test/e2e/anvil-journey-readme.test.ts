@@ -1,4 +1,4 @@
-import { Wallet, parseEther } from 'ethers'
+import { JsonRpcProvider, Wallet, parseEther } from 'ethers'
 import { describe, expect, it } from 'vitest'
 import { DEV_ACCOUNT_KEY, withAnvil } from '../helpers/anvil.js'
 import { useJourneyStack } from './chain-journey-stack.js'
@@ -20,7 +20,28 @@ describe('the README anvil example on nodeplane up', () => {
 
     const node = await s.untilBought(await s.subscribeAndPay('ethereum-anvil', 'full'), 'ethereum-anvil')
     expect(node.binary_version).toBe('1.7.1')
-    // The README reads the port from .nodeplane/hosts/local-<node>/state/active.json.
+    // The README's way: the node's endpoint on the rpc-gateway `up` runs, with a nodes:rpc key.
+    const shown = s.json<{ endpoints: { http: string } }>(await s.run(['node', 'show', '--id', node.id, '--json']))
+    expect(shown.endpoints.http).toBe(`${s.stack.rpc_url as string}/v1/${node.id}`)
+    const rpcKey = s.json<{ key: string }>(await s.run(['api-key', 'create', '--name', 'wallet', '--scopes', 'nodes:rpc', '--json'])).key
+    const curl = await fetch(shown.endpoints.http, {
+      method: 'POST',
+      headers: { 'X-API-Key': rpcKey, 'content-type': 'application/json' },
+      body: '{"jsonrpc":"2.0","id":1,"method":"web3_clientVersion","params":[]}',
+    })
+    expect(await curl.json()).toEqual({ jsonrpc: '2.0', id: 1, result: 'anvil/v1.7.1' })
+    const refused = (await (await fetch(`${shown.endpoints.http}/${rpcKey}`, { method: 'POST', body: '{"jsonrpc":"2.0","id":2,"method":"anvil_mine","params":[]}' })).json()) as { error: { code: number } }
+    expect(refused.error.code).toBe(-32601)
+    const endpoint = new JsonRpcProvider(`${shown.endpoints.http}/${rpcKey}`, undefined, { staticNetwork: true })
+    try {
+      const recipient = Wallet.createRandom().address
+      const tx = await new Wallet(DEV_ACCOUNT_KEY, endpoint).sendTransaction({ to: recipient, value: parseEther('2') })
+      expect((await tx.wait(1, 15_000))?.status).toBe(1)
+      expect(await endpoint.getBalance(recipient)).toBe(parseEther('2'))
+    } finally {
+      endpoint.destroy()
+    }
+    // On the host itself, the port from .nodeplane/hosts/local-<node>/state/active.json.
     await withAnvil(`${s.dataDir}/hosts/local-${node.id}/state`, async (provider) => {
       expect(await provider.send('web3_clientVersion', [])).toBe('anvil/v1.7.1')
       const recipient = Wallet.createRandom().address
