@@ -9,7 +9,7 @@
 import crypto from 'node:crypto'
 import fs from 'node:fs/promises'
 import path from 'node:path'
-import { utils } from 'ssh2'
+import ssh2 from 'ssh2'
 import { ValidationError } from '../errors.js'
 
 export interface SshKeyStore {
@@ -27,7 +27,7 @@ export const MAX_PRIVATE_KEY_BYTES = 16 * 1024
  */
 export function validatePrivateKey(text: string, field = 'ssh_private_key'): void {
   if (Buffer.byteLength(text, 'utf8') > MAX_PRIVATE_KEY_BYTES) throw new ValidationError('SSH key too large', `${field}: at most ${MAX_PRIVATE_KEY_BYTES} bytes`)
-  const parsed = utils.parseKey(text)
+  const parsed = ssh2.utils.parseKey(text)
   if (parsed instanceof Error) {
     const encrypted = /encrypted|passphrase/i.test(parsed.message)
     throw new ValidationError('not a usable SSH private key', encrypted ? `${field}: the key is protected by a passphrase; give an unencrypted key (ssh-keygen -p -N "" -f FILE on a copy)` : `${field}: not an SSH private key (OpenSSH or PEM format)`)

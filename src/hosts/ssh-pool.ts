@@ -13,7 +13,8 @@
  * and reports its fingerprint, which the caller then pins.
  */
 import crypto from 'node:crypto'
-import { Client, type ConnectConfig } from 'ssh2'
+// ssh2 is CommonJS: Node's ESM loader gives its exports only through the default import.
+import ssh2, { type Client, type ConnectConfig } from 'ssh2'
 
 export interface SshTarget {
   /** Pool key: the host's id (or a name before it has one). */
@@ -120,7 +121,7 @@ export function createSshPool(options: SshPoolOptions = {}): SshPool {
     connecting.run(
       () =>
         new Promise((resolve, reject) => {
-          const client = new Client()
+          const client = new ssh2.Client()
           let presented: string | undefined
           let settled = false
           const where = `${target.address}:${target.port}`
