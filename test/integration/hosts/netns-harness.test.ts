@@ -48,5 +48,6 @@ describe('netns test hosts', () => {
     expect(await listTestNamespaces()).not.toContain(namespace)
     expect(execFileSync('ip', ['-o', 'link', 'show'], { encoding: 'utf8' })).not.toContain(namespace.split('-')[2] ?? namespace)
     expect(fs.existsSync(dir)).toBe(false)
+    expect(fs.existsSync(`/etc/netns/${namespace}`)).toBe(false)
   })
 })
