@@ -33,6 +33,7 @@ import {
   type RegisterRequest,
   type RegisterResponse,
 } from './grpc.js'
+import { admitSyncChange, type SyncChangeLimit } from '../health/sync-flapping.js'
 import { PRESENCE_LAPSE_INTERVALS, pruneGatewayPresence, recordGatewayPresence } from './gateway-presence.js'
 import { HeartbeatBatcher } from './heartbeats.js'
 import { PROCESS_STATES } from './protocol.js'
@@ -57,6 +58,8 @@ export interface AgentGatewayOptions {
    * agents' heartbeat interval.
    */
   presenceIntervalMs?: number
+  /** Sync changes admitted per node and window (docs/health.md, "Sync flapping"). */
+  syncChangeLimit?: SyncChangeLimit
 }
 
 type Stream = grpc.ServerDuplexStream<AgentMessage, GatewayMessage>
@@ -66,6 +69,8 @@ interface Session {
   call: Stream
   /** The node's sync_status as last written, so only changes reach the state machine. */
   syncStatus: SyncStatus
+  /** Until then (epoch ms) the node's sync changes are held back: it flapped (sync-flapping.ts). */
+  syncHeldUntil?: number
   /** Reports are written in arrival order (an ack before the completion it precedes). */
   queue: Promise<void>
   /**
@@ -399,7 +404,7 @@ export class AgentGateway {
       metrics: finiteMetrics(heartbeat.metrics),
       runningCommandIds: heartbeat.running_command_ids.slice(0, 100),
     })
-    if (syncStatus !== session.syncStatus) {
+    if (syncStatus !== session.syncStatus && !((session.syncHeldUntil ?? 0) > this.now().getTime())) {
       const from = session.syncStatus
       session.syncStatus = syncStatus
       session.queue = session.queue.then(() => this.forwardSync(session, from, syncStatus))
@@ -410,11 +415,25 @@ export class AgentGateway {
   private async forwardSync(session: Session, from: SyncStatus, to: SyncStatus): Promise<void> {
     for (let attempt = 1; attempt <= 3; attempt += 1) {
       try {
-        await this.reportSlots.run(() =>
-          this.options.db.transaction((trx) =>
-            applyHealthUpdate(trx, { nodeId: session.nodeId, change: { writer: 'sync_event', sync_status: to }, reason: `agent reported ${to}`, now: this.now() }),
-          ),
+        const now = this.now()
+        const decision = await this.reportSlots.run(() =>
+          this.options.db.transaction(async (trx) => {
+            const admitted = await admitSyncChange(trx, { nodeId: session.nodeId, from, to }, now, this.options.syncChangeLimit)
+            if (admitted.admitted) {
+              await applyHealthUpdate(trx, { nodeId: session.nodeId, change: { writer: 'sync_event', sync_status: to }, reason: `agent reported ${to}`, now })
+            }
+            return admitted
+          }),
         )
+        if (!decision.admitted) {
+          // Not written: the node keeps `from`; reports are looked at again once the hold ends.
+          session.syncStatus = from
+          session.syncHeldUntil = decision.heldUntil.getTime()
+          if (decision.incident) {
+            this.options.logger.warn({ node_id: session.nodeId, from, to, held_until: decision.heldUntil.toISOString(), incident_id: decision.incident.incident.id }, 'sync status flapping: changes held back')
+          }
+          return
+        }
         this.options.logger.info({ node_id: session.nodeId, from, to }, 'sync status changed')
         return
       } catch (err) {

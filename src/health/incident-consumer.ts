@@ -62,6 +62,9 @@ function describe(category: IncidentCategory, event: DecodedHealthEvent): string
     case 'payment_unconfirmed':
       // Raised by the payment consumer, never from a health event.
       return `${node}: ${event.reason ?? 'payment event not confirmed'}.`
+    case 'sync_flapping':
+      // Raised by the agent-gateway's sync rate limit (sync-flapping.ts), never from a health event.
+      return `${node}: the agent's sync status keeps changing${why}.`
   }
 }
 

@@ -5,7 +5,7 @@
  */
 import type { HealthEvent } from '../nodes/health-state-machine.js'
 
-export const INCIDENT_CATEGORIES = ['node_down', 'app_critical', 'app_degraded', 'sync_stalled', 'provision_failed', 'migration_failed', 'payment_unconfirmed'] as const
+export const INCIDENT_CATEGORIES = ['node_down', 'app_critical', 'app_degraded', 'sync_stalled', 'provision_failed', 'migration_failed', 'payment_unconfirmed', 'sync_flapping'] as const
 export type IncidentCategory = (typeof INCIDENT_CATEGORIES)[number]
 
 export const INCIDENT_SEVERITIES = ['warning', 'critical'] as const
@@ -27,6 +27,7 @@ export const INITIAL_SEVERITY: Readonly<Record<IncidentCategory, IncidentSeverit
   migration_failed: 'critical',
   // A payment.completed the payment service does not confirm (src/subscriptions/payment-confirmation.ts).
   payment_unconfirmed: 'critical',
+  sync_flapping: 'warning',
 }
 
 /**
@@ -120,6 +121,7 @@ const CATEGORY_TITLES: Readonly<Record<IncidentCategory, string>> = {
   provision_failed: 'provisioning failed',
   migration_failed: 'migration failed',
   payment_unconfirmed: 'payment event not confirmed',
+  sync_flapping: 'sync status is flapping',
 }
 
 /** `devnet node 0193a1b2: sync has stalled` */
