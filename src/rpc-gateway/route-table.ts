@@ -121,13 +121,16 @@ export class RouteTable {
     if (!load) {
       load = readRoute(this.options, id).then(
         (route) => {
-          this.loading.delete(id)
-          if (route) this.entries.set(id, { route, until: this.now() + this.options.ttlMs })
-          else this.entries.delete(id)
+          // Invalidated while reading: the read may predate the change, so it answers this
+          // request but is not kept.
+          const current = this.loading.get(id) === load
+          if (current) this.loading.delete(id)
+          if (route && current) this.entries.set(id, { route, until: this.now() + this.options.ttlMs })
+          else if (!route) this.entries.delete(id)
           return route
         },
         (err: unknown) => {
-          this.loading.delete(id)
+          if (this.loading.get(id) === load) this.loading.delete(id)
           throw err
         },
       )
@@ -138,7 +141,10 @@ export class RouteTable {
 
   /** Forgets a node's route: its next request reads the database. */
   invalidate(nodeId: string): void {
-    this.entries.delete(nodeId.toLowerCase())
+    const id = nodeId.toLowerCase()
+    this.entries.delete(id)
+    // A read in flight may have seen the node before the change: the next request reads again.
+    this.loading.delete(id)
   }
 
   get size(): number {
