@@ -166,6 +166,17 @@ const EXPECTATIONS: Record<string, Expectation> = {
   'GET /api/v1/rollouts': { ownership: 'none' },
   'GET /api/v1/rollouts/{id}': { ownership: 'none', params: randomId },
   'GET /api/v1/artifacts/{binary_name}/{version}': { ownership: 'none', params: async () => ({ binary_name: 'devnet-node', version: '9.9.9' }) },
+  // Without a host fleet configured an admin's add answers 503 (admitted); the rest answer 404 for an unknown host.
+  'POST /api/v1/hosts': {
+    ownership: 'none',
+    body: { name: 'fra-1', address: '10.213.0.2', user: 'root', ssh_private_key: 'not checked before the fleet', region: 'eu', capacity: { cpu: 1, memory_bytes: 1, disk_bytes: 1 } },
+  },
+  'GET /api/v1/hosts': { ownership: 'none' },
+  'GET /api/v1/hosts/{host}': { ownership: 'none', params: async () => ({ host: 'no-such-host' }) },
+  'POST /api/v1/hosts/{host}/cordon': { ownership: 'none', params: async () => ({ host: 'no-such-host' }) },
+  'POST /api/v1/hosts/{host}/uncordon': { ownership: 'none', params: async () => ({ host: 'no-such-host' }) },
+  'POST /api/v1/hosts/{host}/drain': { ownership: 'none', params: async () => ({ host: 'no-such-host' }) },
+  'DELETE /api/v1/hosts/{host}': { ownership: 'none', params: async () => ({ host: 'no-such-host' }) },
   'GET /api/v1/rollouts/{id}/nodes': { ownership: 'none', params: randomId },
   'POST /api/v1/rollouts/{id}/start': { ownership: 'none', params: randomId },
   'POST /api/v1/rollouts/{id}/pause': { ownership: 'none', params: randomId },
