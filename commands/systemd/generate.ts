@@ -6,6 +6,7 @@ import {
   CONTROL_PLANE_DAEMONS,
   DEFAULT_DATA_DIR,
   DEFAULT_ENV_FILE,
+  DEFAULT_NATS_DIR,
   DEFAULT_STOP_TIMEOUT_SECONDS,
   DEFAULT_USER,
   generateSystemdUnits,
@@ -46,6 +47,7 @@ export default class SystemdGenerate extends BaseCommand<typeof SystemdGenerate>
     daemons: Flags.string({ description: `daemons to write units for, comma-separated (default all: ${CONTROL_PLANE_DAEMONS.join(',')})`, multiple: true }),
     instances: Flags.string({ description: 'DAEMON=N: run N instances of a daemon through a templated unit (repeatable or comma-separated)', multiple: true }),
     'stop-timeout': Flags.integer({ description: `seconds systemd waits after SIGTERM before SIGKILL (default ${DEFAULT_STOP_TIMEOUT_SECONDS}; keep above SHUTDOWN_TIMEOUT)`, min: 1 }),
+    'nats-dir': Flags.string({ description: `directory of the NATS certificates and nkey seeds from \`nodeplane certs nats\`, handed to each unit with LoadCredential= (default ${DEFAULT_NATS_DIR})` }),
     force: Flags.boolean({ description: 'overwrite existing files', default: false }),
   }
 
@@ -57,6 +59,7 @@ export default class SystemdGenerate extends BaseCommand<typeof SystemdGenerate>
       bin,
       ...(this.flags['environment-file'] ? { envFile: this.flags['environment-file'] } : {}),
       ...(this.flags.user ? { user: this.flags.user } : {}),
+      ...(this.flags['nats-dir'] ? { natsDir: this.flags['nats-dir'] } : {}),
       ...(this.flags.group ? { group: this.flags.group } : {}),
       ...(this.flags['data-dir'] ? { dataDir: this.flags['data-dir'] } : {}),
       ...(this.flags.daemons ? { daemons: this.flags.daemons } : {}),

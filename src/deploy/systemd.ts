@@ -61,6 +61,41 @@ export interface SystemdOptions {
   /** Daemons run as templated units `nodeplane-<daemon>@.service`, instances 1..N. */
   instances?: Readonly<Record<string, number>>
   stopTimeoutSeconds?: number
+  /**
+   * Directory of the files `nodeplane certs nats` wrote (default /etc/nodeplane/nats): each
+   * daemon that uses NATS gets its service's CA, client certificate, key and nkey seed through
+   * LoadCredential=, readable only by that unit.
+   */
+  natsDir?: string
+}
+
+export const DEFAULT_NATS_DIR = '/etc/nodeplane/nats'
+
+/** The NATS identity each daemon connects as; the auth-server does not use NATS. */
+const NATS_IDENTITY: Record<ControlPlaneDaemon, 'payment-service' | 'control-plane' | null> = {
+  'api-server': 'control-plane',
+  'auth-server': null,
+  orchestrator: 'control-plane',
+  'health-evaluator': 'control-plane',
+  'agent-gateway': 'control-plane',
+  'payment-service': 'payment-service',
+}
+
+/** LoadCredential= lines and the NATS_* variables pointing into the unit's credentials directory (%d). */
+export function natsCredentialLines(daemon: ControlPlaneDaemon, natsDir: string): string[] {
+  const identity = NATS_IDENTITY[daemon]
+  if (!identity) return []
+  const credentials: Array<[string, string, string]> = [
+    ['NATS_CA_FILE', 'nats-ca.pem', 'ca.pem'],
+    ['NATS_CERT_FILE', 'nats-cert.pem', `client-${identity}.pem`],
+    ['NATS_KEY_FILE', 'nats-key.pem', `client-${identity}-key.pem`],
+    ['NATS_NKEY_SEED_FILE', 'nats.nk', `${identity}.nk`],
+  ]
+  return [
+    `# NATS as ${identity}: mutual TLS and its nkey (nodeplane certs nats); systemd copies them for this unit only.`,
+    ...credentials.map(([, id, file]) => `LoadCredential=${id}:${path.join(natsDir, file)}`),
+    ...credentials.map(([variable, id]) => `Environment=${variable}=%d/${id}`),
+  ]
 }
 
 export interface GeneratedFile {
@@ -119,6 +154,7 @@ export function generateSystemdUnits(options: SystemdOptions): GeneratedFile[] {
   const bin = checkPath('bin', options.bin)
   const envFile = checkPath('environment-file', options.envFile ?? DEFAULT_ENV_FILE)
   const dataDir = checkPath('data-dir', options.dataDir ?? DEFAULT_DATA_DIR)
+  const natsDir = checkPath('nats-dir', options.natsDir ?? DEFAULT_NATS_DIR)
   if (dataDir === '/') throw new ValidationError('--data-dir cannot be /')
   const user = options.user ?? DEFAULT_USER
   const group = options.group ?? user
@@ -240,6 +276,7 @@ export function generateSystemdUnits(options: SystemdOptions): GeneratedFile[] {
           '# which Node.js lacks); check /readyz or the "ready" log line instead.',
           'Type=simple',
           ...common,
+          ...natsCredentialLines(daemon, natsDir),
           `ExecStart=${bin} daemon ${daemon}`,
           'Restart=on-failure',
           `RestartSec=${RESTART_SEC}s`,

@@ -20,6 +20,12 @@ import { STREAMS } from './bus.js'
 /** The NATS identities: one per service, shared by that service's daemons and replicas. */
 export const NATS_SERVICES = ['payment-service', 'control-plane'] as const
 export type NatsService = (typeof NATS_SERVICES)[number]
+/**
+ * The services plus `operator`: people and tools (`nats stream edit`, backups) with every
+ * permission; its seed belongs on an operator's machine, never on a daemon's.
+ */
+export const NATS_IDENTITIES = [...NATS_SERVICES, 'operator'] as const
+export type NatsIdentity = (typeof NATS_IDENTITIES)[number]
 
 /** Which service publishes on each stream; the other may only read it. */
 export const STREAM_PUBLISHER: Readonly<Record<(typeof STREAMS)[number]['name'], NatsService>> = {
@@ -77,8 +83,8 @@ export interface NatsServerConfigOptions {
   port: number
   storeDir: string
   tls: { certFile: string; keyFile: string; caFile: string }
-  /** Public nkey (starts with U) of each service's user. */
-  users: Readonly<Record<NatsService, string>>
+  /** Public nkey (starts with U) of each identity's user. */
+  users: Readonly<Record<NatsIdentity, string>>
   /**
    * The file holding `key: "<secret>"`, included into the jetstream block so the key stays out
    * of the main file. nats-server resolves includes against the config's directory: it must sit
@@ -102,6 +108,7 @@ export function renderNatsServerConfig(options: NatsServerConfigOptions): string
       `    } }`,
     ].join('\n')
   })
+  users.push(`    # operator: every permission (tools, not daemons)\n    { nkey: ${quote(options.users.operator)} }`)
   return [
     '# nats-server configuration for nodeplane (written by `nodeplane certs nats`; docs/deploy.md).',
     `host: ${quote(options.host)}`,
@@ -114,11 +121,13 @@ export function renderNatsServerConfig(options: NatsServerConfigOptions): string
     `  key_file: ${quote(options.tls.keyFile)}`,
     `  ca_file: ${quote(options.tls.caFile)}`,
     '  verify: true',
-    '  timeout: 2',
+    '  # Seconds for the handshake: generous, a daemon starting on a busy host is slow to answer.',
+    '  timeout: 10',
     '}',
     '',
     '# One nkey user per service; anything not allowed is refused.',
     'authorization {',
+    '  timeout: 10',
     '  users: [',
     users.join('\n'),
     '  ]',
@@ -135,7 +144,7 @@ export function renderNatsServerConfig(options: NatsServerConfigOptions): string
 }
 
 export interface NatsServiceCredentials {
-  service: NatsService
+  service: NatsIdentity
   certFile: string
   keyFile: string
   /** The nkey seed (starts with SU), 0600. */
@@ -149,10 +158,10 @@ export interface NatsSecurityFiles {
   serverCertFile: string
   serverKeyFile: string
   encryptionKeyFile: string
-  services: Record<NatsService, NatsServiceCredentials>
+  services: Record<NatsIdentity, NatsServiceCredentials>
 }
 
-function serviceFiles(dir: string, service: NatsService): Omit<NatsServiceCredentials, 'publicKey'> {
+function serviceFiles(dir: string, service: NatsIdentity): Omit<NatsServiceCredentials, 'publicKey'> {
   return {
     service,
     certFile: path.join(dir, `client-${service}.pem`),
@@ -172,7 +181,7 @@ export function publicKeyOfSeed(seedFile: string): string {
 
 /**
  * Makes (or completes) the NATS set in `dir`: a CA, the server certificate for `hosts`, and per
- * service a client certificate and an nkey seed, plus the JetStream encryption key. Keys and
+ * identity (the services and `operator`) a client certificate and an nkey seed, plus the JetStream encryption key. Keys and
  * seeds are 0600; existing files are kept (an existing encryption key must be: the stored
  * streams are unreadable without it).
  */
@@ -199,8 +208,8 @@ export function ensureNatsSecurityFiles(dir: string, options: { hosts: readonly 
   if (!fs.existsSync(encryptionKeyFile)) {
     writePem(encryptionKeyFile, `key: ${quote(crypto.randomBytes(32).toString('hex'))}\n`, 0o600)
   }
-  const services = {} as Record<NatsService, NatsServiceCredentials>
-  for (const service of NATS_SERVICES) {
+  const services = {} as Record<NatsIdentity, NatsServiceCredentials>
+  for (const service of NATS_IDENTITIES) {
     const files = serviceFiles(dir, service)
     if (!fs.existsSync(files.certFile) || !fs.existsSync(files.keyFile)) {
       const issued = issueCertificate(ca, { commonName: `nodeplane-${service}`, usage: 'client' })

@@ -14,7 +14,7 @@ import net from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
 import { natsConnectionSettings, type NatsConnectionSettings, type NatsSettings } from '../../src/events/nats-connection.js'
-import { ensureNatsSecurityFiles, renderNatsServerConfig, type NatsSecurityFiles, type NatsService } from '../../src/events/nats-security.js'
+import { ensureNatsSecurityFiles, renderNatsServerConfig, type NatsIdentity, type NatsSecurityFiles } from '../../src/events/nats-security.js'
 import { LOCAL_HOSTS } from '../../src/tls/dev-pki.js'
 import { freePort, waitFor } from './ports.js'
 
@@ -26,9 +26,9 @@ export interface NatsServer {
   /** The certificates, seeds and key of a secure server. */
   security: NatsSecurityFiles | undefined
   /** NATS_URL, and for a secure server the service's TLS and nkey files. */
-  envFor(service: NatsService): NatsEnv
-  /** `connectNatsBus`'s `connection` for the service (TLS, nkey, inbox prefix). */
-  connectionFor(service: NatsService): NatsConnectionSettings
+  envFor(identity: NatsIdentity): NatsEnv
+  /** `connectNatsBus`'s (or `connect`'s) connection settings for the identity (TLS, nkey, inbox prefix). */
+  connectionFor(identity: NatsIdentity): NatsConnectionSettings
   start(): Promise<void>
   stop(): Promise<void>
   destroy(): Promise<void>
@@ -65,13 +65,13 @@ export async function startNats(options: { secure?: boolean } = {}): Promise<Nat
   if (options.secure) {
     security = ensureNatsSecurityFiles(path.join(dir, 'security'), { hosts: LOCAL_HOSTS })
     const configFile = path.join(security.dir, 'nats-server.conf')
-    const users = { 'payment-service': security.services['payment-service'].publicKey, 'control-plane': security.services['control-plane'].publicKey }
+    const users = { 'payment-service': security.services['payment-service'].publicKey, 'control-plane': security.services['control-plane'].publicKey, operator: security.services.operator.publicKey }
     const tls = { certFile: security.serverCertFile, keyFile: security.serverKeyFile, caFile: security.caFile }
     const config = renderNatsServerConfig({ host: '127.0.0.1', port, storeDir: path.join(dir, 'store'), tls, users, encryptionKeyFile: security.encryptionKeyFile, logFile: path.join(dir, 'server.log') })
     fs.writeFileSync(configFile, config)
     args = ['-c', configFile]
   }
-  const envFor = (service: NatsService): NatsEnv => {
+  const envFor = (service: NatsIdentity): NatsEnv => {
     if (!security) return { NATS_URL: url }
     const files = security.services[service]
     return { NATS_URL: url, NATS_CA_FILE: security.caFile, NATS_CERT_FILE: files.certFile, NATS_KEY_FILE: files.keyFile, NATS_NKEY_SEED_FILE: files.seedFile }
@@ -102,7 +102,7 @@ export async function startNats(options: { secure?: boolean } = {}): Promise<Nat
     port,
     security,
     envFor,
-    connectionFor: (service) => natsConnectionSettings(envFor(service), service),
+    connectionFor: (identity) => natsConnectionSettings(envFor(identity), identity === 'operator' ? undefined : identity),
     start,
     stop,
     async destroy() {
