@@ -290,7 +290,7 @@ describe('worker faults survived on the split stack (separate daemon processes, 
       message_id: string
     }>
     expect(expected.map((e) => e.subject.split('.').at(-1))).toEqual(expect.arrayContaining(['started', 'completed']))
-    const nc = await connect({ servers: stack.nats.url })
+    const nc = await connect({ servers: stack.nats.url, ...stack.nats.connectionFor('operator') })
     try {
       // Read back from the stream itself (message by message: Debian's nats-server predates
       // consumers with several filter subjects).

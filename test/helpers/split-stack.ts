@@ -253,7 +253,8 @@ export async function startSplitStack(options: SplitStackOptions = {}): Promise<
       ownPostgres = await startPostgres()
       return [await ownDatabase(ownPostgres.url, 'np_split_cp'), await ownDatabase(ownPostgres.url, 'np_split_payments')]
     }
-    const [natsServer, [cp, payments]] = await Promise.all([startNats(), twoDatabases()])
+    // NATS as in production: mutual TLS, one nkey user per service, streams encrypted at rest.
+    const [natsServer, [cp, payments]] = await Promise.all([startNats({ secure: true }), twoDatabases()])
     nats = natsServer
     databases = [cp, payments]
 
@@ -323,6 +324,8 @@ export async function startSplitStack(options: SplitStackOptions = {}): Promise<
         API_RATE_LIMIT_PER_MINUTE: '100000',
       },
       orchestrator: {
+        // It confirms each payment.completed with the payment service before activating.
+        PAYMENT_SERVICE_URL: `127.0.0.1:${payment.grpc}`,
         LOCAL_HOSTS_DIR: hostsDir,
         AGENT_GATEWAY_CA_FILE: path.join(devCaDir(dataDir), 'ca.pem'),
         WORKFLOW_LEASE: '5s',
@@ -344,7 +347,7 @@ export async function startSplitStack(options: SplitStackOptions = {}): Promise<
       instances.set(name, {
         name,
         kind,
-        env: { ...common, ...defaults[kind], ...own, ...options.envFor?.[kind] },
+        env: { ...common, ...natsServer.envFor(kind === 'payment-service' ? 'payment-service' : 'control-plane'), ...defaults[kind], ...own, ...options.envFor?.[kind] },
         logFile: path.join(logDir, `${name}.log`),
         pid: undefined,
         proc: undefined,
