@@ -33,6 +33,10 @@ export type AuthServerSettings = Pick<
   | 'AUTH_ACCESS_TOKEN_TTL'
   | 'AUTH_REFRESH_TOKEN_TTL'
   | 'AUTH_SIGNING_KEY_FILE'
+  | 'AUTH_SIWE_DOMAIN'
+  | 'AUTH_SIWE_URI'
+  | 'AUTH_SIWE_CHAIN_ID'
+  | 'AUTH_SIWE_SOLANA_CHAIN'
 >
 
 export interface AuthServerDeps {
@@ -76,6 +80,7 @@ export async function startAuthServer(config: AuthServerSettings, deps: AuthServ
     refreshTokenTtlMs: config.AUTH_REFRESH_TOKEN_TTL,
     bodyLimitBytes: config.HTTP_BODY_LIMIT_BYTES,
     now,
+    binding: { domain: config.AUTH_SIWE_DOMAIN, uri: config.AUTH_SIWE_URI, ethereumChainId: config.AUTH_SIWE_CHAIN_ID, solanaChain: config.AUTH_SIWE_SOLANA_CHAIN },
   })
   const app = createApiApp({
     db,

@@ -7,6 +7,8 @@ import crypto from 'node:crypto'
 import type { Queryable } from '../db/knex.js'
 import { toDate, toDateOrNull } from '../db/dialect.js'
 import { ValidationError } from '../errors.js'
+import { buildSignInMessage, DEFAULT_SIGN_IN_BINDING, type SignInBinding } from './sign-in-message.js'
+import { detectWalletType } from './wallet.js'
 
 export const NONCE_LENGTH = 64
 export const NONCE_TTL_MS = 5 * 60_000
@@ -36,26 +38,44 @@ export function generateNonce(): string {
   return nonce
 }
 
-/** The sign-in text: names the service, the address (wallet.ts requires it) and the nonce. */
-export function signInMessage(address: string, nonce: string, issuedAt: Date, expiresAt: Date): string {
-  return [
-    'nodeplane wants you to sign in with your wallet:',
-    address,
-    '',
-    'Signing proves you own this wallet. It costs nothing and sends no transaction.',
-    '',
-    `Nonce: ${nonce}`,
-    `Issued At: ${issuedAt.toISOString()}`,
-    `Expiration Time: ${expiresAt.toISOString()}`,
-  ].join('\n')
-}
-
 /** `address` must already be normalised (normalizeWalletAddress). */
-export async function issueNonce(db: Queryable, address: string, now: Date, ttlMs: number = NONCE_TTL_MS): Promise<IssuedNonce> {
+export async function issueNonce(
+  db: Queryable,
+  address: string,
+  now: Date,
+  binding: SignInBinding = DEFAULT_SIGN_IN_BINDING,
+  ttlMs: number = NONCE_TTL_MS,
+): Promise<IssuedNonce> {
   const nonce = generateNonce()
   const expiresAt = new Date(now.getTime() + ttlMs)
-  await db('auth_nonces').insert({ nonce, address, created_at: now, expires_at: expiresAt, used_at: null })
-  return { nonce, address, created_at: now, expires_at: expiresAt, message: signInMessage(address, nonce, now, expiresAt) }
+  await db('auth_nonces').insert({ nonce, address, created_at: now, expires_at: expiresAt, used_at: null, purpose: 'sign_in', user_id: null })
+  const walletType = detectWalletType(address) ?? 'ethereum'
+  const message = buildSignInMessage(binding, { walletType, address, nonce, issuedAt: now, expiresAt })
+  return { nonce, address, created_at: now, expires_at: expiresAt, message }
+}
+
+export interface NonceRecord {
+  nonce: string
+  address: string
+  purpose: string
+  user_id: string | null
+  created_at: Date
+  expires_at: Date
+  used_at: Date | null
+}
+
+export async function findNonce(db: Queryable, nonce: string): Promise<NonceRecord | undefined> {
+  const row = (await db('auth_nonces').where({ nonce }).first()) as Record<string, unknown> | undefined
+  if (!row) return undefined
+  return {
+    nonce: String(row.nonce),
+    address: String(row.address),
+    purpose: String(row.purpose ?? 'sign_in'),
+    user_id: row.user_id === null || row.user_id === undefined ? null : String(row.user_id),
+    created_at: toDate(row.created_at),
+    expires_at: toDate(row.expires_at),
+    used_at: toDateOrNull(row.used_at),
+  }
 }
 
 /**
@@ -76,7 +96,7 @@ export function nonceFromMessage(message: string): string {
  */
 export async function consumeNonce(db: Queryable, nonce: string, address: string, now: Date): Promise<boolean> {
   const updated = await db('auth_nonces')
-    .where({ nonce, address })
+    .where({ nonce, address, purpose: 'sign_in' })
     .whereNull('used_at')
     .where('expires_at', '>', now)
     .update({ used_at: now })
@@ -88,6 +108,7 @@ export async function whyNonceUnusable(db: Queryable, nonce: string, address: st
   const row = (await db('auth_nonces').where({ nonce }).first()) as Record<string, unknown> | undefined
   if (!row) return 'the nonce was not issued by this server; request one with GET /auth/nonce'
   if (row.address !== address) return 'the nonce was issued for another address; request one for this address'
+  if ((row.purpose ?? 'sign_in') !== 'sign_in') return 'the nonce was issued for another purpose; request one with GET /auth/nonce'
   if (toDateOrNull(row.used_at) !== null) return 'the nonce was already used; request a new one'
   if (toDate(row.expires_at) <= now) return 'the nonce expired; request a new one'
   return undefined

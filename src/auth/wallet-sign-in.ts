@@ -12,12 +12,13 @@
 import type { Db, Queryable } from '../db/knex.js'
 import { isUniqueViolation } from '../db/errors.js'
 import { uuidv7 } from '../db/ids.js'
-import { UnauthorizedError } from '../errors.js'
-import { consumeNonce, issueNonce, nonceFromMessage, whyNonceUnusable, type IssuedNonce } from './nonces.js'
+import { UnauthorizedError, ValidationError } from '../errors.js'
+import { consumeNonce, findNonce, issueNonce, whyNonceUnusable, type IssuedNonce, type NonceRecord } from './nonces.js'
+import { bindingMismatch, DEFAULT_SIGN_IN_BINDING, parseSignInMessage, type SignInBinding } from './sign-in-message.js'
 import { createRefreshToken } from './refresh-tokens.js'
 import type { TokenIssuer } from './token-issuer.js'
 import { findUserByWalletAddress, userFromRow, type User } from './users.js'
-import { normalizeWalletAddress, verifyWalletSignature, type VerifiedWallet } from './wallet.js'
+import { detectWalletType, normalizeWalletAddress, verifyWalletSignature, type VerifiedWallet } from './wallet.js'
 
 export interface TokenPair {
   access_token: string
@@ -32,10 +33,12 @@ export interface SignInDeps {
   db: Db
   issuer: TokenIssuer
   refreshTokenTtlMs: number
+  /** The domain, URI and chain sign-in messages must name (AUTH_SIWE_*). */
+  binding?: SignInBinding
 }
 
-export async function requestNonce(db: Queryable, address: string, now: Date): Promise<IssuedNonce> {
-  return issueNonce(db, normalizeWalletAddress(address), now)
+export async function requestNonce(db: Queryable, address: string, now: Date, binding: SignInBinding = DEFAULT_SIGN_IN_BINDING): Promise<IssuedNonce> {
+  return issueNonce(db, normalizeWalletAddress(address), now, binding)
 }
 
 export interface WalletSignIn {
@@ -52,13 +55,32 @@ export interface SignedIn {
 
 export async function signInWithWallet(deps: SignInDeps, input: WalletSignIn, now: Date): Promise<SignedIn> {
   const address = normalizeWalletAddress(input.address)
-  const nonce = nonceFromMessage(input.message)
+  const walletType = detectWalletType(address) ?? 'ethereum'
+  const binding = deps.binding ?? DEFAULT_SIGN_IN_BINDING
+  const fields = parseSignInMessage(walletType, input.message)
+  if (normalizeWalletAddress(fields.address) !== address) {
+    throw new ValidationError('invalid sign-in message', 'body.message: the message names another address than body.address')
+  }
+  const mismatch = bindingMismatch(binding, walletType, fields)
+  if (mismatch !== undefined) throw new UnauthorizedError('sign-in message not for this service', mismatch)
+  const nonce = fields.nonce
   const unusable = await whyNonceUnusable(deps.db, nonce, address, now)
   if (unusable !== undefined) throw new UnauthorizedError('invalid nonce', unusable)
+  // Issued At and Expiration Time are the ones the server put in the message it issued: a
+  // message stretching its own lifetime, or dated otherwise, is not the challenge.
+  const issued = (await findNonce(deps.db, nonce)) as NonceRecord
+  if (fields.issuedAt !== issued.created_at.toISOString() || fields.expirationTime !== issued.expires_at.toISOString()) {
+    throw new UnauthorizedError('invalid nonce', 'the message\'s Issued At / Expiration Time are not the ones issued with the nonce; sign the message GET /auth/nonce returned')
+  }
 
   const wallet = verifyWalletSignature({ message: input.message, signature: input.signature, address })
   if (wallet.address !== address) {
     throw new UnauthorizedError('wallet signature does not match the address', 'the signature was not made by the address given')
+  }
+  if (fields.siwe) {
+    // The EIP-4361 library's own check too: signature, domain, nonce and time window.
+    const verified = await fields.siwe.verify({ signature: input.signature, domain: binding.domain, nonce, time: now.toISOString() }, { suppressExceptions: true })
+    if (!verified.success) throw new UnauthorizedError('wallet signature does not match the address', `the sign-in message does not verify: ${String(verified.error?.type ?? 'invalid')}`)
   }
 
   const { user, created, refresh } = await deps.db.transaction(async (trx) => {

@@ -14,6 +14,7 @@
  * stays in every mode so tokens from an earlier `both`/`siwe` period can always be revoked.
  */
 import type { AuthRateLimiter } from '../../auth/auth-rate-limit.js'
+import type { SignInBinding } from '../../auth/sign-in-message.js'
 import type { TokenIssuer } from '../../auth/token-issuer.js'
 import type { Db } from '../../db/knex.js'
 import type { ApiRoute } from '../route.js'
@@ -44,6 +45,8 @@ export interface AuthServerRoutesOptions {
   webhookKey?: Buffer
   bodyLimitBytes: number
   now: () => Date
+  /** AUTH_SIWE_*: the domain, URI and chain wallet sign-in messages are bound to. */
+  binding?: SignInBinding
 }
 
 export function authServerRoutes(options: AuthServerRoutesOptions): ApiRoute[] {
@@ -54,7 +57,7 @@ export function authServerRoutes(options: AuthServerRoutesOptions): ApiRoute[] {
     const issuer = options.issuer
     if (!issuer) throw new Error(`mode ${options.mode} serves wallet sign-in and needs a token issuer`)
     routes.push(jwksRoute({ issuer }))
-    routes.push(...walletSignInRoutes({ db, issuer, refreshTokenTtlMs, now }).map(limited))
+    routes.push(...walletSignInRoutes({ db, issuer, refreshTokenTtlMs, now, ...(options.binding ? { binding: options.binding } : {}) }).map(limited))
     routes.push(limited(refreshRoute({ db, issuer, refreshTokenTtlMs, now })))
   }
   routes.push(limited(logoutRoute({ db, now })))

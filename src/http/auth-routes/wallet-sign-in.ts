@@ -4,6 +4,7 @@
  */
 import type { Db } from '../../db/knex.js'
 import { MAX_WALLET_MESSAGE_LENGTH } from '../../auth/wallet.js'
+import type { SignInBinding } from '../../auth/sign-in-message.js'
 import { requestNonce, signInWithWallet } from '../../auth/wallet-sign-in.js'
 import type { TokenIssuer } from '../../auth/token-issuer.js'
 import { errorResponse, defineRoute, type ApiRoute } from '../route.js'
@@ -15,6 +16,8 @@ export interface WalletSignInRouteDeps {
   issuer: TokenIssuer
   refreshTokenTtlMs: number
   now: () => Date
+  /** AUTH_SIWE_*: what sign-in messages must be bound to. */
+  binding?: SignInBinding
 }
 
 const address = z.string().min(1).max(100).openapi({ description: 'Ethereum (0x…, any case) or Solana (base58) address', example: '0x52908400098527886E0F7030069857D2E4169EE7' })
@@ -24,14 +27,14 @@ const nonceBody = z
     nonce: z.string().openapi({ description: '64 random letters and digits; single use' }),
     address: z.string().openapi({ description: 'The address, normalised: EIP-55 for Ethereum, base58 as given for Solana' }),
     expires_at: z.string().datetime().openapi({ description: 'Five minutes after issue' }),
-    message: z.string().openapi({ description: 'The exact text to sign (EIP-191 personal_sign, or Ed25519 over its UTF-8 bytes); contains the address and the nonce' }),
+    message: z.string().openapi({ description: 'The exact text to sign: a Sign-In with Ethereum (EIP-4361) message, or the same fields for Solana, bound to this service\'s domain, URI and chain' }),
   })
   .openapi('AuthNonce')
 
 const verifyRequest = z
   .object({
     address,
-    message: z.string().min(1).max(MAX_WALLET_MESSAGE_LENGTH).openapi({ description: 'The signed text; must contain the nonce issued for this address' }),
+    message: z.string().min(1).max(MAX_WALLET_MESSAGE_LENGTH).openapi({ description: 'The message GET /auth/nonce returned, signed unchanged' }),
     signature: z.string().min(1).max(200).openapi({ description: 'Ethereum: 0x + 130 hex digits; Solana: base58 of the 64-byte Ed25519 signature' }),
   })
   .openapi('WalletVerifyRequest')
@@ -47,7 +50,7 @@ export function walletSignInRoutes(deps: WalletSignInRouteDeps): ApiRoute[] {
       request: { query: z.object({ address }) },
       responses: { 200: nonceBody, 429: errorResponse('Rate limit exceeded; see Retry-After') },
     }).handle(async ({ query }) => {
-      const issued = await requestNonce(deps.db, query.address, deps.now())
+      const issued = await requestNonce(deps.db, query.address, deps.now(), deps.binding)
       return {
         status: 200,
         body: { nonce: issued.nonce, address: issued.address, expires_at: issued.expires_at.toISOString(), message: issued.message },
@@ -59,9 +62,10 @@ export function walletSignInRoutes(deps: WalletSignInRouteDeps): ApiRoute[] {
       path: '/auth/verify',
       summary: 'Wallet sign-in, step 2: the signed challenge in exchange for an access token and a refresh token',
       description:
-        'The message must contain an unused, unexpired nonce issued for the address. The user owning the wallet is found ' +
-        '(case-insensitively) or created. 401: nonce unknown, used, expired or issued for another address; signature not ' +
-        'made by the address. 400: malformed address, message or signature.',
+        'The message is the EIP-4361 (Solana: same fields) message GET /auth/nonce returned: its domain, URI, chain id, nonce, ' +
+        'Issued At and Expiration Time must be the ones issued. The user owning the wallet is found (case-insensitively) or created. ' +
+        '401: another domain, URI or chain; nonce unknown, used, expired or issued for another address; signature not made by ' +
+        'the address. 400: malformed address, message or signature.',
       tags: ['auth'],
       auth: 'none',
       request: { body: verifyRequest },
@@ -71,7 +75,7 @@ export function walletSignInRoutes(deps: WalletSignInRouteDeps): ApiRoute[] {
         429: errorResponse('Rate limit exceeded; see Retry-After'),
       },
     }).handle(async ({ body, log }) => {
-      const signedIn = await signInWithWallet({ db: deps.db, issuer: deps.issuer, refreshTokenTtlMs: deps.refreshTokenTtlMs }, body, deps.now())
+      const signedIn = await signInWithWallet({ db: deps.db, issuer: deps.issuer, refreshTokenTtlMs: deps.refreshTokenTtlMs, ...(deps.binding ? { binding: deps.binding } : {}) }, body, deps.now())
       log.info({ userId: signedIn.user.id, walletType: signedIn.user.wallet_type, userCreated: signedIn.created }, 'wallet sign-in')
       return { status: 200, body: tokenPairBody(signedIn.tokens), headers: { 'Cache-Control': 'no-store' } }
     }),

@@ -44,6 +44,9 @@ export function sharedSigningKeyFile(): string {
   return path.join(sharedKeyDir, 'auth-signing-key.pem')
 }
 
+/** What the test auth servers bind wallet sign-in messages to. */
+export const SIWE = { domain: 'app.nodeplane.test', uri: 'https://app.nodeplane.test/login', ethereumChainId: 1, solanaChain: 'mainnet' } as const
+
 export interface StartedAuthServer {
   url: string
   logs: LogCapture
@@ -68,6 +71,10 @@ export async function startTestAuthServer(
     AUTH_ACCESS_TOKEN_TTL: 15 * 60_000,
     AUTH_REFRESH_TOKEN_TTL: 7 * 24 * 3_600_000,
     AUTH_SIGNING_KEY_FILE: sharedSigningKeyFile(),
+    AUTH_SIWE_DOMAIN: SIWE.domain,
+    AUTH_SIWE_URI: SIWE.uri,
+    AUTH_SIWE_CHAIN_ID: SIWE.ethereumChainId,
+    AUTH_SIWE_SOLANA_CHAIN: SIWE.solanaChain,
     ...options.settings,
   }
   const server = await startAuthServer(settings, {

@@ -9,7 +9,8 @@ import { afterEach, describe, expect, it } from 'vitest'
 import { findUserByWalletAddress } from '../../../src/auth/users.js'
 import { DIALECTS } from '../../helpers/db.js'
 import { getJson, Resources } from '../http/harness.js'
-import { postJson, randomWallet, startTestAuthServer, TestClock } from './auth-server-support.js'
+import { SiweMessage } from 'siwe'
+import { postJson, randomWallet, SIWE, startTestAuthServer, TestClock } from './auth-server-support.js'
 
 interface NonceBody {
   nonce: string
@@ -81,6 +82,87 @@ describe.each(DIALECTS)('auth server wallet sign-in on %s', (dialect) => {
     const again = await postJson(`${url}/auth/verify`, { address: wallet.address, message: next.message, signature: await wallet.signMessage(next.message) })
     expect(again.status).toBe(200)
     expect(Number((await db('users').count({ n: '*' }).first())?.n)).toBe(1)
+  })
+
+  it('issues a Sign-In with Ethereum (EIP-4361) message bound to the configured domain, URI and chain', async () => {
+    const { clock, nonce } = await setup()
+    const wallet = randomWallet()
+    const issued = await nonce(wallet.address)
+    const parsed = new SiweMessage(issued.message)
+    expect(parsed).toMatchObject({
+      domain: SIWE.domain,
+      address: wallet.address,
+      uri: SIWE.uri,
+      version: '1',
+      chainId: SIWE.ethereumChainId,
+      nonce: issued.nonce,
+      issuedAt: clock.now().toISOString(),
+      expirationTime: issued.expires_at,
+    })
+    const solana = solanaWallet()
+    const forSolana = await nonce(solana.address)
+    expect(forSolana.message.split('\n')).toEqual([
+      `${SIWE.domain} wants you to sign in with your Solana account:`,
+      solana.address,
+      '',
+      expect.stringContaining('Sign in to nodeplane'),
+      '',
+      `URI: ${SIWE.uri}`,
+      'Version: 1',
+      `Chain ID: ${SIWE.solanaChain}`,
+      `Nonce: ${forSolana.nonce}`,
+      `Issued At: ${clock.now().toISOString()}`,
+      `Expiration Time: ${forSolana.expires_at}`,
+    ])
+  })
+
+  it('refuses a relayed nonce signed for another domain, another URI or chain, altered times, with 401; the nonce stays usable', async () => {
+    const { db, url, nonce } = await setup()
+    const wallet = randomWallet()
+    const issued = await nonce(wallet.address)
+    const parsed = new SiweMessage(issued.message)
+    const variant = (change: Partial<SiweMessage>) => new SiweMessage({ ...parsed, ...change }).prepareMessage()
+    const cases: Array<[string, string, RegExp]> = [
+      // A phishing site relays our nonce and has the victim sign a message for its own domain.
+      ['another domain', variant({ domain: 'nodeplane-login.evil.test' }), /domain "nodeplane-login.evil.test"/],
+      ['another URI', variant({ uri: 'https://evil.test/login' }), /URI "https:\/\/evil.test\/login"/],
+      ['another chain id', variant({ chainId: 5 }), /chain id 5/],
+      ['a later expiry', variant({ expirationTime: new Date(Date.parse(issued.expires_at) + 3_600_000).toISOString() }), /Expiration Time/],
+      ['another issue time', variant({ issuedAt: new Date(Date.parse(parsed.issuedAt as string) - 1000).toISOString() }), /Issued At/],
+    ]
+    for (const [what, message, details] of cases) {
+      const res = await postJson(`${url}/auth/verify`, { address: wallet.address, message, signature: await wallet.signMessage(message) })
+      expect(res.status, what).toBe(401)
+      expect(String(res.body.details), what).toMatch(details)
+    }
+    // Free text with the nonce in it, the old accepted form, is not a sign-in message.
+    const freeText = `please sign ${issued.nonce} for ${wallet.address}`
+    const free = await postJson(`${url}/auth/verify`, { address: wallet.address, message: freeText, signature: await wallet.signMessage(freeText) })
+    expect(free.status).toBe(400)
+    expect(String(free.body.details)).toContain('body.message')
+    expect(await db('users').count({ n: '*' }).first()).toMatchObject({ n: expect.anything() })
+    expect(Number(((await db('users').count({ n: '*' }).first()) as { n: number | string }).n)).toBe(0)
+
+    // The genuine message still signs in, once.
+    const ok = await postJson(`${url}/auth/verify`, { address: wallet.address, message: issued.message, signature: await wallet.signMessage(issued.message) })
+    expect(ok.status).toBe(200)
+    const reused = await postJson(`${url}/auth/verify`, { address: wallet.address, message: issued.message, signature: await wallet.signMessage(issued.message) })
+    expect(reused.status).toBe(401)
+    expect(reused.body).toMatchObject({ error: 'invalid nonce', details: expect.stringContaining('already used') })
+  })
+
+  it('refuses a Solana message for another domain, and one not in the structured format', async () => {
+    const { url, nonce } = await setup()
+    const wallet = solanaWallet()
+    const issued = await nonce(wallet.address)
+    const relayed = issued.message.replace(`${SIWE.domain} wants you`, 'evil.test wants you')
+    const res = await postJson(`${url}/auth/verify`, { address: wallet.address, message: relayed, signature: wallet.sign(relayed) })
+    expect(res.status).toBe(401)
+    expect(String(res.body.details)).toContain('domain "evil.test"')
+    const extra = `${issued.message}\nResources: x`
+    expect((await postJson(`${url}/auth/verify`, { address: wallet.address, message: extra, signature: wallet.sign(extra) })).status).toBe(400)
+    const ok = await postJson(`${url}/auth/verify`, { address: wallet.address, message: issued.message, signature: wallet.sign(issued.message) })
+    expect(ok.status).toBe(200)
   })
 
   it('signs in a Solana wallet (Ed25519 over the message, base58)', async () => {
