@@ -35,6 +35,12 @@ export interface ExecResult {
   stderr: string
 }
 
+export interface ExecOptions {
+  timeoutMs?: number
+  /** Written to the command's stdin, which is then closed (it is closed at once without it). */
+  stdin?: Buffer | string
+}
+
 export interface SshPoolOptions {
   /** TCP connect plus SSH handshake (default 10 s). */
   connectTimeoutMs?: number
@@ -103,7 +109,7 @@ interface PooledHost {
 
 export interface SshPool {
   /** Runs one command; rejects on connect failure, host key mismatch or timeout (a non-zero exit is a result). */
-  exec(target: SshTarget, command: string, options?: { timeoutMs?: number }): Promise<ExecResult>
+  exec(target: SshTarget, command: string, options?: ExecOptions): Promise<ExecResult>
   /** Connects (or reuses the connection) and returns the host key's fingerprint it presented. */
   connect(target: SshTarget): Promise<string>
   /** Closes the host's connection (its key or address changed, or it was removed). */
@@ -190,7 +196,7 @@ export function createSshPool(options: SshPoolOptions = {}): SshPool {
     return made
   }
 
-  const runCommand = (client: Client, command: string, timeoutMs: number, where: string): Promise<ExecResult> =>
+  const runCommand = (client: Client, command: string, timeoutMs: number, where: string, stdin: Buffer | string | undefined): Promise<ExecResult> =>
     new Promise((resolve, reject) => {
       const stdout: Buffer[] = []
       const stderr: Buffer[] = []
@@ -217,6 +223,8 @@ export function createSshPool(options: SshPoolOptions = {}): SshPool {
         })
         stream.on('data', (chunk: Buffer) => stdout.push(chunk))
         stream.stderr.on('data', (chunk: Buffer) => stderr.push(chunk))
+        // A command that reads stdin must see its end, or it would wait for the timeout.
+        stream.end(stdin)
         stream.on('close', () => {
           clearTimeout(timer)
           if (done) return
@@ -237,7 +245,7 @@ export function createSshPool(options: SshPoolOptions = {}): SshPool {
       return pooled.sessions.run(async () => {
         const made = connection(target)
         const { client } = await made
-        return runCommand(client, command, execOptions.timeoutMs ?? execTimeoutMs, `${target.address}:${target.port}`).catch((err: unknown) => {
+        return runCommand(client, command, execOptions.timeoutMs ?? execTimeoutMs, `${target.address}:${target.port}`, execOptions.stdin).catch((err: unknown) => {
           // The timed-out command's connection was ended: the next command opens a new one.
           if (err instanceof SshTimeoutError && pooled.connection === made) pooled.connection = undefined
           throw err
