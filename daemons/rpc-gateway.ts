@@ -21,6 +21,7 @@ import { createRpcRateLimiter, purgeIdleBuckets } from '../src/rpc-gateway/rate-
 import { followBusHealthEvents, followNatsHealthEvents, type RouteEvents } from '../src/rpc-gateway/route-events.js'
 import { RouteTable } from '../src/rpc-gateway/route-table.js'
 import { createUpstreamClient } from '../src/rpc-gateway/upstream.js'
+import { createWebSocketProxy } from '../src/rpc-gateway/websocket.js'
 
 export type RpcGatewaySettings = Pick<
   RpcGatewayConfig,
@@ -33,6 +34,8 @@ export type RpcGatewaySettings = Pick<
   | 'RPC_GATEWAY_MAX_BATCH'
   | 'RPC_GATEWAY_ROUTE_TTL'
   | 'RPC_GATEWAY_UPSTREAM_TIMEOUT'
+  | 'RPC_GATEWAY_MAX_SUBSCRIPTIONS'
+  | 'RPC_GATEWAY_KEY_RECHECK'
 > & { LOCAL_HOSTS_DIR?: string | undefined }
 
 export interface RpcGatewayDeps {
@@ -80,7 +83,21 @@ export async function startRpcGateway(config: RpcGatewaySettings, deps: RpcGatew
     now,
   })
 
-  const invalidate = (nodeId: string) => routes.invalidate(nodeId)
+  const websockets = createWebSocketProxy({
+    db,
+    routes,
+    logger,
+    maxPayloadBytes: config.RPC_GATEWAY_BODY_LIMIT_BYTES,
+    maxBatch: config.RPC_GATEWAY_MAX_BATCH,
+    maxSubscriptions: config.RPC_GATEWAY_MAX_SUBSCRIPTIONS,
+    keyRecheckMs: config.RPC_GATEWAY_KEY_RECHECK,
+    now,
+  })
+
+  const invalidate = (nodeId: string) => {
+    routes.invalidate(nodeId)
+    websockets.nodeChanged(nodeId).catch((err: unknown) => logger.warn({ err, node_id: nodeId }, 'rpc gateway: cannot re-check WebSocket connections'))
+  }
   let events: RouteEvents | undefined
   if (deps.events && 'bus' in deps.events) events = await followBusHealthEvents(deps.events.bus, invalidate)
   else if (deps.events) {
@@ -103,7 +120,10 @@ export async function startRpcGateway(config: RpcGatewaySettings, deps: RpcGatew
     },
   })
 
-  const server = await startHttpServer({ callback: () => handler }, { host: config.HTTP_HOST, port: config.RPC_GATEWAY_PORT }).catch(async (err: NodeJS.ErrnoException) => {
+  const server = await startHttpServer(
+    { callback: () => handler },
+    { host: config.HTTP_HOST, port: config.RPC_GATEWAY_PORT, onUpgrade: (req, socket, head) => websockets.handleUpgrade(req, socket, head) },
+  ).catch(async (err: NodeJS.ErrnoException) => {
     await housekeeping.stop()
     await events?.close()
     upstream.close()
@@ -116,6 +136,7 @@ export async function startRpcGateway(config: RpcGatewaySettings, deps: RpcGatew
     url: server.url,
     routes,
     async stop() {
+      websockets.close()
       await server.close()
       await events?.close()
       await housekeeping.stop()

@@ -425,6 +425,10 @@ export const rpcGatewayOnlyEnv = {
   /** How long a node's route is used without re-reading it, when no event says it changed. */
   RPC_GATEWAY_ROUTE_TTL: duration('5s'),
   RPC_GATEWAY_UPSTREAM_TIMEOUT: duration('30s'),
+  /** `eth_subscribe` calls one WebSocket connection may hold. */
+  RPC_GATEWAY_MAX_SUBSCRIPTIONS: z.coerce.number().int().min(1).max(10_000).default(100),
+  /** How often an open WebSocket's API key is checked again (a revoked key's connections close within it). */
+  RPC_GATEWAY_KEY_RECHECK: duration('10s'),
 }
 
 /** Where customers reach the rpc-gateway, for the endpoints the api-server shows; default http://127.0.0.1:$RPC_GATEWAY_PORT. */

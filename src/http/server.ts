@@ -20,6 +20,8 @@ export interface HttpServerOptions {
   requestTimeoutMs?: number
   /** Idle time before a keep-alive connection is closed. */
   keepAliveTimeoutMs?: number
+  /** HTTP Upgrade requests (WebSocket); without it they are refused by Node (the socket is closed). */
+  onUpgrade?: (req: http.IncomingMessage, socket: import('node:stream').Duplex, head: Buffer) => void
 }
 
 export interface RunningHttpServer {
@@ -58,6 +60,7 @@ export async function startHttpServer(app: HttpApp, options: HttpServerOptions):
   // keepAliveTimeout must stay below headersTimeout, or Node may cut a request that reused a socket.
   server.keepAliveTimeout = Math.min(options.keepAliveTimeoutMs ?? DEFAULT_KEEP_ALIVE_TIMEOUT_MS, server.headersTimeout - 1)
 
+  if (options.onUpgrade) server.on('upgrade', options.onUpgrade)
   const sockets = new Set<Socket>()
   server.on('connection', (socket: Socket) => {
     sockets.add(socket)

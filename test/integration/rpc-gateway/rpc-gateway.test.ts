@@ -49,6 +49,8 @@ const SETTINGS = (dataDir: string, overrides: Partial<RpcGatewaySettings> = {}):
   // Long: every route change in this file must reach the gateway through the events.
   RPC_GATEWAY_ROUTE_TTL: 3_600_000,
   RPC_GATEWAY_UPSTREAM_TIMEOUT: 10_000,
+  RPC_GATEWAY_MAX_SUBSCRIPTIONS: 2,
+  RPC_GATEWAY_KEY_RECHECK: 100,
   ...overrides,
 })
 

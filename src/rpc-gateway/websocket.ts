@@ -1,0 +1,166 @@
+/**
+ * WebSocket pass-through (docs/rpc-gateway.md, "WebSocket"): `ws(s)://{rpc_url}/v1/{node_id}`
+ * (key in a header or the path, as over HTTP) is joined to a WebSocket on the node's RPC, so
+ * `eth_subscribe` (newHeads, logs) notifications flow straight back. Each frame the client sends
+ * goes through the method policy and the per-connection subscription limit first.
+ *
+ * A connection is closed by the gateway (code 1012, "service restart": clients reconnect) when
+ * the node's route changes (a health event: moved, or no longer serving), and with 4401 when its
+ * key stops being valid (checked every `keyRecheckMs` and at the next frame after that).
+ */
+import type http from 'node:http'
+import type { Duplex } from 'node:stream'
+import WebSocket, { WebSocketServer, type RawData } from 'ws'
+import type { Db } from '../db/knex.js'
+import type { Logger } from '../log.js'
+import { identifyCaller } from './caller.js'
+import { errorResponse, isErrorResponse, parseBody, RPC_ERROR } from './json-rpc.js'
+import { SERVING_STATES, upstreamAuthorization, type RouteTable } from './route-table.js'
+
+export const CLOSE_NODE_CHANGED = 1012
+export const CLOSE_KEY_INVALID = 4401
+
+export interface WebSocketProxyOptions {
+  db: Db
+  routes: RouteTable
+  logger: Logger
+  maxPayloadBytes: number
+  maxBatch: number
+  maxSubscriptions: number
+  keyRecheckMs: number
+  now?: () => Date
+}
+
+interface Connection {
+  nodeId: string
+  upstreamUrl: string
+  client: WebSocket
+  upstream: WebSocket
+}
+
+const ENDPOINT = /^\/v1\/([^/]+)(?:\/([^/]+))?\/?$/
+
+function refuseUpgrade(socket: Duplex, status: number, reason: string, code: number, message: string): void {
+  const body = JSON.stringify(errorResponse(null, code, message))
+  socket.end(`HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`)
+}
+
+export function createWebSocketProxy(options: WebSocketProxyOptions) {
+  const now = options.now ?? (() => new Date())
+  const wss = new WebSocketServer({ noServer: true, maxPayload: options.maxPayloadBytes })
+  const byNode = new Map<string, Set<Connection>>()
+
+  const forget = (conn: Connection) => {
+    const set = byNode.get(conn.nodeId)
+    set?.delete(conn)
+    if (set && set.size === 0) byNode.delete(conn.nodeId)
+  }
+
+  async function accept(req: http.IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
+    const match = ENDPOINT.exec((req.url ?? '/').split('?')[0] as string)
+    if (!match) return refuseUpgrade(socket, 404, 'Not Found', RPC_ERROR.invalidRequest, 'not found: node endpoints are /v1/{node_id}')
+    const nodeId = match[1] as string
+    const pathKey = match[2]
+    const who = await identifyCaller(options.db, req.headers, pathKey, now())
+    if (!who.ok) return refuseUpgrade(socket, who.status, who.status === 401 ? 'Unauthorized' : 'Forbidden', who.status === 401 ? RPC_ERROR.unauthorized : RPC_ERROR.forbidden, who.message)
+    const route = await options.routes.get(nodeId)
+    if (!route || route.ownerId !== who.caller.userId) return refuseUpgrade(socket, 404, 'Not Found', RPC_ERROR.nodeNotFound, 'node not found: no node with this id among your nodes')
+    if (!SERVING_STATES.includes(route.state) || !route.upstream) {
+      return refuseUpgrade(socket, 503, 'Service Unavailable', RPC_ERROR.nodeNotServing, `node ${route.nodeId} is not serving (${route.state}); retry shortly`)
+    }
+    const upstreamUrl = route.upstream.url.replace(/^http/, 'ws')
+    const authorization = await upstreamAuthorization(route.upstream)
+    const upstream = new WebSocket(upstreamUrl, { headers: authorization ? { authorization } : {}, handshakeTimeout: 10_000 })
+    try {
+      await new Promise<void>((resolve, reject) => {
+        upstream.once('open', () => resolve())
+        upstream.once('error', reject)
+        upstream.once('unexpected-response', (_r, res) => reject(new Error(`the node answered the upgrade with HTTP ${res.statusCode}`)))
+      })
+    } catch (err) {
+      upstream.terminate()
+      options.logger.warn({ node_id: nodeId, err: (err as Error).message }, 'rpc gateway: the node refused a WebSocket')
+      return refuseUpgrade(socket, 502, 'Bad Gateway', RPC_ERROR.upstreamUnavailable, "the node's RPC does not accept WebSocket connections right now")
+    }
+    wss.handleUpgrade(req, socket, head, (client) => {
+      const conn: Connection = { nodeId: route.nodeId, upstreamUrl, client, upstream }
+      let set = byNode.get(conn.nodeId)
+      if (!set) byNode.set(conn.nodeId, (set = new Set()))
+      set.add(conn)
+      let subscriptions = 0
+      let keyCheckedAt = Date.now()
+      const apiKey = pathKey ?? undefined
+      const recheckKey = async (): Promise<boolean> => {
+        keyCheckedAt = Date.now()
+        const again = await identifyCaller(options.db, req.headers, apiKey, now())
+        if (again.ok) return true
+        client.close(CLOSE_KEY_INVALID, again.message.slice(0, 120))
+        return false
+      }
+      const timer = setInterval(() => void recheckKey().catch(() => undefined), options.keyRecheckMs)
+      const closeBoth = () => {
+        clearInterval(timer)
+        forget(conn)
+        if (upstream.readyState === WebSocket.OPEN || upstream.readyState === WebSocket.CONNECTING) upstream.close()
+        if (client.readyState === WebSocket.OPEN) client.close(CLOSE_NODE_CHANGED, 'the node closed the connection')
+      }
+      upstream.on('message', (data: RawData, isBinary) => client.send(data, { binary: isBinary }))
+      upstream.on('close', closeBoth)
+      upstream.on('error', closeBoth)
+      client.on('close', closeBoth)
+      client.on('error', closeBoth)
+      client.on('message', (data: RawData) => {
+        void (async () => {
+          if (Date.now() - keyCheckedAt >= options.keyRecheckMs && !(await recheckKey())) return
+          const body = Buffer.isBuffer(data) ? data : Buffer.concat(Array.isArray(data) ? data : [Buffer.from(data)])
+          const parsed = parseBody(body, options.maxBatch)
+          if (parsed.kind === 'invalid') return client.send(JSON.stringify(parsed.response))
+          const calls = parsed.kind === 'single' ? [parsed.call] : parsed.calls
+          for (const call of calls) {
+            if (isErrorResponse(call)) return client.send(JSON.stringify(call))
+            const reason = route.policy.check(call.method)
+            if (reason) return client.send(JSON.stringify(errorResponse(call.id, RPC_ERROR.methodNotAllowed, reason)))
+            if (call.method === 'eth_subscribe') {
+              if (subscriptions >= options.maxSubscriptions) {
+                return client.send(JSON.stringify(errorResponse(call.id, RPC_ERROR.limitExceeded, `at most ${options.maxSubscriptions} subscriptions per connection`)))
+              }
+              subscriptions++
+            }
+            if (call.method === 'eth_unsubscribe') subscriptions = Math.max(0, subscriptions - 1)
+          }
+          if (upstream.readyState === WebSocket.OPEN) upstream.send(body)
+        })().catch((err: unknown) => options.logger.warn({ err }, 'rpc gateway: WebSocket frame failed'))
+      })
+    })
+  }
+
+  return {
+    handleUpgrade(req: http.IncomingMessage, socket: Duplex, head: Buffer): void {
+      accept(req, socket, head).catch((err: unknown) => {
+        options.logger.error({ err }, 'rpc gateway: WebSocket upgrade failed')
+        if (!socket.destroyed) refuseUpgrade(socket, 500, 'Internal Server Error', RPC_ERROR.internal, 'internal error')
+      })
+    },
+    /** After a node's route changed: its connections whose upstream is no longer right are closed. */
+    async nodeChanged(nodeId: string): Promise<void> {
+      const conns = byNode.get(nodeId.toLowerCase())
+      if (!conns || conns.size === 0) return
+      const route = await options.routes.get(nodeId)
+      for (const conn of [...conns]) {
+        const stillRight = route && SERVING_STATES.includes(route.state) && route.upstream?.url.replace(/^http/, 'ws') === conn.upstreamUrl
+        if (!stillRight) conn.client.close(CLOSE_NODE_CHANGED, 'the node moved or stopped serving; reconnect')
+      }
+    },
+    get connections(): number {
+      let n = 0
+      for (const set of byNode.values()) n += set.size
+      return n
+    },
+    close(): void {
+      for (const set of byNode.values()) for (const conn of set) conn.client.close(1001, 'the gateway is stopping')
+      wss.close()
+    },
+  }
+}
+
+export type WebSocketProxy = ReturnType<typeof createWebSocketProxy>
