@@ -61,7 +61,10 @@ export function createWebSocketProxy(options: WebSocketProxyOptions) {
     if (!match) return refuseUpgrade(socket, 404, 'Not Found', RPC_ERROR.invalidRequest, 'not found: node endpoints are /v1/{node_id}')
     const nodeId = match[1] as string
     const pathKey = match[2]
+    // The only form of the path written down: the key never is.
+    const logged = { path: `/v1/${nodeId}${pathKey !== undefined ? '/<key>' : ''}` }
     const who = await identifyCaller(options.db, req.headers, pathKey, now())
+    if (!who.ok) options.logger.info({ ...logged, status: who.status }, 'websocket refused')
     if (!who.ok) return refuseUpgrade(socket, who.status, who.status === 401 ? 'Unauthorized' : 'Forbidden', who.status === 401 ? RPC_ERROR.unauthorized : RPC_ERROR.forbidden, who.message)
     const route = await options.routes.get(nodeId)
     if (!route || route.ownerId !== who.caller.userId) return refuseUpgrade(socket, 404, 'Not Found', RPC_ERROR.nodeNotFound, 'node not found: no node with this id among your nodes')
@@ -87,6 +90,8 @@ export function createWebSocketProxy(options: WebSocketProxyOptions) {
       let set = byNode.get(conn.nodeId)
       if (!set) byNode.set(conn.nodeId, (set = new Set()))
       set.add(conn)
+      options.logger.info({ ...logged, status: 101 }, 'websocket opened')
+      client.once('close', (code) => options.logger.info({ ...logged, code }, 'websocket closed'))
       let subscriptions = 0
       let keyCheckedAt = Date.now()
       const apiKey = pathKey ?? undefined
