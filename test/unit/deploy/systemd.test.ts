@@ -61,7 +61,20 @@ describe('generateSystemdUnits', () => {
     expect(s.EnvironmentFile).toEqual(['/etc/nodeplane/nodeplane.env'])
     expect(s.User).toEqual(['nodeplane'])
     expect(s.Group).toEqual(['nodeplane'])
-    expect(s.Environment).toEqual(['NODEPLANE_DATA_DIR=/var/lib/nodeplane'])
+    // NATS (docs/events.md, "Security"): the service's own files, copied by systemd for this unit.
+    const identity = daemon === 'payment-service' ? 'payment-service' : 'control-plane'
+    const natsEnv = ['NATS_CA_FILE=%d/nats-ca.pem', 'NATS_CERT_FILE=%d/nats-cert.pem', 'NATS_KEY_FILE=%d/nats-key.pem', 'NATS_NKEY_SEED_FILE=%d/nats.nk']
+    expect(s.Environment).toEqual(['NODEPLANE_DATA_DIR=/var/lib/nodeplane', ...(daemon === 'auth-server' ? [] : natsEnv)])
+    expect(s.LoadCredential ?? []).toEqual(
+      daemon === 'auth-server'
+        ? []
+        : [
+            'nats-ca.pem:/etc/nodeplane/nats/ca.pem',
+            `nats-cert.pem:/etc/nodeplane/nats/client-${identity}.pem`,
+            `nats-key.pem:/etc/nodeplane/nats/client-${identity}-key.pem`,
+            `nats.nk:/etc/nodeplane/nats/${identity}.nk`,
+          ],
+    )
     expect(s.WorkingDirectory).toEqual(['/var/lib/nodeplane'])
     expect(s.StateDirectory).toEqual(['nodeplane'])
     expect(s.ReadWritePaths).toEqual(['/var/lib/nodeplane'])
