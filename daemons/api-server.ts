@@ -3,6 +3,7 @@ import { localBlobStore } from '../src/artifacts/blob-store.js'
 import type { ReleasePublicKey } from '../src/artifacts/release-keys.js'
 import { createApiRateLimiter } from '../src/auth/api-rate-limit.js'
 import { authenticatorFromSettings, type AuthenticationSettings } from '../src/auth/authenticator.js'
+import { DEFAULT_SIGN_IN_BINDING } from '../src/auth/sign-in-message.js'
 import type { KeySetOptions } from '../src/auth/idp-tokens.js'
 import type { ChainSource } from '../src/config/chain-source.js'
 import type { Db } from '../src/db/knex.js'
@@ -88,6 +89,12 @@ export async function startApiServer(settings: ApiServerSettings, deps: ApiServe
       db: deps.db,
       logger: deps.logger,
       now,
+      signInBinding: {
+        domain: settings.AUTH_SIWE_DOMAIN ?? DEFAULT_SIGN_IN_BINDING.domain,
+        uri: settings.AUTH_SIWE_URI ?? DEFAULT_SIGN_IN_BINDING.uri,
+        ethereumChainId: settings.AUTH_SIWE_CHAIN_ID ?? DEFAULT_SIGN_IN_BINDING.ethereumChainId,
+        solanaChain: settings.AUTH_SIWE_SOLANA_CHAIN ?? DEFAULT_SIGN_IN_BINDING.solanaChain,
+      },
       ...(deps.masterKey ? { masterKey: deps.masterKey } : {}),
       ...(deps.chains ? { chains: deps.chains } : {}),
       ...(deps.payments ? { payments: deps.payments } : {}),

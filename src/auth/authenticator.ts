@@ -237,6 +237,11 @@ export interface AuthenticationSettings {
   AUTH_SERVER_PORT?: number
   /** Failed authentications per client address and minute before 429 (docs/auth.md). */
   AUTH_FAILURE_LIMIT_PER_MINUTE?: number
+  /** What wallet registration messages are bound to (sign-in-message.ts); defaults there. */
+  AUTH_SIWE_DOMAIN?: string
+  AUTH_SIWE_URI?: string
+  AUTH_SIWE_CHAIN_ID?: number
+  AUTH_SIWE_SOLANA_CHAIN?: string
 }
 
 export const DEFAULT_CLOCK_SKEW_MS = 30_000

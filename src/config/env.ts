@@ -124,6 +124,14 @@ export const authEnv = {
   /** Credential for the identity provider's backend API (not used by token verification). */
   AUTH_IDP_SECRET_KEY: z.string().min(1).optional(),
   AUTH_CLOCK_SKEW: duration('30s'),
+  /** Wallet sign-in messages are bound to this domain (EIP-4361 `domain`: host[:port] of the sign-in page). */
+  AUTH_SIWE_DOMAIN: z.string().regex(/^[A-Za-z0-9.-]{1,253}(:\d{1,5})?$/, 'must be a host name, optionally with :port').default('localhost'),
+  /** ... and this URI (EIP-4361 `uri`). */
+  AUTH_SIWE_URI: z.string().url('must be a URI').default('http://localhost'),
+  /** ... and this EIP-155 chain id (Ethereum messages). */
+  AUTH_SIWE_CHAIN_ID: z.coerce.number().int().min(1).max(2 ** 53 - 1).default(1),
+  /** ... and this chain name (the `Chain ID` line of Solana messages). */
+  AUTH_SIWE_SOLANA_CHAIN: z.string().regex(/^[a-z0-9-]{1,64}$/, 'must be a cluster name such as mainnet').default('mainnet'),
 }
 
 /** The api-server's own authentication settings. */
@@ -143,14 +151,6 @@ export const authServerOnlyEnv = {
   AUTH_REFRESH_TOKEN_TTL: duration('7d'),
   /** PEM file of the RS256 key that signs legacy access tokens; default <data dir>/auth-signing-key.pem. */
   AUTH_SIGNING_KEY_FILE: z.string().min(1).optional(),
-  /** Wallet sign-in messages are bound to this domain (EIP-4361 `domain`: host[:port] of the sign-in page). */
-  AUTH_SIWE_DOMAIN: z.string().regex(/^[A-Za-z0-9.-]{1,253}(:\d{1,5})?$/, 'must be a host name, optionally with :port').default('localhost'),
-  /** ... and this URI (EIP-4361 `uri`). */
-  AUTH_SIWE_URI: z.string().url('must be a URI').default('http://localhost'),
-  /** ... and this EIP-155 chain id (Ethereum messages). */
-  AUTH_SIWE_CHAIN_ID: z.coerce.number().int().min(1).max(2 ** 53 - 1).default(1),
-  /** ... and this chain name (the `Chain ID` line of Solana messages). */
-  AUTH_SIWE_SOLANA_CHAIN: z.string().regex(/^[a-z0-9-]{1,64}$/, 'must be a cluster name such as mainnet').default('mainnet'),
 }
 
 /** The durable workflow worker (orchestrator). */

@@ -1,5 +1,6 @@
 /** Every control-plane route the api-server serves under /api/v1, for createApiApp({ routes }). */
 import type { ArtifactSource } from '../../artifacts/resolve.js'
+import type { SignInBinding } from '../../auth/sign-in-message.js'
 import type { ChainSource } from '../../config/chain-source.js'
 import type { Db } from '../../db/knex.js'
 import type { Logger } from '../../log.js'
@@ -41,6 +42,8 @@ export interface ControlPlaneRouteDeps {
   artifactStore?: ArtifactSource
   /** SSH to the fleet's hosts and their key store (`POST /hosts` answers 503 without it). */
   hostFleet?: HostRouteDeps['hostFleet']
+  /** AUTH_SIWE_*: the domain, URI and chain wallet registration messages are bound to. */
+  signInBinding?: SignInBinding
   /** Where customers reach the rpc-gateway (RPC_PUBLIC_URL): nodes' `endpoints`; default http://127.0.0.1:8545. */
   rpcPublicUrl?: string
 }

@@ -1,25 +1,29 @@
 /**
- * `POST /api/v1/wallet/register-public-key` (spec: Authentication, "Wallet registration"): links
- * a wallet to the authenticated user. The signed message must contain the caller's user id (so
- * a signature made for one account cannot be replayed for another) and name the wallet address;
- * the wallet type follows from the address format (src/auth/wallet.ts).
+ * Wallet registration (spec: Authentication, "Wallet registration"; docs/auth.md):
+ * `POST /api/v1/wallet/nonce` issues the message to sign (EIP-4361 / the Solana equivalent,
+ * bound to this service, with a single-use 5-minute nonce for this user and address, naming the
+ * user id); `POST /api/v1/wallet/register-public-key` links the wallet that signed it.
  *
  * Answers: 200 `{status: "ok", address}`; 400 malformed message or signature, or a message
- * without the caller's user id; 401 a well-formed signature that the named wallet did not make;
- * 409 the address belongs to another user. Registering again replaces the caller's wallet;
- * registering the same wallet again is harmless.
+ * without the caller's user id; 401 another domain/URI/chain, an unusable nonce, a signature the
+ * named wallet did not make; 409 the address belongs to another user. Registering again
+ * replaces the caller's wallet.
  */
 import { findUserByWalletAddress } from '../../auth/users.js'
-import { MAX_WALLET_MESSAGE_LENGTH, verifyWalletSignature, type VerifiedWallet } from '../../auth/wallet.js'
+import { DEFAULT_SIGN_IN_BINDING, type SignInBinding } from '../../auth/sign-in-message.js'
+import { MAX_WALLET_MESSAGE_LENGTH } from '../../auth/wallet.js'
+import { checkRegistration, consumeRegistrationNonce, issueRegistrationNonce } from '../../auth/wallet-registration.js'
 import type { Db } from '../../db/knex.js'
 import { isUniqueViolation } from '../../db/errors.js'
 import { ConflictError, UnauthorizedError, ValidationError } from '../../errors.js'
-import { defineRoute, errorResponse, type ApiRoute } from '../route.js'
+import { defineRoute, errorResponse, NO_STORE, type ApiRoute } from '../route.js'
 import { z } from '../zod.js'
 
 export interface WalletRouteDeps {
   db: Db
   now?: () => Date
+  /** AUTH_SIWE_*: the domain, URI and chain registration messages are bound to. */
+  signInBinding?: SignInBinding
 }
 
 const registerBody = z
@@ -28,10 +32,7 @@ const registerBody = z
       .string()
       .min(1, 'must not be empty')
       .max(MAX_WALLET_MESSAGE_LENGTH)
-      .openapi({
-        description: "The signed text. Must contain the caller's user id and the wallet address.",
-        example: 'Link wallet 0x52908400098527886E0F7030069857D2E4169EE7 to nodeplane user 0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b',
-      }),
+      .openapi({ description: 'The message POST /api/v1/wallet/nonce returned, signed unchanged (it names your user id and the wallet)' }),
     signature: z
       .string()
       .min(1, 'must not be empty')
@@ -40,29 +41,62 @@ const registerBody = z
   })
   .openapi('WalletRegistration')
 
+const nonceRequest = z
+  .object({ address: z.string().min(1).max(100).openapi({ description: 'Ethereum (0x…) or Solana (base58) address to register' }) })
+  .openapi('WalletNonceRequest')
+
+const nonceAnswer = z
+  .object({
+    nonce: z.string(),
+    address: z.string().openapi({ description: 'Normalised: EIP-55 for Ethereum' }),
+    expires_at: z.string().datetime(),
+    message: z.string().openapi({ description: 'The exact text to sign: EIP-4361 (Solana: same fields), naming your user id' }),
+  })
+  .openapi('WalletNonce')
+
 const registeredBody = z.object({ status: z.literal('ok'), address: z.string() }).openapi('WalletRegistered')
 
 export function walletRoutes(deps: WalletRouteDeps): ApiRoute[] {
   const now = deps.now ?? (() => new Date())
+  const binding = deps.signInBinding ?? DEFAULT_SIGN_IN_BINDING
   return [
     defineRoute({
       method: 'post',
+      path: '/api/v1/wallet/nonce',
+      summary: 'A single-use, 5-minute registration challenge for a wallet address: the message to sign',
+      tags: ['auth'],
+      auth: 'authenticated',
+      request: { body: nonceRequest },
+      responses: { 200: nonceAnswer },
+    }).handle(async ({ body, principal }) => {
+      const issued = await issueRegistrationNonce(deps.db, principal.userId, body.address, now(), binding).catch((err: unknown) => {
+        throw err instanceof ValidationError ? new ValidationError('invalid request', `body.address: ${err.details ?? err.message}`) : err
+      })
+      return {
+        status: 200,
+        body: { nonce: issued.nonce, address: issued.address, expires_at: issued.expires_at.toISOString(), message: issued.message },
+        headers: NO_STORE,
+      }
+    }),
+    defineRoute({
+      method: 'post',
       path: '/api/v1/wallet/register-public-key',
-      summary: 'Link a wallet to the caller by a signed message',
+      summary: 'Link a wallet to the caller by the signed registration message',
       tags: ['auth'],
       auth: 'authenticated',
       request: { body: registerBody },
       responses: {
         200: registeredBody,
-        401: errorResponse('Missing or invalid authentication, or the signature was not made by the wallet the message names'),
+        401: errorResponse('Missing or invalid authentication; a message bound to another domain, URI or chain; a nonce not usable by this user for this address; or a signature not made by the wallet'),
         409: errorResponse('The wallet address is registered to another user'),
       },
     }).handle(async ({ body, principal, log }) => {
-      if (!body.message.toLowerCase().includes(principal.userId.toLowerCase())) {
-        throw new ValidationError('invalid request', `body.message: must contain your user id ${principal.userId}`)
-      }
-      const wallet = verifyOrExplain(body.message, body.signature)
+      const at = now()
+      const { wallet, nonce } = await checkRegistration(deps.db, { userId: principal.userId, message: body.message, signature: body.signature }, at, binding)
       await deps.db.transaction(async (trx) => {
+        if (!(await consumeRegistrationNonce(trx, nonce, principal.userId, at))) {
+          throw new UnauthorizedError('invalid nonce', 'the nonce was already used; request a new one')
+        }
         const owner = await findUserByWalletAddress(trx, wallet.address)
         if (owner && owner.id !== principal.userId) throw taken(wallet.address)
         try {
@@ -70,7 +104,7 @@ export function walletRoutes(deps: WalletRouteDeps): ApiRoute[] {
             wallet_address: wallet.address,
             wallet_type: wallet.walletType,
             wallet_public_key: Buffer.from(wallet.publicKey),
-            updated_at: now(),
+            updated_at: at,
           })
           if (updated !== 1) throw new UnauthorizedError('unknown user', 'the user behind this credential no longer exists')
         } catch (err) {
@@ -83,16 +117,6 @@ export function walletRoutes(deps: WalletRouteDeps): ApiRoute[] {
       return { status: 200, body: { status: 'ok', address: wallet.address } }
     }),
   ]
-}
-
-/** The 400s of the verifier name the field as the rest of the API does (`body.signature: ...`). */
-function verifyOrExplain(message: string, signature: string): VerifiedWallet {
-  try {
-    return verifyWalletSignature({ message, signature })
-  } catch (err) {
-    if (err instanceof ValidationError) throw new ValidationError('invalid request', `body.${err.details}`)
-    throw err
-  }
 }
 
 function taken(address: string): ConflictError {

@@ -130,6 +130,7 @@ const EXPECTATIONS: Record<string, Expectation> = {
   'POST /api/v1/api-keys/{id}/revoke': { ownership: 'owner-only', params: ownKey },
   'DELETE /api/v1/api-keys/{id}': { ownership: 'owner-only', params: ownKey },
   'POST /api/v1/wallet/register-public-key': { ownership: 'none', body: { message: 'not signed', signature: '0x00' } },
+  'POST /api/v1/wallet/nonce': { ownership: 'none', body: { address: '0x52908400098527886E0F7030069857D2E4169EE7' } },
   'GET /api/v1/nodes': { ownership: 'none' },
   'GET /api/v1/nodes/{id}': { ownership: 'owner-or-admin', params: id(ownedNode) },
   'GET /api/v1/crypto/public-key': { ownership: 'none' },
