@@ -14,6 +14,7 @@
  * Every refusal is a JSON-RPC error object. The access log never carries the path's key.
  */
 import type http from 'node:http'
+import { Counter, Histogram } from 'prom-client'
 import type { Db } from '../db/knex.js'
 import type { Logger } from '../log.js'
 import type { Metrics } from '../metrics.js'
@@ -103,8 +104,44 @@ function send(res: http.ServerResponse, status: number, body: unknown, headers: 
   res.end(bytes)
 }
 
+/**
+ * Usage on /metrics, per node and per API key (ids only): labelled only once the key is valid and
+ * the node is the caller's, so made-up ids in paths cannot grow the series.
+ */
+function usageMetrics(metrics: Metrics) {
+  const registers = [metrics.registry]
+  return {
+    requests: new Counter<'node_id' | 'api_key_id' | 'outcome'>({
+      name: 'rpc_gateway_requests_total',
+      help: "Requests to a node's endpoint by node, API key and outcome (ok: answered by the node; refused: by the gateway; error: the node failed or was unreachable)",
+      labelNames: ['node_id', 'api_key_id', 'outcome'],
+      registers,
+    }),
+    calls: new Counter<'node_id' | 'api_key_id'>({
+      name: 'rpc_gateway_calls_total',
+      help: 'JSON-RPC calls (a batch counts each) by node and API key',
+      labelNames: ['node_id', 'api_key_id'],
+      registers,
+    }),
+    duration: new Histogram<'node_id'>({
+      name: 'rpc_gateway_request_duration_seconds',
+      help: "Time to answer a request to a node's endpoint, by node",
+      labelNames: ['node_id'],
+      buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10],
+      registers,
+    }),
+  }
+}
+
+interface Usage {
+  nodeId: string
+  apiKeyId: string
+  calls: number
+}
+
 export function createRpcHandler(deps: RpcGatewayDeps): (req: http.IncomingMessage, res: http.ServerResponse) => Promise<void> {
   const now = deps.now ?? (() => new Date())
+  const usage = usageMetrics(deps.metrics)
 
   async function forward(route: NodeRoute, body: Buffer): Promise<UpstreamResponse> {
     let current = route
@@ -123,7 +160,7 @@ export function createRpcHandler(deps: RpcGatewayDeps): (req: http.IncomingMessa
     }
   }
 
-  async function serveRpc(req: http.IncomingMessage, res: http.ServerResponse, nodeId: string, pathKey: string | undefined): Promise<number> {
+  async function serveRpc(req: http.IncomingMessage, res: http.ServerResponse, nodeId: string, pathKey: string | undefined, record: (u: Usage) => void): Promise<number> {
     if (req.method !== 'POST') {
       throw refuse(405, RPC_ERROR.invalidRequest, `${req.method ?? 'this method'} is not served here: send JSON-RPC with POST`, { Allow: 'POST' })
     }
@@ -143,6 +180,7 @@ export function createRpcHandler(deps: RpcGatewayDeps): (req: http.IncomingMessa
     const route = await deps.routes.get(nodeId)
     // Another user's node is answered exactly as one that does not exist.
     if (!route || route.ownerId !== who.caller.userId) throw refuse(404, RPC_ERROR.nodeNotFound, 'node not found: no node with this id among your nodes')
+    record({ nodeId: route.nodeId, apiKeyId: who.caller.apiKeyId, calls: calls.length })
     if (!SERVING_STATES.includes(route.state)) {
       throw refuse(503, RPC_ERROR.nodeNotServing, `node ${route.nodeId} is not serving: it ${NOT_SERVING[route.state] ?? `is ${route.state}`}`, {
         'Retry-After': String(NOT_SERVING_RETRY_AFTER_SECONDS),
@@ -222,10 +260,11 @@ export function createRpcHandler(deps: RpcGatewayDeps): (req: http.IncomingMessa
     const system = SYSTEM_PATHS.has(path)
     const template = endpoint ? (endpoint[2] !== undefined ? '/v1/{node_id}/{key}' : '/v1/{node_id}') : system ? path : 'unmatched'
     let status = 500
+    let used: Usage | undefined
     try {
       const nodeId = endpoint ? safeDecode(endpoint[1] as string) : undefined
       const pathKey = endpoint?.[2] !== undefined ? safeDecode(endpoint[2]) : undefined
-      if (endpoint && nodeId !== undefined && (endpoint[2] === undefined || pathKey !== undefined)) status = await serveRpc(req, res, nodeId, pathKey)
+      if (endpoint && nodeId !== undefined && (endpoint[2] === undefined || pathKey !== undefined)) status = await serveRpc(req, res, nodeId, pathKey, (u) => (used = u))
       else if (endpoint) throw refuse(404, RPC_ERROR.nodeNotFound, 'node not found: the path is not a node endpoint')
       else {
         const served = await serveSystem(req, res, path)
@@ -250,6 +289,12 @@ export function createRpcHandler(deps: RpcGatewayDeps): (req: http.IncomingMessa
       const labels = { method: req.method ?? 'OTHER', route: template, status: String(status) }
       deps.metrics.httpRequestsTotal.inc(labels)
       deps.metrics.httpRequestDurationSeconds.observe(labels, seconds)
+      if (used) {
+        const outcome = status >= 500 ? 'error' : status >= 400 ? 'refused' : 'ok'
+        usage.requests.inc({ node_id: used.nodeId, api_key_id: used.apiKeyId, outcome })
+        usage.calls.inc({ node_id: used.nodeId, api_key_id: used.apiKeyId }, used.calls)
+        usage.duration.observe({ node_id: used.nodeId }, seconds)
+      }
       const level = status >= 500 ? 'warn' : endpoint ? 'info' : 'debug'
       if (deps.logger.isLevelEnabled(level)) {
         deps.logger[level]({ method: req.method, path: endpoint ? `/v1/${endpoint[1]}${endpoint[2] !== undefined ? '/<key>' : ''}` : template, status, durationMs: Math.round(seconds * 1e5) / 100 }, 'request answered')

@@ -293,6 +293,23 @@ describe.each(DIALECTS)('rpc-gateway on %s', (dialect) => {
     }
   })
 
+  it('counts usage per node and per key on /metrics (ids only, never a key)', async () => {
+    const counted = (await createApiKey(t.db, { userId, name: 'counted', scopes: ['nodes:rpc'] }))
+    const headers = { 'X-API-Key': counted.key }
+    await rpc(endpoint(anvilNode), 'eth_blockNumber', [], headers)
+    await post(endpoint(anvilNode), [1, 2, 3].map((id) => ({ jsonrpc: '2.0', id, method: 'eth_chainId', params: [] })), headers)
+    await post(endpoint(anvilNode), '{', headers)
+    await rpc(endpoint(crypto.randomUUID()), 'eth_blockNumber', [], headers)
+    const text = await (await fetch(`${gateway.url}/metrics`)).text()
+    const labels = `node_id="${anvilNode}",api_key_id="${counted.apiKey.id}"`
+    expect(text).toContain(`rpc_gateway_requests_total{${labels},outcome="ok",daemon="rpc-gateway"} 2`)
+    expect(text).toContain(`rpc_gateway_calls_total{${labels},daemon="rpc-gateway"} 4`)
+    expect(text).toMatch(new RegExp('rpc_gateway_request_duration_seconds_count\\{daemon="rpc-gateway",node_id="' + anvilNode + '"\\} [1-9]'))
+    // A malformed body is refused before the node is looked up, and an unknown node is no series.
+    expect(text).not.toContain('outcome="refused"')
+    expect(text).not.toContain(counted.key)
+  })
+
   it('answers 503 with Retry-After while the node is not serving, and follows it to its new host after a move (through the health events)', async () => {
     const url = endpoint(anvilNode)
     const headers = { 'X-API-Key': key }
