@@ -138,6 +138,12 @@ async function cleanLeftovers(): Promise<void> {
     const owner = Number(name.split('-')[1])
     if (Number.isInteger(owner) && owner !== process.pid && !pidAlive(owner)) destroyNamespace(name)
   }
+  // A run killed between creating the veth pair and moving one end into its namespace leaves both
+  // ends here. Namespaces are made before their links, so a link whose namespace is gone is stale.
+  const tags = new Set((await listTestNamespaces()).map((name) => name.split('-')[2]))
+  for (const match of (await ip('-o', 'link', 'show')).matchAll(/^\d+: (np([0-9a-f]{6})[rh])[@:]/gm)) {
+    if (!tags.has(match[2])) await ip('link', 'delete', match[1] as string).catch(() => undefined)
+  }
 }
 
 async function usedSubnets(): Promise<Set<number>> {

@@ -1,5 +1,6 @@
 /** The test-host harness itself (test/helpers/netns.ts): one namespace with sshd, reached with ssh2, then gone without a trace. */
 import { execFileSync } from 'node:child_process'
+import crypto from 'node:crypto'
 import fs from 'node:fs'
 import { Client } from 'ssh2'
 import { afterAll, describe, expect, it } from 'vitest'
@@ -33,7 +34,11 @@ function sshRun(h: NetnsHost, command: string): Promise<{ out: string; fingerpri
 
 describe('netns test hosts', () => {
   it('runs sshd in its own namespace on its own address, reachable by key, and leaves nothing behind', async () => {
+    // What a run killed mid-setup leaves: a veth pair of the harness's naming without its namespace.
+    const stale = `np${crypto.randomBytes(3).toString('hex')}`
+    execFileSync('ip', ['link', 'add', `${stale}r`, 'type', 'veth', 'peer', 'name', `${stale}h`])
     host = await startNetnsHost()
+    expect(execFileSync('ip', ['-o', 'link', 'show'], { encoding: 'utf8' })).not.toContain(stale)
     expect(await listTestNamespaces()).toContain(host.namespace)
     const { out, fingerprint } = await sshRun(host, 'ip -o -4 addr show; readlink /proc/self/ns/net')
     expect(fingerprint).toBe(host.hostKeyFingerprint)
