@@ -1,4 +1,4 @@
-/** The test-host harness itself (test/helpers/netns.ts): one namespace with sshd, reached with ssh2, then gone without a trace. */
+/** The test-host harness itself (test/helpers/netns.ts): a stale link of a killed run removed, one namespace with sshd reached with ssh2, then gone without a trace. */
 import { execFileSync } from 'node:child_process'
 import crypto from 'node:crypto'
 import fs from 'node:fs'
