@@ -6,7 +6,6 @@
 import crypto from 'node:crypto'
 import type { Queryable } from '../db/knex.js'
 import { toDate, toDateOrNull } from '../db/dialect.js'
-import { ValidationError } from '../errors.js'
 import { buildSignInMessage, DEFAULT_SIGN_IN_BINDING, type SignInBinding } from './sign-in-message.js'
 import { detectWalletType } from './wallet.js'
 
@@ -15,8 +14,6 @@ export const NONCE_TTL_MS = 5 * 60_000
 const ALPHABET = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789'
 /** Largest multiple of 62 below 256: bytes at or above it are dropped, so no character is favoured. */
 const UNBIASED_LIMIT = 256 - (256 % ALPHABET.length)
-/** A nonce as a whole word: 64 letters and digits not touching other letters or digits. */
-const NONCE_IN_TEXT = /(?<![A-Za-z0-9])[A-Za-z0-9]{64}(?![A-Za-z0-9])/g
 
 export interface IssuedNonce {
   nonce: string
@@ -76,18 +73,6 @@ export async function findNonce(db: Queryable, nonce: string): Promise<NonceReco
     expires_at: toDate(row.expires_at),
     used_at: toDateOrNull(row.used_at),
   }
-}
-
-/**
- * The nonce a signed message carries: the one 64-character word of letters and digits in it.
- * Our own message has it on the `Nonce:` line; a client composing its own text (an EIP-4361
- * message, say) only has to include it. Throws ValidationError when there is none, or several.
- */
-export function nonceFromMessage(message: string): string {
-  const found = [...new Set([...message.matchAll(NONCE_IN_TEXT)].map((m) => m[0]))]
-  if (found.length === 1) return found[0] as string
-  if (found.length === 0) throw new ValidationError('message carries no nonce', 'message: must contain the nonce from GET /auth/nonce')
-  throw new ValidationError('message carries more than one nonce', 'message: must contain exactly one nonce from GET /auth/nonce')
 }
 
 /**
