@@ -25,7 +25,7 @@ export const WAITING_FILES = [
 export default defineConfig({
   test: {
     globalSetup: ['test/helpers/global-setup.ts'],
-    setupFiles: ['test/helpers/cpu-usage-setup.ts'],
+    setupFiles: ['test/helpers/file-setup.ts'],
     reporters: ['default', './test/helpers/slowest-files-reporter.ts'],
     sequence: { sequencer: DurationSequencer },
     testTimeout: 30_000,
@@ -35,7 +35,11 @@ export default defineConfig({
       // Two cores, and the process-bound files (split stacks, `nodeplane up`, fleets of agents)
       // keep them busy too: two files at a time. Running more at once was measured slower, with
       // timeouts (docs/development.md).
-      forks: { maxForks: 2, minForks: 1 },
+      // A forks worker runs file after file without a fresh process or module graph (isolate:
+      // false; a project's own poolOptions are not applied): starting a worker and importing the
+      // sources again cost one to two CPU seconds per file. Per-file state lives in hooks, never
+      // at a helper module's top level (test/helpers/file-setup.ts, temp-dirs.ts).
+      forks: { maxForks: 2, minForks: 1, isolate: false },
       threads: { maxThreads: 2, minThreads: 1 },
     },
     projects: [

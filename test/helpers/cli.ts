@@ -4,7 +4,6 @@ import os from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { execa, type ResultPromise } from 'execa'
-import { afterAll } from 'vitest'
 import { freePort, waitFor } from './ports.js'
 
 export const BIN = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../bin/run.js')
@@ -75,24 +74,7 @@ export function spawnNodeplane(args: string[], options: { env?: Record<string, s
   })
 }
 
-/**
- * The directories tempDir() made in this test file, removed when the file is done. Each test
- * file imports this module afresh (vitest isolates files), so the hook below is registered on
- * that file, before the file's own hooks; vitest runs afterAll hooks in reverse order ('stack'),
- * so it runs after them: after the servers and agents the file stopped there, which may still
- * use the directories.
- */
-const tempDirs: string[] = []
-afterAll(() => {
-  for (const dir of tempDirs.splice(0)) fs.rmSync(dir, { recursive: true, force: true })
-})
-
-/** A fresh directory under the OS temp dir, removed at the end of the test file (see above). */
-export function tempDir(prefix = 'nodeplane-e2e-'): string {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), prefix))
-  tempDirs.push(dir)
-  return dir
-}
+export { tempDir } from './temp-dirs.js'
 
 export async function waitForFile<T>(file: string, what: string, timeoutMs = 30_000): Promise<T> {
   return waitFor(async () => (fs.existsSync(file) ? (JSON.parse(fs.readFileSync(file, 'utf8')) as T) : undefined), what, timeoutMs, 100)

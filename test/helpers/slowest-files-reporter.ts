@@ -14,7 +14,7 @@ export default class SlowestFilesReporter implements Reporter {
   #cpuDir: string | undefined
 
   onInit(): void {
-    // Set before the workers start, which inherit it (test/helpers/cpu-usage-setup.ts).
+    // Set before the workers start, which inherit it (test/helpers/file-setup.ts).
     this.#cpuDir = fs.mkdtempSync(path.join(os.tmpdir(), 'nodeplane-test-cpu-'))
     process.env.NODEPLANE_TEST_CPU_LOG = path.join(this.#cpuDir, 'cpu.jsonl')
   }
