@@ -7,6 +7,7 @@ import { Resources } from '../../src/daemon/resources.js'
 import { installShutdown } from '../../src/daemon/shutdown.js'
 import { assertSchemaCurrent } from '../../src/db/schema-check.js'
 import { createLogger } from '../../src/log.js'
+import { natsConnectionSettings } from '../../src/events/nats-connection.js'
 
 export default class DaemonRpcGateway extends BaseCommand<typeof DaemonRpcGateway> {
   static override summary = "Run the rpc-gateway daemon: the customers' authenticated JSON-RPC endpoints to their nodes (port RPC_GATEWAY_PORT, 8545)"
@@ -28,7 +29,7 @@ export default class DaemonRpcGateway extends BaseCommand<typeof DaemonRpcGatewa
       const chains = resources.add('chain catalogue', await openChainCatalogueFromSettings(config, logger), (c) => c.close())
       const gateway = resources.add(
         'rpc gateway',
-        await startRpcGateway(config, { db, logger, chains, ...(config.NATS_URL ? { events: { natsUrl: config.NATS_URL } } : {}) }),
+        await startRpcGateway(config, { db, logger, chains, ...(config.NATS_URL ? { events: { natsUrl: config.NATS_URL, connection: natsConnectionSettings(config, 'control-plane') } } : {}) }),
         (g) => g.stop(),
       )
       return gateway.url
