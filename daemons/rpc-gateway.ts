@@ -17,10 +17,12 @@ import { schedulePeriodicJob } from '../src/jobs/periodic.js'
 import type { Logger } from '../src/log.js'
 import { createMetrics } from '../src/metrics.js'
 import { createRpcHandler } from '../src/rpc-gateway/gateway.js'
+import { ChainIdCache } from '../src/rpc-gateway/merge.js'
 import { createRpcRateLimiter, purgeIdleBuckets } from '../src/rpc-gateway/rate-limit.js'
 import { followBusHealthEvents, followNatsHealthEvents, type RouteEvents } from '../src/rpc-gateway/route-events.js'
 import { RouteTable } from '../src/rpc-gateway/route-table.js'
 import { createUpstreamClient } from '../src/rpc-gateway/upstream.js'
+import { createUsageRecorder, pruneUsage, USAGE_RETENTION_MS } from '../src/rpc-gateway/usage.js'
 import { createWebSocketProxy } from '../src/rpc-gateway/websocket.js'
 
 export type RpcGatewaySettings = Pick<
@@ -44,8 +46,12 @@ export interface RpcGatewayDeps {
   chains: ChainSource
   /** How the route table hears of node moves: the in-process bus (`up`), NATS (a daemon of its own), or neither (the TTL alone). */
   events?: { bus: EventBus } | { natsUrl: string; connection?: ConnectionOptions }
+  /** How often usage counted in memory is written to rpc_usage (default 5 s). */
+  usageFlushMs?: number
   now?: () => Date
 }
+
+const DEFAULT_USAGE_FLUSH_MS = 5_000
 
 export interface RunningRpcGateway {
   url: string
@@ -71,6 +77,8 @@ export async function startRpcGateway(config: RpcGatewaySettings, deps: RpcGatew
     now: () => now().getTime(),
   })
   const upstream = createUpstreamClient({ timeoutMs: config.RPC_GATEWAY_UPSTREAM_TIMEOUT })
+  const chainIds = new ChainIdCache()
+  const usage = createUsageRecorder({ db, logger, flushMs: deps.usageFlushMs ?? DEFAULT_USAGE_FLUSH_MS })
   const handler = createRpcHandler({
     db,
     routes,
@@ -80,6 +88,8 @@ export async function startRpcGateway(config: RpcGatewaySettings, deps: RpcGatew
     metrics: createMetrics('rpc-gateway'),
     bodyLimitBytes: config.RPC_GATEWAY_BODY_LIMIT_BYTES,
     maxBatch: config.RPC_GATEWAY_MAX_BATCH,
+    chainIds,
+    usage,
     now,
   })
 
@@ -96,6 +106,7 @@ export async function startRpcGateway(config: RpcGatewaySettings, deps: RpcGatew
 
   const invalidate = (nodeId: string) => {
     routes.invalidate(nodeId)
+    chainIds.invalidate(nodeId)
     websockets.nodeChanged(nodeId).catch((err: unknown) => logger.warn({ err, node_id: nodeId }, 'rpc gateway: cannot re-check WebSocket connections'))
   }
   let events: RouteEvents | undefined
@@ -106,7 +117,8 @@ export async function startRpcGateway(config: RpcGatewaySettings, deps: RpcGatew
     logger.warn({ ttl_ms: config.RPC_GATEWAY_ROUTE_TTL }, 'NATS_URL not set: routes follow node moves by RPC_GATEWAY_ROUTE_TTL and failed connections only')
   }
 
-  // A full bucket is the same as no row: rows idle for an hour are dropped (one gateway at a time).
+  // A full bucket is the same as no row: rows idle for an hour are dropped (one gateway at a time);
+  // usage buckets older than USAGE_RETENTION_MS (8 days, the 7d window and a margin) too.
   const housekeeping = schedulePeriodicJob({
     name: 'rpc-rate-bucket-housekeeping',
     cronTime: '45 */5 * * * *',
@@ -116,7 +128,8 @@ export async function startRpcGateway(config: RpcGatewaySettings, deps: RpcGatew
     now,
     run: async (at) => {
       const purged = await purgeIdleBuckets(db, at.getTime() - 3_600_000)
-      if (purged > 0) logger.debug({ rpc_rate_buckets: purged }, 'rpc gateway housekeeping')
+      const pruned = await pruneUsage(db, at.getTime() - USAGE_RETENTION_MS)
+      if (purged + pruned > 0) logger.debug({ rpc_rate_buckets: purged, rpc_usage: pruned }, 'rpc gateway housekeeping')
     },
   })
 
@@ -126,6 +139,7 @@ export async function startRpcGateway(config: RpcGatewaySettings, deps: RpcGatew
   ).catch(async (err: NodeJS.ErrnoException) => {
     await housekeeping.stop()
     await events?.close()
+    await usage.close()
     upstream.close()
     if (err.code !== 'EADDRINUSE' && err.code !== 'EACCES') throw err
     const why = err.code === 'EADDRINUSE' ? 'is already in use' : 'needs privileges this user lacks'
@@ -140,6 +154,7 @@ export async function startRpcGateway(config: RpcGatewaySettings, deps: RpcGatew
       await server.close()
       await events?.close()
       await housekeeping.stop()
+      await usage.close()
       upstream.close()
     },
   }

@@ -10,6 +10,9 @@
  *    is 503 with Retry-After.
  * 6. The method policy: refused calls are answered here (HTTP 200, a JSON-RPC error each); the
  *    others go to the node in one request, and the answers are put back in the caller's order.
+ *    A single read-only call joins an identical one already on its way to the node, and
+ *    `eth_chainId`/`net_version` are answered from memory once known (merge.ts).
+ * 7. Usage: each call is counted (usage.ts) by node, key and method, with its error and latency.
  *
  * Every refusal is a JSON-RPC error object. The access log never carries the path's key.
  */
@@ -21,8 +24,10 @@ import type { Metrics } from '../metrics.js'
 import { identifyCaller } from './caller.js'
 import { errorResponse, isErrorResponse, parseBody, RPC_ERROR, type JsonRpcCall, type JsonRpcErrorResponse, type JsonRpcId } from './json-rpc.js'
 import type { RpcRateLimiter } from './rate-limit.js'
+import { CACHED_METHODS, createInFlightReads, mergeKey, resultOf, type ChainIdCache } from './merge.js'
 import { SERVING_STATES, upstreamAuthorization, type NodeRoute, type RouteTable } from './route-table.js'
 import { UpstreamError, type UpstreamClient, type UpstreamResponse } from './upstream.js'
+import type { UsageRecorder } from './usage.js'
 
 export interface RpcGatewayDeps {
   db: Db
@@ -33,6 +38,10 @@ export interface RpcGatewayDeps {
   metrics: Metrics
   bodyLimitBytes: number
   maxBatch: number
+  /** `eth_chainId`/`net_version` answers; the daemon drops a node's entry when its route changes. */
+  chainIds: ChainIdCache
+  /** Durable usage (rpc_usage); none: only /metrics counts. */
+  usage?: UsageRecorder
   now?: () => Date
 }
 
@@ -130,6 +139,18 @@ function usageMetrics(metrics: Metrics) {
       buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10],
       registers,
     }),
+    merged: new Counter<'node_id'>({
+      name: 'rpc_gateway_merged_calls_total',
+      help: 'Read calls answered with the answer of an identical call already on its way to the node, by node',
+      labelNames: ['node_id'],
+      registers,
+    }),
+    cached: new Counter<'node_id'>({
+      name: 'rpc_gateway_cached_calls_total',
+      help: 'eth_chainId / net_version calls answered from the gateway\'s memory, by node',
+      labelNames: ['node_id'],
+      registers,
+    }),
   }
 }
 
@@ -137,11 +158,53 @@ interface Usage {
   nodeId: string
   apiKeyId: string
   calls: number
+  methods: string[]
+  /** Per call, whether its answer was an error; unset: decided by the HTTP status alone. */
+  callErrors?: boolean[]
+}
+
+/** Answers larger than this are not parsed for usage: a JSON-RPC error is small, so a large answer counts as a success. */
+const USAGE_PARSE_LIMIT_BYTES = 256 * 1024
+
+/** Which of `count` calls the node answered with an error object. */
+function answerErrors(answer: UpstreamResponse, count: number): boolean[] {
+  if (answer.status >= 400) return new Array<boolean>(count).fill(true)
+  if (answer.body.length > USAGE_PARSE_LIMIT_BYTES) return new Array<boolean>(count).fill(false)
+  let parsed: unknown
+  try {
+    parsed = JSON.parse(answer.body.toString('utf8'))
+  } catch {
+    return new Array<boolean>(count).fill(true)
+  }
+  const isError = (value: unknown) => typeof value !== 'object' || value === null || 'error' in value
+  if (Array.isArray(parsed)) return Array.from({ length: count }, (_, i) => isError(parsed[i]))
+  return new Array<boolean>(count).fill(isError(parsed))
 }
 
 export function createRpcHandler(deps: RpcGatewayDeps): (req: http.IncomingMessage, res: http.ServerResponse) => Promise<void> {
   const now = deps.now ?? (() => new Date())
   const usage = usageMetrics(deps.metrics)
+  const inFlight = createInFlightReads()
+
+  /** One single call: from the chain-id cache, joined to an identical read on its way, or sent. */
+  async function answerSingle(route: NodeRoute, call: JsonRpcCall, body: Buffer): Promise<UpstreamResponse> {
+    const url = route.upstream?.url
+    const cacheable = url !== undefined && CACHED_METHODS.has(call.method)
+    if (cacheable) {
+      const hit = deps.chainIds.get(route.nodeId, url, call.method)
+      if (hit) {
+        usage.cached.inc({ node_id: route.nodeId })
+        return { status: 200, contentType: 'application/json', body: Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: call.id, result: hit.result })) }
+      }
+    }
+    const key = url === undefined ? undefined : mergeKey(url, call)
+    const answer = key ? await inFlight.run(key, call.id, () => forward(route, body), () => usage.merged.inc({ node_id: route.nodeId })) : await forward(route, body)
+    if (cacheable) {
+      const known = resultOf(answer)
+      if (known) deps.chainIds.set(route.nodeId, url, call.method, known.result)
+    }
+    return answer
+  }
 
   async function forward(route: NodeRoute, body: Buffer): Promise<UpstreamResponse> {
     let current = route
@@ -160,7 +223,7 @@ export function createRpcHandler(deps: RpcGatewayDeps): (req: http.IncomingMessa
     }
   }
 
-  async function serveRpc(req: http.IncomingMessage, res: http.ServerResponse, nodeId: string, pathKey: string | undefined, record: (u: Usage) => void): Promise<number> {
+  async function serveRpc(req: http.IncomingMessage, res: http.ServerResponse, nodeId: string, pathKey: string | undefined, record: (u: Usage) => Usage): Promise<number> {
     if (req.method !== 'POST') {
       throw refuse(405, RPC_ERROR.invalidRequest, `${req.method ?? 'this method'} is not served here: send JSON-RPC with POST`, { Allow: 'POST' })
     }
@@ -180,7 +243,12 @@ export function createRpcHandler(deps: RpcGatewayDeps): (req: http.IncomingMessa
     const route = await deps.routes.get(nodeId)
     // Another user's node is answered exactly as one that does not exist.
     if (!route || route.ownerId !== who.caller.userId) throw refuse(404, RPC_ERROR.nodeNotFound, 'node not found: no node with this id among your nodes')
-    record({ nodeId: route.nodeId, apiKeyId: who.caller.apiKeyId, calls: calls.length })
+    const used = record({
+      nodeId: route.nodeId,
+      apiKeyId: who.caller.apiKeyId,
+      calls: calls.length,
+      methods: calls.map((call) => (isErrorResponse(call) ? 'invalid' : call.method)),
+    })
     if (!SERVING_STATES.includes(route.state)) {
       throw refuse(503, RPC_ERROR.nodeNotServing, `node ${route.nodeId} is not serving: it ${NOT_SERVING[route.state] ?? `is ${route.state}`}`, {
         'Retry-After': String(NOT_SERVING_RETRY_AFTER_SECONDS),
@@ -189,8 +257,12 @@ export function createRpcHandler(deps: RpcGatewayDeps): (req: http.IncomingMessa
 
     if (parsed.kind === 'single') {
       const reason = route.policy.check(parsed.call.method)
-      if (reason) throw refuse(200, RPC_ERROR.methodNotAllowed, reason, {}, parsed.call.id)
-      const answer = await forward(route, body)
+      if (reason) {
+        used.callErrors = [true]
+        throw refuse(200, RPC_ERROR.methodNotAllowed, reason, {}, parsed.call.id)
+      }
+      const answer = await answerSingle(route, parsed.call, body)
+      used.callErrors = answerErrors(answer, 1)
       send(res, answer.status, answer.body, answer.contentType ? { 'content-type': answer.contentType } : {})
       return answer.status
     }
@@ -208,6 +280,7 @@ export function createRpcHandler(deps: RpcGatewayDeps): (req: http.IncomingMessa
     })
     if (passing.length === parsed.calls.length) {
       const answer = await forward(route, body)
+      used.callErrors = answerErrors(answer, parsed.calls.length)
       send(res, answer.status, answer.body, answer.contentType ? { 'content-type': answer.contentType } : {})
       return answer.status
     }
@@ -223,6 +296,7 @@ export function createRpcHandler(deps: RpcGatewayDeps): (req: http.IncomingMessa
         answers[p.index] = Array.isArray(results) && results[i] !== undefined ? results[i] : errorResponse(p.call.id, RPC_ERROR.internal, `the node answered the batch with HTTP ${answer.status} and no result for this call`)
       })
     }
+    used.callErrors = answers.map((answer) => typeof answer !== 'object' || answer === null || 'error' in answer)
     send(res, 200, answers)
     return 200
   }
@@ -294,6 +368,14 @@ export function createRpcHandler(deps: RpcGatewayDeps): (req: http.IncomingMessa
         usage.requests.inc({ node_id: used.nodeId, api_key_id: used.apiKeyId, outcome })
         usage.calls.inc({ node_id: used.nodeId, api_key_id: used.apiKeyId }, used.calls)
         usage.duration.observe({ node_id: used.nodeId }, seconds)
+        if (deps.usage) {
+          const at = now().getTime()
+          const latencyMs = seconds * 1000
+          for (let i = 0; i < used.methods.length; i++) {
+            const error = status >= 400 || (used.callErrors?.[i] ?? false)
+            deps.usage.record({ nodeId: used.nodeId, apiKeyId: used.apiKeyId, method: used.methods[i] as string, error, latencyMs, at })
+          }
+        }
       }
       const level = status >= 500 ? 'warn' : endpoint ? 'info' : 'debug'
       if (deps.logger.isLevelEnabled(level)) {
