@@ -21,6 +21,7 @@ import { nodeRoutes } from './nodes.js'
 import { notificationRoutes } from './notifications.js'
 import { paymentRoutes } from './payments.js'
 import { rolloutRoutes } from './rollouts.js'
+import { rpcUsageRoutes } from './rpc-usage.js'
 import { subscriptionRoutes } from './subscriptions.js'
 import { uptimeRoutes } from './uptime.js'
 import { walletRoutes } from './wallet.js'
@@ -49,5 +50,5 @@ export interface ControlPlaneRouteDeps {
 }
 
 export function controlPlaneRoutes(deps: ControlPlaneRouteDeps): ApiRoute[] {
-  return [...meRoutes(deps), ...apiKeyRoutes(deps), ...adminUserRoutes(deps), ...walletRoutes(deps), ...nodeRoutes(deps), ...cryptoRoutes(deps), ...nodeKeyRoutes(deps), ...inputRoutes(deps), ...subscriptionRoutes(deps), ...chainRoutes(deps), ...paymentRoutes(deps), ...notificationRoutes(deps), ...uptimeRoutes(deps), ...incidentRoutes(deps), ...rolloutRoutes(deps), ...artifactRoutes(deps), ...hostRoutes(deps)]
+  return [...meRoutes(deps), ...apiKeyRoutes(deps), ...adminUserRoutes(deps), ...walletRoutes(deps), ...nodeRoutes(deps), ...cryptoRoutes(deps), ...nodeKeyRoutes(deps), ...inputRoutes(deps), ...subscriptionRoutes(deps), ...chainRoutes(deps), ...paymentRoutes(deps), ...notificationRoutes(deps), ...uptimeRoutes(deps), ...rpcUsageRoutes(deps), ...incidentRoutes(deps), ...rolloutRoutes(deps), ...artifactRoutes(deps), ...hostRoutes(deps)]
 }

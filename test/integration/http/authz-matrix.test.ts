@@ -155,6 +155,7 @@ const EXPECTATIONS: Record<string, Expectation> = {
   'POST /api/v1/notifications/{id}/read': { ownership: 'owner-only', params: notification },
   'GET /api/v1/nodes/{id}/uptime': { ownership: 'owner-or-admin', params: id(ownedNode) },
   'GET /api/v1/nodes/{id}/uptime/history': { ownership: 'owner-or-admin', params: id(ownedNode) },
+  'GET /api/v1/nodes/{id}/usage': { ownership: 'owner-or-admin', params: id(ownedNode) },
   'GET /api/v1/uptime': { ownership: 'none' },
   'GET /api/v1/incidents': { ownership: 'none' },
   'GET /api/v1/incidents/{id}': { ownership: 'owner-or-admin', params: id(ownedIncident) },
