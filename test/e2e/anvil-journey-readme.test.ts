@@ -1,6 +1,7 @@
 import { JsonRpcProvider, Wallet, parseEther } from 'ethers'
 import { describe, expect, it } from 'vitest'
 import { DEV_ACCOUNT_KEY, withAnvil } from '../helpers/anvil.js'
+import { waitFor } from '../helpers/ports.js'
 import { useJourneyStack } from './chain-journey-stack.js'
 
 /**
@@ -41,6 +42,17 @@ describe('the README anvil example on nodeplane up', () => {
     } finally {
       endpoint.destroy()
     }
+    // What the endpoint served, once the gateway has written its counts (every 5 s): `node usage`.
+    await waitFor(async () => Number(((await s.db('rpc_usage').where({ node_id: node.id, method: 'anvil_mine' }).first('requests')) as { requests?: number } | undefined)?.requests ?? 0) > 0, 'usage written', 20_000, 50)
+    const usage = s.json<{ totals: { requests: number; errors: number }; methods: Array<{ method: string; requests: number; errors: number }> }>(await s.run(['node', 'usage', '--id', node.id, '--json']))
+    expect(usage.methods).toEqual(expect.arrayContaining([expect.objectContaining({ method: 'web3_clientVersion', requests: 1, errors: 0 }), expect.objectContaining({ method: 'anvil_mine', requests: 1, errors: 1 })]))
+    expect(usage.totals.requests).toBeGreaterThanOrEqual(4)
+    const table = await s.run(['node', 'usage', '--id', node.id, '--window', '7d'])
+    expect(table.exitCode).toBe(0)
+    expect(table.stdout).toMatch(/METHOD\s+REQUESTS\s+ERRORS\s+P50 MS\s+P99 MS/)
+    expect(table.stdout).toMatch(/anvil_mine\s+1\s+1\s/)
+    const badWindow = await s.run(['node', 'usage', '--id', node.id, '--window', '30d'])
+    expect(badWindow.exitCode).not.toBe(0)
     // On the host itself, the port from .nodeplane/hosts/local-<node>/state/active.json.
     await withAnvil(`${s.dataDir}/hosts/local-${node.id}/state`, async (provider) => {
       expect(await provider.send('web3_clientVersion', [])).toBe('anvil/v1.7.1')
