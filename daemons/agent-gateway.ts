@@ -57,6 +57,7 @@ export async function startAgentGateway(settings: AgentGatewaySettings, deps: { 
     progressCheckIntervalSeconds: Math.max(1, Math.round(settings.AGENT_PROGRESS_CHECK_INTERVAL / 1_000)),
     heartbeatFlushIntervalMs: settings.HEARTBEAT_FLUSH_INTERVAL,
     commandPollIntervalMs: settings.AGENT_COMMAND_POLL_INTERVAL,
+    syncChangeLimit: { maxChanges: settings.AGENT_SYNC_CHANGE_LIMIT, windowMs: settings.AGENT_SYNC_CHANGE_WINDOW },
     // The store `nodeplane artifact add` writes and the api-server resolves rollouts against.
     artifacts: localBlobStore(settings.NODEPLANE_DATA_DIR),
     ...(deps.now ? { now: deps.now } : {}),

@@ -174,6 +174,9 @@ export const agentGatewayOnlyEnv = {
   /** How long heartbeats wait in memory before one batched write. */
   HEARTBEAT_FLUSH_INTERVAL: duration('25ms'),
   AGENT_COMMAND_POLL_INTERVAL: duration('250ms'),
+  /** Sync-status changes admitted per node per AGENT_SYNC_CHANGE_WINDOW before it counts as flapping (docs/health.md). */
+  AGENT_SYNC_CHANGE_LIMIT: z.coerce.number().int().min(2).max(10_000).default(20),
+  AGENT_SYNC_CHANGE_WINDOW: duration('10m'),
 }
 
 const HOST_PORT = /^[A-Za-z0-9.\-]+:\d{1,5}$|^\[[0-9A-Fa-f:]+\]:\d{1,5}$/

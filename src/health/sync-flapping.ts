@@ -23,7 +23,12 @@ export interface SyncChangeLimit {
   windowMs: number
 }
 
-export const DEFAULT_SYNC_CHANGE_LIMIT: SyncChangeLimit = { maxChanges: 6, windowMs: 10 * 60_000 }
+/**
+ * A node's ordinary life stays well below it: provisioning, a restart, a rollout's stop and start
+ * and a migration are two changes each. Six held a healthy node at `syncing` for ten minutes
+ * after a canary upgrade on the split stack (AGENT_SYNC_CHANGE_LIMIT, AGENT_SYNC_CHANGE_WINDOW).
+ */
+export const DEFAULT_SYNC_CHANGE_LIMIT: SyncChangeLimit = { maxChanges: 20, windowMs: 10 * 60_000 }
 
 export type SyncChangeDecision = { admitted: true } | { admitted: false; heldUntil: Date; incident: RaisedIncident | null }
 
