@@ -341,7 +341,10 @@ export async function startSplitStack(options: SplitStackOptions = {}): Promise<
       },
       'agent-gateway': { AGENT_HEARTBEAT_INTERVAL: '1s', AGENT_PROGRESS_CHECK_INTERVAL: '1s' },
     }
-    const common: Record<string, string> = { ...base, OUTBOX_POLL_INTERVAL: '100ms', SHUTDOWN_TIMEOUT: '5s', ...options.env }
+    // The default outbox poll (500 ms): every daemon relays its own rows the moment they commit;
+    // the poll only finds rows a killed daemon left, and ten daemons polling every 100 ms kept
+    // Postgres and the cores busy for nothing.
+    const common: Record<string, string> = { ...base, SHUTDOWN_TIMEOUT: '5s', ...options.env }
     const add = (kind: DaemonKind, index: number | undefined, own: Record<string, string>) => {
       const name = index === undefined ? kind : `${kind}-${index + 1}`
       instances.set(name, {
