@@ -156,7 +156,7 @@ export async function listRuns(db: Queryable, filter: ListRunsFilter = {}): Prom
 }
 
 export async function listSteps(db: Queryable, runId: string): Promise<WorkflowStep[]> {
-  const rows = (await db('workflow_steps').where({ run_id: runId }).orderByRaw('started_at IS NULL, started_at, step_key')) as Row[]
+  const rows = (await db('workflow_steps').where({ run_id: runId }).orderByRaw('started_at IS NULL, started_at, seq IS NULL, seq, step_key')) as Row[]
   return rows.map(toStep)
 }
 
@@ -202,8 +202,9 @@ const STEP_MERGE = ['status', 'attempt', 'result', 'error', 'started_at', 'timeo
 
 const LEASE_STEP_SQLITE = 'update workflow_runs set current_step = ?, version = ?, updated_at = ? where id = ? and lease_owner = ? and version = ?'
 
-const JOURNAL_STEP_SQLITE = `insert into workflow_steps (run_id, step_key, status, attempt, result, error, started_at, timeout_at, next_attempt_at, finished_at)
-values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+// `seq` (the run's version at the step's first write) is set on insert only: the merge keeps it.
+const JOURNAL_STEP_SQLITE = `insert into workflow_steps (run_id, step_key, status, attempt, result, error, started_at, timeout_at, next_attempt_at, finished_at, seq)
+values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 on conflict (run_id, step_key) do update set ${STEP_MERGE}`
 
 export interface Lease {
@@ -322,10 +323,10 @@ export type StepRecord = Omit<WorkflowStep, 'runId' | 'stepKey' | 'heartbeatAt'>
 const JOURNAL_STEP_POSTGRES = `with lease as (
   update workflow_runs set current_step = ?, version = version + 1, updated_at = ?::timestamptz
   where id = ? and lease_owner = ? and version = ?::int
-  returning id
+  returning id, version
 )
-insert into workflow_steps (run_id, step_key, status, attempt, result, error, started_at, timeout_at, next_attempt_at, finished_at)
-select id, ?, ?, ?::int, ?::jsonb, ?, ?::timestamptz, ?::timestamptz, ?::timestamptz, ?::timestamptz from lease
+insert into workflow_steps (run_id, step_key, status, attempt, result, error, started_at, timeout_at, next_attempt_at, finished_at, seq)
+select id, ?, ?, ?::int, ?::jsonb, ?, ?::timestamptz, ?::timestamptz, ?::timestamptz, ?::timestamptz, version from lease
 on conflict (run_id, step_key) do update set ${STEP_MERGE}
 returning 1`
 
@@ -351,7 +352,7 @@ export async function journalStep(db: Knex, lease: Lease, now: Date, stepKey: st
       conn.transaction(() => {
         const checked = conn.prepare(LEASE_STEP_SQLITE).run(stepKey, lease.version + 1, now.getTime(), lease.runId, lease.owner, lease.version)
         if (checked.changes !== 1) throw new LeaseLostError(lease.runId)
-        conn.prepare(JOURNAL_STEP_SQLITE).run(lease.runId, stepKey, step.status, step.attempt, result, step.error, ms(step.startedAt), ms(step.timeoutAt), ms(step.nextAttemptAt), ms(step.finishedAt))
+        conn.prepare(JOURNAL_STEP_SQLITE).run(lease.runId, stepKey, step.status, step.attempt, result, step.error, ms(step.startedAt), ms(step.timeoutAt), ms(step.nextAttemptAt), ms(step.finishedAt), lease.version + 1)
       }).immediate(),
     )
   }

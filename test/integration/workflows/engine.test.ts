@@ -37,6 +37,20 @@ describe.each(DIALECTS)('workflow engine on %s', (dialect) => {
     return createWorkflowWorker({ db: database!.db, registry, logger: silentLogger, owner: 'w1', leaseMs: 30_000, now: () => clock.now(), ...extra })
   }
 
+  it('lists steps in the order they ran, also when they started within the same millisecond', async () => {
+    const db = await setup()
+    // The test clock stands still: every step starts at the same instant.
+    const wf: WorkflowFunction<unknown, string> = async (ctx) => {
+      await ctx.step('zeta', async () => 1)
+      await ctx.step('create-host', async () => 2)
+      await ctx.step('alpha', async () => 3)
+      return 'done'
+    }
+    const { run } = await startWorkflow(db, 'ordered', {}, { key: 'k', now: clock.now() })
+    expect(await worker({ ordered: wf }).tick()).toEqual([{ runId: run.id, outcome: 'completed' }])
+    expect((await listSteps(db, run.id)).map((s) => s.stepKey)).toEqual(['zeta#0', 'create-host#0', 'alpha#0'])
+  })
+
   it('starts idempotently: the same key returns the same run, and concurrent starts make one run', async () => {
     const db = await setup()
     const first = await startWorkflow(db, 'provision', { node: 'a' }, { key: 'node-a', now: clock.now() })
