@@ -7,7 +7,6 @@
  * policy; optionally the api-server's routes. Everything is stopped after the file, the hosts
  * (agents and chains) first.
  */
-import crypto from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'
 import { afterAll, beforeAll } from 'vitest'
@@ -24,7 +23,7 @@ import type { WorkflowWorker } from '../../src/workflows/index.js'
 import { Resources } from '../integration/http/harness.js'
 import { lifecycleSetting, startLifecycleWorker, type LifecycleSetting } from '../integration/provisioning/harness.js'
 import { createTestDatabase, type Dialect, type TestDatabase } from './db.js'
-import { insertUser } from './fixtures.js'
+import { insertSubscriptionOf, insertUser } from './fixtures.js'
 import { waitFor } from './ports.js'
 
 const quiet = createLogger({ level: 'silent' })
@@ -135,22 +134,7 @@ export function useChainHarness(dialect: Dialect, options: ChainHarnessOptions =
     stateDirOf,
     async newNode(chain, nodeType = 'full') {
       const userId = await insertUser(db())
-      const subscriptionId = crypto.randomUUID()
-      const now = new Date()
-      await db()('subscriptions').insert({
-        id: subscriptionId,
-        user_id: userId,
-        chain_profile_id: chain,
-        node_type: nodeType,
-        duration: '1m',
-        provider: 'local',
-        region: 'local',
-        instance_type: 'local.small',
-        status: 'active',
-        expires_at: new Date(now.getTime() + 30 * 86_400_000),
-        created_at: now,
-        updated_at: now,
-      })
+      const subscriptionId = await insertSubscriptionOf(db(), userId, { chain, nodeType, instanceType: 'local.small' })
       const node = await insertNode(db(), { subscription_id: subscriptionId, chain_profile_id: chain, node_type: nodeType, provider: 'local', region: 'local', instance_type: 'local.small' })
       return { node, userId }
     },

@@ -10,16 +10,26 @@ export async function insertUser(db: Queryable, now = new Date()): Promise<strin
 }
 
 export async function insertSubscription(db: Queryable, userId: string, now = new Date(), nodeType = 'full'): Promise<string> {
+  return insertSubscriptionOf(db, userId, { now, nodeType })
+}
+
+/** An active one-month subscription on the local provider, of `chain` (default devnet). */
+export async function insertSubscriptionOf(
+  db: Queryable,
+  userId: string,
+  options: { chain?: string; nodeType?: string; instanceType?: string; now?: Date } = {},
+): Promise<string> {
   const id = crypto.randomUUID()
+  const now = options.now ?? new Date()
   await db('subscriptions').insert({
     id,
     user_id: userId,
-    chain_profile_id: 'devnet',
-    node_type: nodeType,
+    chain_profile_id: options.chain ?? 'devnet',
+    node_type: options.nodeType ?? 'full',
     duration: '1m',
     provider: 'local',
     region: 'local',
-    instance_type: 'process',
+    instance_type: options.instanceType ?? 'process',
     status: 'active',
     expires_at: new Date(now.getTime() + 30 * 86_400_000),
     created_at: now,

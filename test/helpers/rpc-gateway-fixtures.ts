@@ -5,9 +5,11 @@
 import { spawn, type ChildProcess } from 'node:child_process'
 import crypto from 'node:crypto'
 import path from 'node:path'
+import type { RpcGatewaySettings } from '../../daemons/rpc-gateway.js'
 import { toJson } from '../../src/db/dialect.js'
 import type { Db } from '../../src/db/knex.js'
 import { insertNode } from '../../src/nodes/node-store.js'
+import { insertSubscriptionOf } from './fixtures.js'
 import { freePort, waitFor } from './ports.js'
 
 const ANVIL = path.resolve(path.dirname(new URL(import.meta.url).pathname), '../../node_modules/anvil-1.7.1/bin/anvil')
@@ -63,29 +65,9 @@ export function rpcError(answer: Answer): { code: number; message: string } {
   return (answer.body as { error: { code: number; message: string } }).error
 }
 
-export async function insertSubscription(db: Db, userId: string, chain: string, nodeType: string): Promise<string> {
-  const id = crypto.randomUUID()
-  const now = new Date()
-  await db('subscriptions').insert({
-    id,
-    user_id: userId,
-    chain_profile_id: chain,
-    node_type: nodeType,
-    duration: '1m',
-    provider: 'local',
-    region: 'local',
-    instance_type: 'local.small',
-    status: 'active',
-    expires_at: new Date(now.getTime() + 30 * 86_400_000),
-    created_at: now,
-    updated_at: now,
-  })
-  return id
-}
-
 /** A node of `userId` running on a local host whose chain listens on `rpcPort` (its configure completed). */
 export async function insertServingNode(db: Db, userId: string, chain: string, nodeType: string, hostId: string, rpcPort: number): Promise<string> {
-  const subscriptionId = await insertSubscription(db, userId, chain, nodeType)
+  const subscriptionId = await insertSubscriptionOf(db, userId, { chain, nodeType, instanceType: 'local.small' })
   const node = await insertNode(db, { subscription_id: subscriptionId, chain_profile_id: chain, node_type: nodeType, provider: 'local' })
   await db('nodes').where({ id: node.id }).update({ state: 'healthy', host_id: hostId, host_ip: '127.0.0.1' })
   await recordConfigure(db, node.id, rpcPort)
@@ -105,3 +87,24 @@ export async function recordConfigure(db: Db, nodeId: string, rpcPort: number): 
   })
 }
 
+
+/**
+ * Gateway settings for tests: limits out of the way unless a test sets them, and a route TTL of an
+ * hour, so every route change a test makes must reach the gateway through the events.
+ */
+export function gatewaySettings(dataDir: string, overrides: Partial<RpcGatewaySettings> = {}): RpcGatewaySettings {
+  return {
+    NODEPLANE_DATA_DIR: dataDir,
+    HTTP_HOST: '127.0.0.1',
+    RPC_GATEWAY_PORT: 0,
+    RPC_GATEWAY_RATE_LIMIT_PER_SECOND: 1000,
+    RPC_GATEWAY_RATE_LIMIT_BURST: 1000,
+    RPC_GATEWAY_BODY_LIMIT_BYTES: 16 * 1024,
+    RPC_GATEWAY_MAX_BATCH: 5,
+    RPC_GATEWAY_ROUTE_TTL: 3_600_000,
+    RPC_GATEWAY_UPSTREAM_TIMEOUT: 10_000,
+    RPC_GATEWAY_MAX_SUBSCRIPTIONS: 2,
+    RPC_GATEWAY_KEY_RECHECK: 100,
+    ...overrides,
+  }
+}

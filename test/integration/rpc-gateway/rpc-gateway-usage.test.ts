@@ -12,30 +12,16 @@ import path from 'node:path'
 import fs from 'node:fs'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { ADMIN_SCOPE } from '../../../src/auth/scopes.js'
-import { startRpcGateway, type RunningRpcGateway, type RpcGatewaySettings } from '../../../daemons/rpc-gateway.js'
+import { startRpcGateway, type RunningRpcGateway } from '../../../daemons/rpc-gateway.js'
 import { staticChainSource } from '../../../src/config/chain-source.js'
 import { defaultConfigDir, loadChainCatalogue } from '../../../src/config/chains.js'
 import { createLogger } from '../../../src/log.js'
 import { pruneUsage, USAGE_BUCKET_MS, USAGE_RETENTION_MS, type NodeUsage } from '../../../src/rpc-gateway/usage.js'
 import { DIALECTS, type TestDatabase } from '../../helpers/db.js'
 import { waitFor } from '../../helpers/ports.js'
-import { insertServingNode, post, recordConfigure, rpc } from '../../helpers/rpc-gateway-fixtures.js'
+import { gatewaySettings, insertServingNode, post, recordConfigure, rpc } from '../../helpers/rpc-gateway-fixtures.js'
 import { newKey, newUser, startAuthApi, type AuthApi } from '../auth/api-harness.js'
 import { Resources } from '../http/harness.js'
-
-const SETTINGS = (dataDir: string): RpcGatewaySettings => ({
-  NODEPLANE_DATA_DIR: dataDir,
-  HTTP_HOST: '127.0.0.1',
-  RPC_GATEWAY_PORT: 0,
-  RPC_GATEWAY_RATE_LIMIT_PER_SECOND: 1000,
-  RPC_GATEWAY_RATE_LIMIT_BURST: 1000,
-  RPC_GATEWAY_BODY_LIMIT_BYTES: 16 * 1024,
-  RPC_GATEWAY_MAX_BATCH: 10,
-  RPC_GATEWAY_ROUTE_TTL: 3_600_000,
-  RPC_GATEWAY_UPSTREAM_TIMEOUT: 10_000,
-  RPC_GATEWAY_MAX_SUBSCRIPTIONS: 2,
-  RPC_GATEWAY_KEY_RECHECK: 10_000,
-})
 
 /** A JSON-RPC node stand-in: counts each call by method, can hold a method's answers until released. */
 interface FakeNode {
@@ -122,9 +108,9 @@ describe.each(DIALECTS)('rpc-gateway usage, merged reads and cached ids on %s', 
     api = await startAuthApi(resources, t.db)
     const chains = staticChainSource(await loadChainCatalogue(defaultConfigDir()))
     const logger = createLogger({ level: 'silent' })
-    gateway = await startRpcGateway(SETTINGS(tmp), { db: t.db, logger, chains, usageFlushMs: 50 })
+    gateway = await startRpcGateway(gatewaySettings(tmp, { RPC_GATEWAY_MAX_BATCH: 10, RPC_GATEWAY_KEY_RECHECK: 10_000 }), { db: t.db, logger, chains, usageFlushMs: 50 })
     resources.add(() => gateway.stop())
-    second = await startRpcGateway(SETTINGS(tmp), { db: t.db, logger, chains, usageFlushMs: 50 })
+    second = await startRpcGateway(gatewaySettings(tmp, { RPC_GATEWAY_MAX_BATCH: 10, RPC_GATEWAY_KEY_RECHECK: 10_000 }), { db: t.db, logger, chains, usageFlushMs: 50 })
     resources.add(() => second.stop())
     const owner = await newUser(t.db)
     const stranger = await newUser(t.db)

@@ -22,7 +22,7 @@ import { forceNodeState } from '../../../src/nodes/health-state-machine.js'
 import { createTestDatabase, DIALECTS, type TestDatabase } from '../../helpers/db.js'
 import { insertUser } from '../../helpers/fixtures.js'
 import { waitFor } from '../../helpers/ports.js'
-import { insertServingNode, recordConfigure, rpc, startAnvil, type RunningAnvil } from '../../helpers/rpc-gateway-fixtures.js'
+import { gatewaySettings, insertServingNode, recordConfigure, rpc, startAnvil, type RunningAnvil } from '../../helpers/rpc-gateway-fixtures.js'
 
 let anvil: RunningAnvil
 let movedTo: RunningAnvil
@@ -82,19 +82,7 @@ describe.each(DIALECTS)('rpc-gateway WebSocket on %s', (dialect) => {
     relay.start()
     const chains = staticChainSource(await loadChainCatalogue(defaultConfigDir()))
     gateway = await startRpcGateway(
-      {
-        NODEPLANE_DATA_DIR: tmp,
-        HTTP_HOST: '127.0.0.1',
-        RPC_GATEWAY_PORT: 0,
-        RPC_GATEWAY_RATE_LIMIT_PER_SECOND: 1000,
-        RPC_GATEWAY_RATE_LIMIT_BURST: 1000,
-        RPC_GATEWAY_BODY_LIMIT_BYTES: 16 * 1024,
-        RPC_GATEWAY_MAX_BATCH: 5,
-        RPC_GATEWAY_ROUTE_TTL: 3_600_000,
-        RPC_GATEWAY_UPSTREAM_TIMEOUT: 10_000,
-        RPC_GATEWAY_MAX_SUBSCRIPTIONS: 2,
-        RPC_GATEWAY_KEY_RECHECK: 100,
-      },
+      gatewaySettings(tmp),
       { db: t.db, logger: createLogger({ level: 'silent' }), chains, events: { bus } },
     )
     userId = await insertUser(t.db)

@@ -11,7 +11,7 @@ import path from 'node:path'
 import { Writable } from 'node:stream'
 import { FetchRequest, JsonRpcProvider, Wallet, parseEther } from 'ethers'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { startRpcGateway, type RunningRpcGateway, type RpcGatewaySettings } from '../../../daemons/rpc-gateway.js'
+import { startRpcGateway, type RunningRpcGateway } from '../../../daemons/rpc-gateway.js'
 import { createApiKey } from '../../../src/auth/api-keys.js'
 import { staticChainSource } from '../../../src/config/chain-source.js'
 import { defaultConfigDir, loadChainCatalogue } from '../../../src/config/chains.js'
@@ -20,7 +20,7 @@ import { OutboxRelay } from '../../../src/events/relay.js'
 import { createLogger } from '../../../src/log.js'
 import { forceNodeState } from '../../../src/nodes/health-state-machine.js'
 import { DEV_ACCOUNT_KEY } from '../../helpers/anvil.js'
-import { insertServingNode, post, recordConfigure, rpc, rpcError, startAnvil, type RunningAnvil } from '../../helpers/rpc-gateway-fixtures.js'
+import { gatewaySettings, insertServingNode, post, recordConfigure, rpc, rpcError, startAnvil, type RunningAnvil } from '../../helpers/rpc-gateway-fixtures.js'
 import { createTestDatabase, DIALECTS, type TestDatabase } from '../../helpers/db.js'
 import { insertUser } from '../../helpers/fixtures.js'
 import { startLitecoind, type RunningLitecoind } from '../../helpers/litecoind.js'
@@ -37,22 +37,6 @@ function capturedLogger() {
   })
   return { logger: createLogger({ level: 'info', daemon: 'rpc-gateway', destination }), lines }
 }
-
-const SETTINGS = (dataDir: string, overrides: Partial<RpcGatewaySettings> = {}): RpcGatewaySettings => ({
-  NODEPLANE_DATA_DIR: dataDir,
-  HTTP_HOST: '127.0.0.1',
-  RPC_GATEWAY_PORT: 0,
-  RPC_GATEWAY_RATE_LIMIT_PER_SECOND: 1000,
-  RPC_GATEWAY_RATE_LIMIT_BURST: 1000,
-  RPC_GATEWAY_BODY_LIMIT_BYTES: 16 * 1024,
-  RPC_GATEWAY_MAX_BATCH: 5,
-  // Long: every route change in this file must reach the gateway through the events.
-  RPC_GATEWAY_ROUTE_TTL: 3_600_000,
-  RPC_GATEWAY_UPSTREAM_TIMEOUT: 10_000,
-  RPC_GATEWAY_MAX_SUBSCRIPTIONS: 2,
-  RPC_GATEWAY_KEY_RECHECK: 100,
-  ...overrides,
-})
 
 let anvil: RunningAnvil
 let movedTo: RunningAnvil
@@ -93,7 +77,7 @@ describe.each(DIALECTS)('rpc-gateway on %s', (dialect) => {
     relay = new OutboxRelay({ db: t.db, bus, logger: createLogger({ level: 'silent' }), pollIntervalMs: 50 })
     relay.start()
     const chains = staticChainSource(await loadChainCatalogue(defaultConfigDir()))
-    gateway = await startRpcGateway({ ...SETTINGS(tmp), LOCAL_HOSTS_DIR: hostsDir }, { db: t.db, logger: logs.logger, chains, events: { bus } })
+    gateway = await startRpcGateway({ ...gatewaySettings(tmp), LOCAL_HOSTS_DIR: hostsDir }, { db: t.db, logger: logs.logger, chains, events: { bus } })
     endpoint = (nodeId) => `${gateway.url}/v1/${nodeId}`
     userId = await insertUser(t.db)
     key = (await createApiKey(t.db, { userId, name: 'rpc', scopes: ['nodes:rpc'] })).key
@@ -266,7 +250,7 @@ describe.each(DIALECTS)('rpc-gateway on %s', (dialect) => {
   })
 
   it('rate-limits per key across gateways sharing the database: 429 with Retry-After, one token per call of a batch', async () => {
-    const small = SETTINGS(tmp, { RPC_GATEWAY_RATE_LIMIT_PER_SECOND: 1, RPC_GATEWAY_RATE_LIMIT_BURST: 4 })
+    const small = gatewaySettings(tmp, { RPC_GATEWAY_RATE_LIMIT_PER_SECOND: 1, RPC_GATEWAY_RATE_LIMIT_BURST: 4 })
     const chains = staticChainSource(await loadChainCatalogue(defaultConfigDir()))
     const silent = createLogger({ level: 'silent' })
     const a = await startRpcGateway(small, { db: t.db, logger: silent, chains })
