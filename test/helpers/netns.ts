@@ -8,8 +8,8 @@
  *
  * Traffic goes only to the addresses made here. Teardown kills every process in the namespace
  * (`ip netns pids`) and deletes it, which deletes the veth pair with it; it runs from `stop()`
- * (afterAll), from a process 'exit' handler as a safety net, and the first `startNetnsHost` of a
- * process removes namespaces left by a crashed earlier run (a `np-<pid>-*` whose pid is gone;
+ * (afterAll), from a process 'exit' handler as a safety net, and every `startNetnsHost`
+ * removes namespaces left by a crashed earlier run (a `np-<pid>-*` whose pid is gone;
  * namespaces of live test processes are left alone).
  *
  * Needs root, `ip` (iproute2) and `/usr/sbin/sshd` (openssh-server): without them it throws
@@ -56,7 +56,6 @@ export interface NetnsHost {
 
 const live = new Set<string>()
 let exitHookInstalled = false
-let leftoversCleaned = false
 
 /** Why this machine cannot run netns hosts, or undefined when it can. */
 export function netnsUnavailable(): string | undefined {
@@ -203,10 +202,9 @@ export async function startNetnsHost(): Promise<NetnsHost> {
   const unavailable = netnsUnavailable()
   if (unavailable) throw new Error(`cannot start a test host: ${unavailable}`)
   installExitHook()
-  if (!leftoversCleaned) {
-    leftoversCleaned = true
-    await cleanLeftovers()
-  }
+  // At every start, not once per process: a test worker runs many files. Safe while others run:
+  // only namespaces of dead processes go, and a namespace exists before its links.
+  await cleanLeftovers()
 
   const tag = crypto.randomBytes(3).toString('hex')
   const namespace = `${PREFIX}${process.pid}-${tag}`
