@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest'
 import { DEV_ACCOUNT_KEY, withAnvil } from '../helpers/anvil.js'
 import { waitFor } from '../helpers/ports.js'
 import { useJourneyStack } from './chain-journey-stack.js'
+import { minedReceipt } from '../helpers/receipts.js'
 
 /**
  * The README's anvil example through the binary, with the catalogue as shipped: `nodeplane up`
@@ -37,7 +38,7 @@ describe('the README anvil example on nodeplane up', () => {
     try {
       const recipient = Wallet.createRandom().address
       const tx = await new Wallet(DEV_ACCOUNT_KEY, endpoint).sendTransaction({ to: recipient, value: parseEther('2') })
-      expect((await tx.wait(1, 15_000))?.status).toBe(1)
+      expect((await minedReceipt(endpoint, tx.hash)).status).toBe(1)
       expect(await endpoint.getBalance(recipient)).toBe(parseEther('2'))
     } finally {
       endpoint.destroy()
@@ -58,7 +59,7 @@ describe('the README anvil example on nodeplane up', () => {
       expect(await provider.send('web3_clientVersion', [])).toBe('anvil/v1.7.1')
       const recipient = Wallet.createRandom().address
       const tx = await new Wallet(DEV_ACCOUNT_KEY, provider).sendTransaction({ to: recipient, value: parseEther('1') })
-      expect((await tx.wait(1, 15_000))?.status).toBe(1)
+      expect((await minedReceipt(provider, tx.hash)).status).toBe(1)
       expect(await provider.getBalance(recipient)).toBe(parseEther('1'))
     })
   })

@@ -10,6 +10,7 @@ import { DEV_ACCOUNT_KEY, withAnvil } from '../helpers/anvil.js'
 import { nodeplane, tempDir } from '../helpers/cli.js'
 import type { Dialect } from '../helpers/db.js'
 import { useJourneyStack, type NodeView } from './chain-journey-stack.js'
+import { minedReceipt } from '../helpers/receipts.js'
 
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
 
@@ -100,7 +101,7 @@ export function anvilJourneySuite(dialect: Dialect): void {
           // Foundry's 1.7.0 build calls itself 1.6.0 (docs/chains.md).
           expect(await provider.send('web3_clientVersion', [])).toBe('anvil/v1.6.0')
           const tx = await new Wallet(DEV_ACCOUNT_KEY, provider).sendTransaction({ to: recipient, value: parseEther('2') })
-          return tx.wait(1, 15_000)
+          return minedReceipt(provider, tx.hash)
         })
         expect(receipt?.status).toBe(1)
         sent.set(node.id, receipt as TransactionReceipt)

@@ -20,6 +20,7 @@ import { describeEachDialectConcurrently } from '../../helpers/db.js'
 import { insertUser, setNodeState } from '../../helpers/fixtures.js'
 import { waitFor } from '../../helpers/ports.js'
 import { untilRunFinished } from '../provisioning/harness.js'
+import { minedReceipt } from '../../helpers/receipts.js'
 
 describeEachDialectConcurrently('an ethereum-anvil node on %s', (dialect) => {
   // Nodes on 1.5.1 (an older default still running in fleets): the release this file is about.
@@ -37,9 +38,7 @@ describeEachDialectConcurrently('an ethereum-anvil node on %s', (dialect) => {
 
   async function sendTransfer(provider: JsonRpcProvider, ether: string): Promise<TransactionReceipt> {
     const tx = await new Wallet(DEV_ACCOUNT_KEY, provider).sendTransaction({ to: recipient, value: parseEther(ether) })
-    // Polled here rather than with tx.wait(), whose block listener can leave a receipt request in
-    // flight that destroying the provider then rejects with no one to catch it.
-    const receipt = await waitFor(() => provider.getTransactionReceipt(tx.hash).then((r) => r ?? undefined), 'the transfer to be mined', 15_000, 50)
+    const receipt = await minedReceipt(provider, tx.hash)
     expect(receipt.status).toBe(1)
     sent.push(receipt)
     return receipt

@@ -22,6 +22,7 @@ import { tempDir } from '../../helpers/cli.js'
 import { describeEachDialectConcurrently } from '../../helpers/db.js'
 import { insertUser } from '../../helpers/fixtures.js'
 import { waitFor } from '../../helpers/ports.js'
+import { minedReceipt } from '../../helpers/receipts.js'
 
 describeEachDialectConcurrently('rollouts of ethereum-anvil nodes on %s', (dialect) => {
   const h = useChainHarness(dialect, {
@@ -76,7 +77,7 @@ describeEachDialectConcurrently('rollouts of ethereum-anvil nodes on %s', (diale
     for (const nodeId of nodes) {
       const receipt = await withChain(nodeId, async (provider) => {
         const tx = await new Wallet(DEV_ACCOUNT_KEY, provider).sendTransaction({ to: recipient, value: parseEther('2') })
-        return tx.wait(1, 15_000)
+        return minedReceipt(provider, tx.hash)
       })
       if (!receipt) throw new Error('no receipt')
       sent.set(nodeId, receipt)

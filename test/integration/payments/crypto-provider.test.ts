@@ -21,6 +21,7 @@ import { findPayment, paymentEvents, type PaymentRecord } from '../../../src/pay
 import { createTestDatabase, DIALECTS, type TestDatabase } from '../../helpers/db.js'
 import { startEvmChain, type EvmChain } from '../../helpers/evm.js'
 import { waitFor } from '../../helpers/ports.js'
+import { minedReceipt } from '../../helpers/receipts.js'
 
 const CONFIRMATIONS = 3
 const logger = createLogger({ level: 'silent' })
@@ -122,16 +123,14 @@ describe.each(DIALECTS)('crypto provider on %s', (dialect) => {
   }
 
   async function payToken(token: Contract, to: string, amount: bigint, memo: string): Promise<{ txHash: string; blockNumber: number }> {
-    const tx = (await token.getFunction('transferWithMemo')(to, amount, memo)) as { wait(): Promise<{ hash: string; blockNumber: number } | null> }
-    const receipt = await tx.wait()
-    if (!receipt) throw new Error('no receipt')
+    const tx = (await token.getFunction('transferWithMemo')(to, amount, memo)) as { hash: string }
+    const receipt = await minedReceipt(chain.provider, tx.hash)
     return { txHash: receipt.hash.toLowerCase(), blockNumber: receipt.blockNumber }
   }
 
   async function payEth(to: string, amount: bigint, memo: string): Promise<{ txHash: string; blockNumber: number }> {
-    const tx = (await chain.router.getFunction('payWithMemo')(to, memo, { value: amount })) as { wait(): Promise<{ hash: string; blockNumber: number } | null> }
-    const receipt = await tx.wait()
-    if (!receipt) throw new Error('no receipt')
+    const tx = (await chain.router.getFunction('payWithMemo')(to, memo, { value: amount })) as { hash: string }
+    const receipt = await minedReceipt(chain.provider, tx.hash)
     return { txHash: receipt.hash.toLowerCase(), blockNumber: receipt.blockNumber }
   }
 
@@ -328,7 +327,7 @@ describe.each(DIALECTS)('crypto provider on %s', (dialect) => {
     expect(read.toBlock).toBeGreaterThan(read.fromBlock - 1)
     await chain.revert(snapshot)
     // A transaction makes the replacement block differ from the one the watcher read.
-    await (await chain.usdc.getFunction('transfer')(chain.otherAddress, 1n)).wait()
+    await minedReceipt(chain.provider, ((await chain.usdc.getFunction('transfer')(chain.otherAddress, 1n)) as { hash: string }).hash)
     await chain.mine(CONFIRMATIONS + 2)
 
     const halted = await provider.watcher.poll()

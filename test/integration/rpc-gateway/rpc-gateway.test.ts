@@ -25,6 +25,7 @@ import { createTestDatabase, DIALECTS, type TestDatabase } from '../../helpers/d
 import { insertUser } from '../../helpers/fixtures.js'
 import { startLitecoind, type RunningLitecoind } from '../../helpers/litecoind.js'
 import { waitFor } from '../../helpers/ports.js'
+import { minedReceipt } from '../../helpers/receipts.js'
 
 /** Lines the gateway logged, to prove what it never writes down. */
 function capturedLogger() {
@@ -101,7 +102,7 @@ describe.each(DIALECTS)('rpc-gateway on %s', (dialect) => {
       const wallet = new Wallet(DEV_ACCOUNT_KEY, provider)
       const to = Wallet.createRandom().address
       const sent = await wallet.sendTransaction({ to, value: parseEther('1.5') })
-      const receipt = await sent.wait(1, 15_000)
+      const receipt = await minedReceipt(provider, sent.hash)
       expect(receipt?.status).toBe(1)
       expect(await provider.getBalance(to)).toBe(parseEther('1.5'))
       expect(receipt?.blockNumber).toBeGreaterThan(before)
