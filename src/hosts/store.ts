@@ -170,15 +170,16 @@ export async function recordProbe(db: Queryable, id: string, result: ProbeResult
 }
 
 /**
- * Live nodes on a host. The `ssh` provider names a node's host `<fleet host id>/<host key>` in
- * `nodes.host_id` (docs/infrastructure.md); placement (next) will record it in the same
- * transaction that reserves the capacity.
+ * Live nodes on a host: those the `ssh` provider recorded there (`nodes.host_id` is
+ * `<fleet host id>/<host key>`, docs/infrastructure.md) and those placed there whose host is not
+ * recorded yet (a provisioning or a migration under way holds a reservation first).
  */
 export async function countLiveNodesOnHost(db: Queryable, hostId: string): Promise<number> {
   const row = (await db('nodes')
-    .where('provider', 'ssh')
-    .andWhere('host_id', 'like', `${hostId}/%`)
     .whereNotIn('state', [...TERMINAL_NODE_STATES])
+    .where((q) => {
+      void q.where((r) => void r.where('provider', 'ssh').andWhere('host_id', 'like', `${hostId}/%`)).orWhereIn('id', db('host_reservations').where({ host_id: hostId }).select('node_id'))
+    })
     .count({ n: '*' })
     .first()) as { n: number | string } | undefined
   return Number(row?.n ?? 0)
