@@ -7,6 +7,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { build } from 'esbuild'
+import { bundleNodeAgent } from './agent-bundle.js'
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
 const dist = path.join(root, 'dist')
@@ -83,3 +84,6 @@ await build({
   },
   logLevel: 'warning',
 })
+
+// The node agent as one file for fleet hosts (the `ssh` provider uploads it): dist/agent/.
+await bundleNodeAgent()
