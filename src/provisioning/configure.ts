@@ -6,6 +6,7 @@ import net from 'node:net'
 import { getProfile, renderNodeConfig, type ChainProfile, type NodeConfigInput, type NodeConfiguration } from '../config/chains.js'
 import { fromJson } from '../db/dialect.js'
 import type { Queryable } from '../db/knex.js'
+import { currentReservation } from '../hosts/placement.js'
 import { renderConfigChanges, type ConfigChanges, type RolloutManifestData } from '../rollouts/manifests.js'
 import { runAgentCommand } from './agent-calls.js'
 import type { LifecycleDeps } from './deps.js'
@@ -29,8 +30,9 @@ export interface ConfigureResult {
 
 export async function renderConfiguration(deps: LifecycleDeps, target: ConfigureTarget): Promise<NodeConfiguration> {
   const profile = getProfile(deps.chains.current(), target.chainProfileId)
-  // Local hosts share one machine, so each chain needs its own port; a real host has its own.
-  const rpcPort = target.provider === 'local' ? await freePort() : 8545
+  // Local hosts share one machine, so each chain needs its own port; a fleet host's nodes share
+  // that host, so each has the port its placement reserved there; a cloud host has its own.
+  const rpcPort = target.provider === 'local' ? await freePort() : target.provider === 'ssh' ? await reservedRpcPort(deps.db, target.nodeId) : 8545
   return renderInstalledConfiguration(profile, target.nodeType, { rpc_port: rpcPort, node_id: target.nodeId, ...(target.version ? { version: target.version } : {}) }, target.configChanges ?? null)
 }
 
@@ -74,6 +76,13 @@ export async function configureNode(deps: LifecycleDeps, target: ConfigureTarget
   const result = (await runAgentCommand(deps, { nodeId: target.nodeId, type: 'configure', payload, key: commandKey }, heartbeat)) as ConfigureResult
   await writeConfigState(deps.db, target.nodeId, result.binary_version, result.config_version)
   return result
+}
+
+/** The RPC port of the node's newest placement on the fleet (during a migration: its new host). */
+async function reservedRpcPort(db: Queryable, nodeId: string): Promise<number> {
+  const reservation = await currentReservation(db, nodeId)
+  if (!reservation) throw new Error(`node ${nodeId} has no placement on a fleet host`)
+  return reservation.rpc_port
 }
 
 /**
