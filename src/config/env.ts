@@ -8,6 +8,7 @@ import { z } from 'zod'
 import { ConfigError } from '../errors.js'
 import { parseDatabaseUrl } from '../db/url.js'
 import { parseDuration } from './duration.js'
+import { applySecretFiles, isSecretSetting } from './secret-settings.js'
 import { isPaymentMethod, PAYMENT_METHODS } from '../payments/states.js'
 import { allowedSourcesSetting } from '../artifacts/sources.js'
 import { releasePublicKeysSetting, requireSignedArtifactsSetting } from '../artifacts/release-keys.js'
@@ -60,6 +61,8 @@ export const sharedEnv = {
   NATS_CERT_FILE: z.string().min(1).optional(),
   NATS_KEY_FILE: z.string().min(1).optional(),
   NATS_NKEY_SEED_FILE: z.string().min(1).optional(),
+  /** The nkey seed itself (from Vault: `vault:<mount>/<path>#<field>`); NATS_NKEY_SEED_FILE is its file form. */
+  NATS_NKEY_SEED: z.string().min(1).optional(),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 }
 
@@ -187,8 +190,17 @@ const gatewayTargets = z
   .refine((v) => v.split(',').every((t) => HOST_PORT.test(t.trim())), 'must be host:port, or several separated by commas, e.g. 10.0.0.1:9090,10.0.0.2:9090')
   .transform((v) => v.split(',').map((t) => t.trim()).join(','))
 
+/** Fencing (docs/node-agent.md, "Fencing"): the agents' and the control plane's must be the same value. */
+const fenceTimeout = duration('60s').refine((ms) => ms >= 100, 'must be at least 100ms')
+
 /** The node lifecycle workflows (orchestrator): chains, infrastructure, how agents reach the gateway. */
 export const lifecycleEnv = {
+  /**
+   * Fencing: a migration starts the new host's chain no earlier than this after the old agent's
+   * last heartbeat; handed to the agents the local provider starts as NODE_AGENT_FENCE_TIMEOUT.
+   * Must stay below HEARTBEAT_TIMEOUT + MIGRATION_GRACE (checked at start-up).
+   */
+  AGENT_FENCE_TIMEOUT: fenceTimeout,
   /** Holds `chains/` (and later `upgrades/`); default: the installed package's own. */
   NODEPLANE_CONFIG_DIR: z.string().min(1).optional(),
   /** Spec: `latest` (the config dir's chains/, re-read while running) or a pinned tag (chain-catalogue/<tag>/). */
@@ -235,16 +247,45 @@ export const nodeAgentEnv = z.object({
   ARTIFACT_RELEASE_PUBLIC_KEYS: releasePublicKeysSetting,
   /** Refuse artifacts without a release signature; unset: true when ARTIFACT_RELEASE_PUBLIC_KEYS is set (docs/artifacts.md). */
   AGENT_REQUIRE_SIGNED_ARTIFACTS: requireSignedArtifactsSetting,
+  /** Fencing: with no heartbeat acknowledged by any gateway for this long, the chain is stopped (docs/node-agent.md). */
+  NODE_AGENT_FENCE_TIMEOUT: fenceTimeout,
 })
 
 
 /** The key hierarchy's master key (docs/secrets.md). */
 export const secretsEnv = {
-  /** `local` keeps the master key in a file (`nodeplane secrets init`); other adapters plug in here. */
-  SECRETS_PROVIDER: z.enum(['local']).default('local'),
+  /** `local` keeps the master key in a file (`nodeplane secrets init`); `vault`: Vault's transit engine (docs/secrets.md). */
+  SECRETS_PROVIDER: z.enum(['local', 'vault'], { message: 'must be local or vault' }).default('local'),
   /** Default: <data dir>/master.key */
   SECRETS_MASTER_KEY_FILE: z.string().min(1).optional(),
 }
+
+const vaultPathSegments = z.string().regex(/^[A-Za-z0-9_.-]+(\/[A-Za-z0-9_.-]+)*$/, 'must be a Vault mount path such as transit')
+
+/**
+ * HashiCorp Vault (docs/secrets.md): read before the daemon's own schema, since `vault:`
+ * references in other settings are resolved from it. Needed with SECRETS_PROVIDER=vault or any
+ * `vault:` reference; the role and secret ids are secrets (VAULT_ROLE_ID_FILE, VAULT_SECRET_ID_FILE).
+ */
+export const vaultEnv = {
+  VAULT_ADDR: z.string().url('must be a URL such as https://vault.internal:8200').regex(/^https?:\/\//, 'must be an http:// or https:// URL').optional(),
+  /** PEM of the CA that signed Vault's certificate; default: the system's CAs. */
+  VAULT_CACERT: z.string().min(1).optional(),
+  /** Vault Enterprise namespace, sent as X-Vault-Namespace. */
+  VAULT_NAMESPACE: z.string().min(1).optional(),
+  VAULT_ROLE_ID: z.string().min(1).optional(),
+  VAULT_SECRET_ID: z.string().min(1).optional(),
+  VAULT_APPROLE_MOUNT: vaultPathSegments.default('approle'),
+  VAULT_TRANSIT_MOUNT: vaultPathSegments.default('transit'),
+  /** The transit key that wraps data keys and server secret keys. */
+  VAULT_TRANSIT_KEY: z.string().regex(/^[A-Za-z0-9_.-]{1,128}$/, 'must be a transit key name (letters, digits, ".", "_" or "-")').default('nodeplane-master'),
+  VAULT_REQUEST_TIMEOUT: duration('5s'),
+  /** After a failure, Vault is tried again after VAULT_RETRY_MIN, doubling up to VAULT_RETRY_MAX. */
+  VAULT_RETRY_MIN: duration('1s'),
+  VAULT_RETRY_MAX: duration('30s'),
+}
+export const vaultSettingsSchema = z.object({ SECRETS_PROVIDER: z.enum(['local', 'vault'], { message: 'must be local or vault' }).default('local'), ...vaultEnv })
+export type VaultSettings = z.infer<typeof vaultSettingsSchema>
 
 const bool = (fallback: 'true' | 'false') =>
   z
@@ -414,6 +455,7 @@ export const healthEvaluatorEnv = z.object({
   CHAIN_PROFILE_VERSION: lifecycleEnv.CHAIN_PROFILE_VERSION,
   CHAINS_CHECK_INTERVAL: lifecycleEnv.CHAINS_CHECK_INTERVAL,
   MIGRATION_COOLDOWN: lifecycleEnv.MIGRATION_COOLDOWN,
+  AGENT_FENCE_TIMEOUT: lifecycleEnv.AGENT_FENCE_TIMEOUT,
   ...hostsEnv,
 })
 
@@ -565,16 +607,25 @@ export type ResolvedPaths<T> = Omit<T, 'DATABASE_URL' | 'PAYMENTS_DATABASE_URL'>
  */
 export function loadConfig<S extends z.AnyZodObject>(
   schema: S,
-  env: Env = process.env,
+  givenEnv: Env = process.env,
+  /** Where values came from when not the environment (`vault:` references), for messages. */
+  givenOrigins: Record<string, string> = {},
 ): ResolvedPaths<z.infer<S>> {
+  // `<NAME>_FILE` of every secret setting (docs/configuration.md, "Secrets").
+  const files = applySecretFiles(givenEnv)
+  const env = files.env
+  const origins = { ...givenOrigins, ...files.origins }
   const result = schema.safeParse(env)
-  if (!result.success) {
-    const problems = result.error.issues.map((issue) => {
+  if (files.problems.length > 0 || !result.success) {
+    const problems = (result.success ? [] : result.error.issues).map((issue) => {
       const variable = issue.path.join('.')
       const got = env[variable]
+      const origin = origins[variable]
+      // A value from a file or Vault is a secret by definition: name its source, never echo it.
+      if (origin !== undefined) return `${variable} (from ${origin}): ${issue.message}`
       return got === undefined ? `${variable}: ${issue.message}` : `${variable}=${JSON.stringify(shorten(variable, got))}: ${issue.message}`
     })
-    throw new ConfigError(problems)
+    throw new ConfigError([...files.problems, ...problems])
   }
   const parsed = result.data as z.infer<S> & Shared
   // The node agent's schema has no data dir or databases.
@@ -590,7 +641,8 @@ export function loadConfig<S extends z.AnyZodObject>(
 
 /** Values echoed in error messages are cut short, and URLs lose their credentials. */
 function shorten(variable: string, value: string): string {
-  if (/(SECRET|_KEY)$/.test(variable)) return '***'
+  if (value.startsWith('vault:')) return value.slice(0, 200)
+  if (/(SECRET|_KEY)$/.test(variable) || (isSecretSetting(variable) && !variable.endsWith('_URL'))) return '***'
   if (variable.endsWith('_URL')) return value.replace(/\/\/[^@/]*@/, '//***@').slice(0, 120)
   return value.length > 80 ? `${value.slice(0, 77)}...` : value
 }

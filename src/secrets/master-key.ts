@@ -7,8 +7,10 @@
 import crypto from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'
-import { ConfigError, ConflictError } from '../errors.js'
+import { ConfigError, ConflictError, DomainError } from '../errors.js'
 import { KeyMaterialError } from './errors.js'
+import type { SecretsRuntime } from './load-settings.js'
+import { VaultTransitMasterKey } from './vault/transit-master-key.js'
 
 /**
  * What the key hierarchy needs from a secrets manager: encrypt ("wrap") and decrypt ("unwrap")
@@ -42,7 +44,7 @@ const IV_BYTES = 12
 /** What `openMasterKey` reads from the configuration (secretsEnv plus the data dir). */
 export interface SecretsSettings {
   NODEPLANE_DATA_DIR: string
-  SECRETS_PROVIDER: 'local'
+  SECRETS_PROVIDER: 'local' | 'vault'
   SECRETS_MASTER_KEY_FILE?: string | undefined
 }
 
@@ -51,11 +53,34 @@ export function masterKeyFile(settings: Pick<SecretsSettings, 'NODEPLANE_DATA_DI
   return path.resolve(settings.SECRETS_MASTER_KEY_FILE ?? path.join(settings.NODEPLANE_DATA_DIR, MASTER_KEY_FILE_NAME))
 }
 
-/** The configured adapter. Throws ConfigError (MasterKeyMissingError when there is no key yet). */
-export async function openMasterKey(settings: SecretsSettings): Promise<MasterKey> {
+/**
+ * The configured adapter. Throws ConfigError (MasterKeyMissingError when there is no key file
+ * yet; with Vault, when the transit key cannot be used), so a daemon exits 78 at start rather
+ * than failing its first provisioning.
+ */
+export async function openMasterKey(settings: SecretsSettings, secrets?: Pick<SecretsRuntime, 'vault'>): Promise<MasterKey> {
   switch (settings.SECRETS_PROVIDER) {
     case 'local':
       return LocalFileMasterKey.load(masterKeyFile(settings))
+    case 'vault': {
+      const vault = secrets?.vault
+      if (!vault) throw new ConfigError(['SECRETS_PROVIDER=vault: this command does not connect to Vault (settings loaded without loadSettingsWithSecrets)'])
+      const masterKey = new VaultTransitMasterKey(vault.client, vault.transitMount, vault.transitKey)
+      await assertTransitKeyUsable(masterKey)
+      return masterKey
+    }
+  }
+}
+
+/** One wrap and unwrap of random bytes: the key exists and the policy grants both paths. */
+async function assertTransitKeyUsable(masterKey: VaultTransitMasterKey): Promise<void> {
+  const probe = crypto.randomBytes(16)
+  try {
+    const back = await masterKey.unwrap(await masterKey.wrap(probe))
+    if (!crypto.timingSafeEqual(Buffer.from(back), probe)) throw new Error('decrypt returned other bytes than were encrypted')
+  } catch (err) {
+    const reason = err instanceof DomainError ? err.details : (err as Error).message
+    throw new ConfigError([`VAULT_TRANSIT_KEY: transit key ${masterKey.mount}/${masterKey.keyName} is not usable: ${reason}`])
   }
 }
 

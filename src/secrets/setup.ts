@@ -6,7 +6,7 @@ import { z } from 'zod'
 import { secretsEnv, sharedEnv, type ResolvedPaths } from '../config/env.js'
 import type { Queryable } from '../db/knex.js'
 import type { Logger } from '../log.js'
-import { checkMasterKeyFile, createLocalMasterKey, ensureLocalMasterKey, masterKeyFile, type MasterKey, type SecretsSettings } from './master-key.js'
+import { checkMasterKeyFile, createLocalMasterKey, ensureLocalMasterKey, masterKeyFile, type MasterKey, type MasterKeyFileCheck, type SecretsSettings } from './master-key.js'
 import { ensureServerKeyPair, listServerKeys, rotateServerKeyPair, type ServerPublicKey } from './server-key.js'
 
 /** The environment of the `secrets` commands. */
@@ -53,7 +53,7 @@ export async function ensureSecrets(db: Queryable, settings: SecretsSettings, lo
 }
 
 export interface SecretsStatus {
-  provider: 'local'
+  provider: 'local' | 'vault'
   master_key_file: string
   master_key_file_present: boolean
   /** Present, owner-only, and holding a 32-byte key. */
@@ -69,8 +69,14 @@ export interface SecretsStatus {
   ready: boolean
 }
 
-export async function secretsStatus(db: Queryable, settings: SecretsSettings): Promise<SecretsStatus> {
-  const check = checkMasterKeyFile(masterKeyFile(settings))
+/** With SECRETS_PROVIDER=vault, `vaultKey` is the opened transit key (undefined: Vault could not be used). */
+export async function secretsStatus(db: Queryable, settings: SecretsSettings, vaultKey?: MasterKey): Promise<SecretsStatus> {
+  const check: MasterKeyFileCheck =
+    settings.SECRETS_PROVIDER === 'local'
+      ? checkMasterKeyFile(masterKeyFile(settings))
+      : vaultKey
+        ? { ok: true, file: vaultKey.id, masterKeyId: vaultKey.id }
+        : { ok: false, file: 'vault', present: false, problem: 'Vault transit is not usable (see the error above)' }
   const keys = await listServerKeys(db)
   const active = keys.find((k) => k.retired_at === null)
   const masterKeyId = check.ok ? check.masterKeyId : null

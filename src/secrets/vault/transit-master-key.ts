@@ -1,0 +1,56 @@
+/**
+ * The master key held by Vault's transit engine (docs/secrets.md): `wrap` is
+ * `POST <mount>/encrypt/<key>`, `unwrap` is `POST <mount>/decrypt/<key>`. The key never leaves
+ * Vault; the stored text is Vault's own `vault:v<n>:…` ciphertext, which names the key version,
+ * so rotating the transit key in Vault needs nothing from nodeplane (older versions still decrypt).
+ */
+import { UnavailableError } from '../../errors.js'
+import { KeyMaterialError } from '../errors.js'
+import type { MasterKey } from '../master-key.js'
+import { VaultRefusedError, VaultRequestError, VaultUnreachableError, type VaultClient } from './client.js'
+
+export class VaultTransitMasterKey implements MasterKey {
+  /** `vault-transit:<mount>/<key>`: stable across restarts and key versions, the same on every server. */
+  readonly id: string
+
+  constructor(
+    private readonly vault: VaultClient,
+    readonly mount: string,
+    readonly keyName: string,
+  ) {
+    this.id = `vault-transit:${mount}/${keyName}`
+  }
+
+  async wrap(plaintext: Uint8Array): Promise<string> {
+    try {
+      return await this.vault.transitEncrypt(this.mount, this.keyName, plaintext)
+    } catch (err) {
+      throw unavailable(err, 'wrap')
+    }
+  }
+
+  async unwrap(wrapped: string): Promise<Uint8Array> {
+    if (!/^vault:v\d+:/.test(wrapped)) {
+      throw new KeyMaterialError('cannot unwrap key material', 'not a Vault transit ciphertext (wrapped by the local master key file? every server sharing a database needs the same SECRETS_PROVIDER)')
+    }
+    try {
+      return await this.vault.transitDecrypt(this.mount, this.keyName, wrapped)
+    } catch (err) {
+      if (err instanceof VaultRequestError && err.status === 400) {
+        throw new KeyMaterialError('cannot unwrap key material', `Vault transit key ${this.mount}/${this.keyName} does not decrypt it (altered, or wrapped by another key)`)
+      }
+      throw unavailable(err, 'unwrap')
+    }
+  }
+}
+
+/** Vault down or refusing us is not the caller's fault and may pass: 503, retry later. */
+function unavailable(err: unknown, what: string): Error {
+  if (err instanceof VaultUnreachableError || err instanceof VaultRefusedError) {
+    return new UnavailableError('the secrets manager is unavailable', `cannot ${what} key material: ${err.message}`)
+  }
+  if (err instanceof VaultRequestError) {
+    return new UnavailableError('the secrets manager refused the request', `cannot ${what} key material: ${err.message}; the Vault policy must grant update on the transit key's encrypt and decrypt paths`)
+  }
+  return err instanceof Error ? err : new Error(String(err))
+}
