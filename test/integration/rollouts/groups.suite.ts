@@ -10,17 +10,16 @@
 import fs from 'node:fs'
 import path from 'node:path'
 import { pathToFileURL } from 'node:url'
-import { afterEach, describe, expect, it } from 'vitest'
+import { describe, it, type TestContext } from 'vitest'
 import type { Db } from '../../../src/db/knex.js'
 import { signalRolloutGroup, startRolloutGroup } from '../../../src/rollouts/control.js'
 import type { FailurePolicy, RolloutGroupStatus } from '../../../src/rollouts/states.js'
 import { insertRolloutGroup, listGroupRollouts, listRolloutNodes, requireRollout, requireRolloutGroup, type GroupComponent, type RolloutGroupRecord } from '../../../src/rollouts/store.js'
 import { findRunByKey } from '../../../src/workflows/index.js'
 import { GROUP_WORKFLOW } from '../../../src/rollouts/workflow-names.js'
-import { tempDir } from '../../helpers/cli.js'
-import { createTestDatabase, type Dialect, type TestDatabase } from '../../helpers/db.js'
+import type { Dialect } from '../../helpers/db.js'
 import { waitFor } from '../../helpers/ports.js'
-import { binaryVersions, crashingArtifact, DEVNET_1_1_0, sha256File, startFleet, type Fleet } from './harness.js'
+import { binaryVersions, crashingArtifact, DEVNET_1_1_0, fleetTests, sha256File, type Fleet } from './harness.js'
 
 function component(version: string, url: string, checksum: string): GroupComponent {
   return { binary_name: 'devnet-node', node_type: 'full', version, url, checksum, upgrade_id: null, migration_type: 'non_breaking', manifest_content_hash: null, manifest: null }
@@ -44,32 +43,22 @@ function crashingOn(dir: string, version: string, nodeId: string): GroupComponen
 /** The suite on the given databases: one file per database keeps each file short (groups.sqlite.test.ts, groups.postgres.test.ts). */
 export function rolloutGroupsSuite(dialects: readonly Dialect[]): void {
   describe.each(dialects)('rollout groups on a real devnet node, %s', (dialect) => {
-    let t: TestDatabase | undefined
-    let fleet: Fleet | undefined
-    const dirs: string[] = []
-    afterEach(async () => {
-      await fleet?.stop()
-      await t?.destroy()
-      for (const d of dirs.splice(0)) fs.rmSync(d, { recursive: true, force: true })
-      fleet = undefined
-      t = undefined
-    })
+    // Each test has a database and a fleet of its own: they run a few at a time (it.concurrent).
+    const setUp = fleetTests(dialect)
 
     const DEVNET_110 = () => component('1.1.0', pathToFileURL(DEVNET_1_1_0).href, `sha256:${sha256File(DEVNET_1_1_0)}`)
 
     /** A fleet of `size` nodes and a group of the components `components(dir, nodes)` builds. */
     async function groupOf(
+      context: TestContext,
       policy: FailurePolicy,
       components: (dir: string, nodes: string[]) => GroupComponent[],
       options: { size?: number; batchSize?: number } = {},
     ): Promise<{ db: Db; fleet: Fleet; group: RolloutGroupRecord }> {
-      t = await createTestDatabase(dialect)
-      fleet = await startFleet(t.db, options.size ?? 1)
-      const dir = tempDir()
-      dirs.push(dir)
-      const order = components(dir, fleet.nodes)
+      const { db, fleet, dir } = await setUp(context, options.size ?? 1)
+      const order = components(dir(), fleet.nodes)
       const group = await insertRolloutGroup(
-        t.db,
+        db,
         {
           chain_profile_id: 'devnet',
           node_type: 'full',
@@ -85,11 +74,11 @@ export function rolloutGroupsSuite(dialects: readonly Dialect[]): void {
         },
         new Date(),
       )
-      return { db: t.db, fleet, group }
+      return { db, fleet, group }
     }
 
-    function groupWith(policy: FailurePolicy): Promise<{ db: Db; fleet: Fleet; group: RolloutGroupRecord }> {
-      return groupOf(policy, (dir) => {
+    function groupWith(context: TestContext, policy: FailurePolicy): Promise<{ db: Db; fleet: Fleet; group: RolloutGroupRecord }> {
+      return groupOf(context, policy, (dir) => {
         const crash = crashingArtifact(dir)
         return [DEVNET_110(), component('9.9.9-crash', crash.url, crash.checksum)]
       })
@@ -109,8 +98,9 @@ export function rolloutGroupsSuite(dialects: readonly Dialect[]): void {
         return statuses.includes(g.status) ? g : undefined
       }, `group ${id} to be ${statuses.join(' or ')}`, 180_000, 200)
 
-    it('partial_ok: the first component upgrades and passes its health gate, the second fails, the group is partial', { timeout: 300_000 }, async () => {
-      const { db, fleet, group } = await groupWith('partial_ok')
+    it.concurrent('partial_ok: the first component upgrades and passes its health gate, the second fails, the group is partial', { timeout: 300_000 }, async (context) => {
+      const { expect } = context
+      const { db, fleet, group } = await groupWith(context, 'partial_ok')
       await startRolloutGroup(db, group.id, { by: fleet.operatorId })
       await expect(startRolloutGroup(db, group.id, { by: fleet.operatorId })).rejects.toThrow(/it is running/)
       const done = await untilGroup(db, group.id, ['partial', 'completed', 'failed', 'rolled_back'])
@@ -127,8 +117,9 @@ export function rolloutGroupsSuite(dialects: readonly Dialect[]): void {
       expect(await binaryVersions(db, fleet.nodes)).toEqual(['1.1.0'])
     })
 
-    it('rollback_all: the second component fails and the first one is rolled back too', { timeout: 300_000 }, async () => {
-      const { db, fleet, group } = await groupWith('rollback_all')
+    it.concurrent('rollback_all: the second component fails and the first one is rolled back too', { timeout: 300_000 }, async (context) => {
+      const { expect } = context
+      const { db, fleet, group } = await groupWith(context, 'rollback_all')
       await startRolloutGroup(db, group.id, { by: fleet.operatorId })
       const done = await untilGroup(db, group.id, ['rolled_back', 'partial', 'completed', 'failed'])
       expect(done.status).toBe('rolled_back')
@@ -138,8 +129,9 @@ export function rolloutGroupsSuite(dialects: readonly Dialect[]): void {
       expect(await binaryVersions(db, fleet.nodes)).toEqual(['1.0.0'])
     })
 
-    it('manual: the group pauses for the operator after the failure; a paused group is not started again; cancel ends it', { timeout: 300_000 }, async () => {
-      const { db, fleet, group } = await groupWith('manual')
+    it.concurrent('manual: the group pauses for the operator after the failure; a paused group is not started again; cancel ends it', { timeout: 300_000 }, async (context) => {
+      const { expect } = context
+      const { db, fleet, group } = await groupWith(context, 'manual')
       await startRolloutGroup(db, group.id, { by: fleet.operatorId })
       const paused = await untilGroup(db, group.id, ['paused', 'partial', 'completed', 'failed'])
       expect(paused).toMatchObject({ status: 'paused', pause_reason: 'component_failed' })
@@ -151,8 +143,9 @@ export function rolloutGroupsSuite(dialects: readonly Dialect[]): void {
       expect(await binaryVersions(db, fleet.nodes)).toEqual(['1.1.0'])
     })
 
-    it('skip of a running component is no failure: its in-flight node finishes, it is cancelled, and the group goes on with the next one (rollback_all: nothing rolled back)', { timeout: 300_000 }, async () => {
-      const { db, fleet, group } = await groupOf('rollback_all', (dir) => [DEVNET_110(), devnetAs(dir, '1.1.1')])
+    it.concurrent('skip of a running component is no failure: its in-flight node finishes, it is cancelled, and the group goes on with the next one (rollback_all: nothing rolled back)', { timeout: 300_000 }, async (context) => {
+      const { expect } = context
+      const { db, fleet, group } = await groupOf(context, 'rollback_all', (dir) => [DEVNET_110(), devnetAs(dir, '1.1.1')])
       await startRolloutGroup(db, group.id, { by: fleet.operatorId })
       const first = await untilComponentUpgrading(db, group.id, 0)
       await signalRolloutGroup(db, group.id, 'skip', { by: fleet.operatorId })
@@ -173,8 +166,9 @@ export function rolloutGroupsSuite(dialects: readonly Dialect[]): void {
       expect(started.map((d) => (typeof d === 'string' ? (JSON.parse(d) as { rollout_id: string }) : (d as { rollout_id: string })).rollout_id).sort()).toEqual(rollouts.map((r) => r.id).sort())
     })
 
-    it('cancel of a running group ends it cancelled once its component has stopped, with no rollback of the components done (rollback_all)', { timeout: 300_000 }, async () => {
-      const { db, fleet, group } = await groupOf('rollback_all', (dir) => [DEVNET_110(), devnetAs(dir, '1.1.1')])
+    it.concurrent('cancel of a running group ends it cancelled once its component has stopped, with no rollback of the components done (rollback_all)', { timeout: 300_000 }, async (context) => {
+      const { expect } = context
+      const { db, fleet, group } = await groupOf(context, 'rollback_all', (dir) => [DEVNET_110(), devnetAs(dir, '1.1.1')])
       await startRolloutGroup(db, group.id, { by: fleet.operatorId })
       const second = await untilComponentUpgrading(db, group.id, 1)
       await signalRolloutGroup(db, group.id, 'cancel', { by: fleet.operatorId })
@@ -194,9 +188,10 @@ export function rolloutGroupsSuite(dialects: readonly Dialect[]): void {
       await expect(signalRolloutGroup(db, group.id, 'resume', { by: fleet.operatorId })).rejects.toThrow(/it is cancelled/)
     })
 
-    it('rollback_all: a component that ends failed below its threshold has its own upgraded nodes rolled back', { timeout: 300_000 }, async () => {
+    it.concurrent('rollback_all: a component that ends failed below its threshold has its own upgraded nodes rolled back', { timeout: 300_000 }, async (context) => {
+      const { expect } = context
       // Two nodes in one batch, threshold 0.5: one fails (1 of 2 is not above it), the rollout ends failed.
-      const { db, fleet, group } = await groupOf('rollback_all', (dir, nodes) => [crashingOn(dir, '9.9.9-half', nodes[0] as string)], { size: 2, batchSize: 2 })
+      const { db, fleet, group } = await groupOf(context, 'rollback_all', (dir, nodes) => [crashingOn(dir, '9.9.9-half', nodes[0] as string)], { size: 2, batchSize: 2 })
       await startRolloutGroup(db, group.id, { by: fleet.operatorId })
       const done = await untilGroup(db, group.id, ['rolled_back', 'partial', 'completed', 'failed', 'cancelled'])
       expect(done.status).toBe('rolled_back')

@@ -3,12 +3,17 @@
  * 1.0.0, provisioned through the provision workflow and made healthy by the heartbeat
  * evaluation, and a worker that runs the lifecycle and rollout workflows. Agents heartbeat
  * every 200 ms (the provisioning harness's agent environment) so health validation has reports
- * to judge.
+ * to judge, and devnet-node makes a block every 100 ms instead of 500 (its sync of 3 blocks,
+ * after the provision and after every upgrade and revert, takes 0.3 s instead of 1.5 s).
+ *
+ * `fleetTests` gives each test a database and a fleet of its own, and runs a few of a file's
+ * tests at once (docs/development.md, "Test run time").
  */
 import crypto from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
+import type { TestContext } from 'vitest'
 import type { Db } from '../../../src/db/knex.js'
 import { fromJson } from '../../../src/db/dialect.js'
 import { evaluateHeartbeats } from '../../../src/health/heartbeat-evaluation.js'
@@ -18,6 +23,8 @@ import { requestProvision } from '../../../src/provisioning/index.js'
 import { insertRollout, requireRollout, type NewRollout, type RolloutRecord } from '../../../src/rollouts/store.js'
 import type { RolloutStatus } from '../../../src/rollouts/states.js'
 import type { WorkflowWorker } from '../../../src/workflows/index.js'
+import { tempDir } from '../../helpers/cli.js'
+import { createTestDatabase, type Dialect, type TestDatabase } from '../../helpers/db.js'
 import { insertSubscription, insertUser } from '../../helpers/fixtures.js'
 import { waitFor } from '../../helpers/ports.js'
 import { lifecycleSetting, startLifecycleWorker, type LifecycleSetting } from '../provisioning/harness.js'
@@ -34,8 +41,10 @@ export interface Fleet {
   stop(): Promise<void>
 }
 
-export async function startFleet(db: Db, size: number, options: Pick<Parameters<typeof lifecycleSetting>[1] & object, 'agentEnv' | 'artifacts' | 'catalogue'> = {}): Promise<Fleet> {
-  const setting = await lifecycleSetting(db, { logger, heartbeatIntervalSeconds: 1, ...options })
+export type FleetOptions = Pick<Parameters<typeof lifecycleSetting>[1] & object, 'agentEnv' | 'artifacts' | 'catalogue' | 'devnetBlockTimeMs'>
+
+export async function startFleet(db: Db, size: number, options: FleetOptions = {}): Promise<Fleet> {
+  const setting = await lifecycleSetting(db, { logger, heartbeatIntervalSeconds: 1, devnetBlockTimeMs: 100, ...options })
   const worker = startLifecycleWorker(db, setting.deps, 8, { rollouts: true })
   // The heartbeat evaluation, as the health-evaluator runs it: upgraded nodes become healthy again.
   let evaluating = Promise.resolve()
@@ -88,6 +97,56 @@ export async function startFleet(db: Db, size: number, options: Pick<Parameters<
   }
 }
 
+/** How many of a file's fleet tests run at once (each is a few agent and chain processes, mostly waiting). */
+export const FLEET_LANES = 3
+
+export interface FleetTest {
+  db: Db
+  fleet: Fleet
+  /** A temporary directory removed when the test ends. */
+  dir(): string
+}
+
+/**
+ * For a file's concurrent tests (`it.concurrent`): `setUp(context, size)` waits for one of
+ * `lanes` slots, then creates a database of `dialect` and a fleet of `size` nodes on it, both
+ * stopped (and the slot freed) when the test ends, passed or failed. Call it once per file (the
+ * slots are the file's: a helper module's top level is shared by the files a worker runs).
+ */
+export function fleetTests(dialect: Dialect, lanes = FLEET_LANES): (context: Pick<TestContext, 'onTestFinished'>, size: number, options?: FleetOptions) => Promise<FleetTest> {
+  let free = lanes
+  const waiting: Array<() => void> = []
+  const release = (): void => {
+    const next = waiting.shift()
+    if (next) next()
+    else free++
+  }
+  return async ({ onTestFinished }, size, options = {}) => {
+    if (free > 0) free--
+    else await new Promise<void>((resolve) => waiting.push(resolve))
+    let database: TestDatabase | undefined
+    let fleet: Fleet | undefined
+    const dirs: string[] = []
+    onTestFinished(async () => {
+      try {
+        await fleet?.stop()
+        await database?.destroy()
+        for (const d of dirs) fs.rmSync(d, { recursive: true, force: true })
+      } finally {
+        release()
+      }
+    })
+    database = await createTestDatabase(dialect)
+    fleet = await startFleet(database.db, size, options)
+    const dir = (): string => {
+      const d = tempDir()
+      dirs.push(d)
+      return d
+    }
+    return { db: database.db, fleet, dir }
+  }
+}
+
 /** A manual-mode rollout of the devnet fleet (test setup: the API's validation is tested elsewhere). */
 export async function devnetRollout(db: Db, by: Pick<Fleet, 'operatorId'>, fields: Partial<NewRollout> = {}): Promise<RolloutRecord> {
   return insertRollout(
@@ -105,7 +164,8 @@ export async function devnetRollout(db: Db, by: Pick<Fleet, 'operatorId'>, field
       canary_size: null,
       failure_threshold: 0.5,
       // Long enough for several heartbeats (every 200 ms) after the upgrade, and for devnet's sync
-      // (3 blocks of 500 ms) to end within it, so the node is healthy right after the window.
+      // (3 blocks, of 100 ms in startFleet's fleets) to end within it, so the node is healthy
+      // right after the window.
       health_wait_duration_ms: 1_500,
       created_by: by.operatorId,
       ...fields,
