@@ -1,28 +1,46 @@
 /**
- * Authenticated request throughput on the API server: GET /api/v1/me with an API key and with
- * a wallet-path RS256 JWT (as the auth-server issues them, verified against a served JWKS),
- * each against an unauthenticated GET /health on the same server, same run. The server has a
- * real database (SQLite, Postgres), a local bus and a rate limit too high to refuse; the client
- * keeps CONCURRENCY requests in flight on keep-alive connections. Every request must answer
- * 2xx. Aim: >= 0.6 of the /health rate.
+ * Authenticated reads on the api-server, as production runs it and as a client sees it (issue 21):
+ * `nodeplane daemon api-server` in its own process (a real database, NATS, the default log level
+ * with its access line per request, written to /dev/null), driven by autocannon's CLI in another
+ * process, 16 connections kept alive. Measured in interleaved rounds against an unauthenticated
+ * `GET /health` on the same server:
+ *
+ * - `GET /api/v1/me` with an API key, and with a wallet-path RS256 JWT (verified against a served
+ *   JWKS, as the auth-server issues them);
+ * - `GET /api/v1/nodes?limit=50` with an API key, the user owning 50 nodes.
+ *
+ * Two figures per request: requests/s (median round), and the server's CPU per request (its
+ * process's user + system time over the round, /proc), which a busy machine disturbs less.
+ * Any non-2xx answer or socket error fails the run.
  */
+import { execFile, spawn, type ChildProcess } from 'node:child_process'
 import crypto from 'node:crypto'
+import fs from 'node:fs'
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
-import { startApiServer, type RunningServer } from '../daemons/api-server.js'
+import os from 'node:os'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { promisify } from 'node:util'
 import { createApiKey } from '../src/auth/api-keys.js'
 import { LEGACY_JWKS_PATH } from '../src/auth/legacy-tokens.js'
 import { signingKeyFromPem } from '../src/auth/signing-key.js'
 import { createTokenIssuer, type JsonWebKeySet } from '../src/auth/token-issuer.js'
 import { createUser } from '../src/auth/users.js'
-import { apiServerEnv, loadConfig } from '../src/config/env.js'
-import { createLocalBus } from '../src/events/local-bus.js'
-import { createLogger } from '../src/log.js'
+import { insertNode } from '../src/nodes/node-store.js'
+import { insertSubscriptionOf } from '../test/helpers/fixtures.js'
+import { freePort, waitFor } from '../test/helpers/ports.js'
 import { benchDatabase, type Dialect } from './databases.js'
-import { figure, interleaved, type Bench, type BenchFigure } from './lib.js'
+import { figure, type Bench, type BenchFigure } from './lib.js'
 
-/** Requests kept in flight by the client. */
-const CONCURRENCY = 16
+const CONNECTIONS = 16
+const NODES = 50
+const ROUNDS = 5
+const ROOT = path.join(path.dirname(fileURLToPath(import.meta.url)), '..')
+const BIN = path.join(ROOT, 'bin', 'run.js')
+const AUTOCANNON = path.join(ROOT, 'node_modules', 'autocannon', 'autocannon.js')
+const CLOCK_TICKS_PER_SECOND = 100
+const run = promisify(execFile)
 
 /** Serves a key set at /.well-known/jwks.json, as the auth-server does. */
 async function startJwksServer(jwks: JsonWebKeySet): Promise<{ url: string; stop(): Promise<void> }> {
@@ -46,95 +64,71 @@ async function startJwksServer(jwks: JsonWebKeySet): Promise<{ url: string; stop
   }
 }
 
-interface Response {
-  status: number
-  body: string
+/** CPU seconds (user + system) a process has used, from /proc. */
+function cpuSeconds(pid: number): number {
+  const fields = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ')
+  return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS_PER_SECOND
 }
 
-function get(agent: http.Agent, base: URL, path: string, headers: Record<string, string>): Promise<Response> {
-  return new Promise((resolve, reject) => {
-    const req = http.get({ agent, host: base.hostname, port: base.port, path, headers }, (res) => {
-      const chunks: Buffer[] = []
-      res.on('data', (c: Buffer) => chunks.push(c))
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') }))
-      res.on('error', reject)
-    })
-    req.on('error', reject)
-  })
+interface Round {
+  requestsPerSecond: number
+  cpuMicrosPerRequest: number
 }
 
-/**
- * A closed-loop load of CONCURRENCY requests in flight, one per named request, shaped for
- * `interleaved`: each call of an op waits for one of its requests to complete and starts the
- * next, so throughput() counts completions at a constant concurrency. The first call after a
- * switch (throughput's untimed warm-up call) first lets the previous op's requests finish, then
- * fills the pipeline, so no round pays for or profits from another's requests.
- */
-class ClosedLoop {
-  private active: string | undefined
-  private inflight = 0
-  private completed = 0
-  private waiter: (() => void) | undefined
-  private idle: (() => void) | undefined
-  readonly failures = new Map<string, number>()
-  readonly requests = new Map<string, number>()
+interface Target {
+  path: string
+  headers: Record<string, string>
+}
 
-  constructor(
-    private readonly agent: http.Agent,
-    private readonly base: URL,
-  ) {}
-
-  op(name: string, path: string, headers: Record<string, string>): () => Promise<void> {
-    return async () => {
-      if (this.active !== name) {
-        await this.drain()
-        this.active = name
-        for (let i = 0; i < CONCURRENCY; i++) this.start(name, path, headers)
-      }
-      await this.nextCompletion()
-      this.start(name, path, headers)
-    }
+/** One round of autocannon's CLI against `target` for `seconds`; fails on any non-2xx or error. */
+async function round(base: string, target: Target, seconds: number, serverPid: number): Promise<Round> {
+  const args = [AUTOCANNON, '-c', String(CONNECTIONS), '-d', String(seconds), '-j']
+  for (const [name, value] of Object.entries(target.headers)) args.push('-H', `${name}=${value}`)
+  args.push(`${base}${target.path}`)
+  const before = cpuSeconds(serverPid)
+  const { stdout } = await run(process.execPath, args, { maxBuffer: 16 * 1024 * 1024 })
+  const used = cpuSeconds(serverPid) - before
+  const result = JSON.parse(stdout) as { requests: { average: number; total: number }; non2xx: number; errors: number; timeouts: number }
+  if (result.non2xx > 0 || result.errors > 0 || result.timeouts > 0) {
+    throw new Error(`${target.path}: ${result.non2xx} non-2xx, ${result.errors} errors, ${result.timeouts} timeouts of ${result.requests.total}`)
   }
+  return { requestsPerSecond: result.requests.average, cpuMicrosPerRequest: (used / Math.max(1, result.requests.total)) * 1e6 }
+}
 
-  /** Waits until no request of any op is in flight. */
-  async drain(): Promise<void> {
-    if (this.inflight > 0) await new Promise<void>((resolve) => (this.idle = resolve))
-    this.active = undefined
-    this.completed = 0
+function median(values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b)
+  return sorted[Math.floor(sorted.length / 2)]!
+}
+
+async function startDaemon(env: Record<string, string>): Promise<{ child: ChildProcess; stop(): Promise<void> }> {
+  const child = spawn(process.execPath, [BIN, 'daemon', 'api-server'], { env: { ...process.env, ...env }, cwd: os.tmpdir(), stdio: ['ignore', 'ignore', 'pipe'] })
+  let stderr = ''
+  child.stderr!.on('data', (chunk: Buffer) => (stderr = (stderr + chunk.toString('utf8')).slice(-4000)))
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()))
+  const stop = async () => {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM')
+    await exited
   }
-
-  private async nextCompletion(): Promise<void> {
-    if (this.completed === 0) await new Promise<void>((resolve) => (this.waiter = resolve))
-    this.completed--
-  }
-
-  private start(name: string, path: string, headers: Record<string, string>): void {
-    this.inflight++
-    this.requests.set(name, (this.requests.get(name) ?? 0) + 1)
-    const done = (ok: boolean) => {
-      if (!ok) this.failures.set(name, (this.failures.get(name) ?? 0) + 1)
-      this.inflight--
-      this.completed++
-      const waiter = this.waiter
-      this.waiter = undefined
-      waiter?.()
-      if (this.inflight === 0) {
-        const idle = this.idle
-        this.idle = undefined
-        idle?.()
-      }
-    }
-    get(this.agent, this.base, path, headers).then(
-      (res) => done(res.status >= 200 && res.status < 300),
-      () => done(false),
+  try {
+    await waitFor(
+      async () => {
+        if (child.exitCode !== null) throw new Error(`api-server exited ${child.exitCode}: ${stderr}`)
+        return (await fetch(`http://127.0.0.1:${env.API_SERVER_PORT}/readyz`).catch(() => undefined))?.ok === true
+      },
+      'the api-server to be ready',
+      30_000,
+      100,
     )
+  } catch (err) {
+    await stop()
+    throw err
   }
+  return { child, stop }
 }
 
 export const benchAuth: Bench = async (ctx) => {
   const figures: BenchFigure[] = []
-  const logger = createLogger({ level: 'silent' })
-  // The signing key as the auth-server holds it, without a key file.
+  const seconds = Math.max(1, Math.round(3 * ctx.scale))
   const { privateKey } = crypto.generateKeyPairSync('rsa', { modulusLength: 2048 })
   const signingKey = await signingKeyFromPem(privateKey.export({ type: 'pkcs8', format: 'pem' }).toString(), 'bench (in memory)')
   const issuer = createTokenIssuer({ key: signingKey, accessTokenTtlMs: 3_600_000 })
@@ -142,85 +136,88 @@ export const benchAuth: Bench = async (ctx) => {
   try {
     for (const dialect of ['sqlite', 'postgres'] as Dialect[]) {
       const database = await benchDatabase(dialect, ctx.postgresUrl)
-      const bus = createLocalBus({ logger })
-      let server: RunningServer | undefined
-      const agent = new http.Agent({ keepAlive: true, maxSockets: CONCURRENCY })
+      const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'nodeplane-bench-auth-'))
+      let daemon: Awaited<ReturnType<typeof startDaemon>> | undefined
       try {
         const { db } = database
-        const config = loadConfig(apiServerEnv, {
+        const user = await createUser(db, { email: `bench-${crypto.randomBytes(4).toString('hex')}@example.test` })
+        const { key } = await db.transaction((trx) => createApiKey(trx, { userId: user.id, name: 'bench', scopes: ['*'] }))
+        const { token } = await issuer.issueAccessToken(user.id, new Date())
+        for (let i = 0; i < NODES; i++) {
+          const subscriptionId = await insertSubscriptionOf(db, user.id)
+          await insertNode(db, { subscription_id: subscriptionId, chain_profile_id: 'devnet', node_type: 'full', provider: 'local' })
+        }
+
+        const port = await freePort()
+        daemon = await startDaemon({
           DATABASE_URL: database.url,
-          LOG_LEVEL: 'silent',
+          NATS_URL: ctx.natsUrl,
+          API_SERVER_PORT: String(port),
           AUTH_PROVIDER: 'both',
           AUTH_LEGACY_JWKS_URL: jwks.url,
           API_RATE_LIMIT_PER_MINUTE: '1000000',
+          NODEPLANE_DATA_DIR: dataDir,
         })
-        server = await startApiServer({ ...config, API_SERVER_PORT: 0 }, { db, bus, logger })
-        const base = new URL(server.url)
+        const base = `http://127.0.0.1:${port}`
+        const targets: Record<'health' | 'apiKey' | 'jwt' | 'nodes', Target> = {
+          health: { path: '/health', headers: {} },
+          apiKey: { path: '/api/v1/me', headers: { 'X-API-Key': key } },
+          jwt: { path: '/api/v1/me', headers: { Authorization: `Bearer ${token}` } },
+          nodes: { path: `/api/v1/nodes?limit=${NODES}`, headers: { 'X-API-Key': key } },
+        }
+        // Each answers what it should before anything is timed (this also fetches the key set).
+        const nodes = (await (await fetch(`${base}${targets.nodes.path}`, { headers: targets.nodes.headers })).json()) as { items?: unknown[] }
+        if (nodes.items?.length !== NODES) throw new Error(`GET /api/v1/nodes answered ${nodes.items?.length ?? 'no'} items, expected ${NODES}`)
+        for (const name of ['apiKey', 'jwt'] as const) {
+          const me = (await (await fetch(`${base}/api/v1/me`, { headers: targets[name].headers })).json()) as { user_id?: string }
+          if (me.user_id !== user.id) throw new Error(`GET /api/v1/me with ${name} did not answer the user`)
+        }
 
-        const user = await createUser(db, { email: `bench-${crypto.randomBytes(4).toString('hex')}@example.test` })
-        const { key, apiKey } = await db.transaction((trx) => createApiKey(trx, { userId: user.id, name: 'bench', scopes: ['*'] }))
-        const { token } = await issuer.issueAccessToken(user.id, new Date())
-        const withKey = { authorization: `Bearer ${key}` }
-        const withJwt = { authorization: `Bearer ${token}` }
-
-        // Each credential is accepted as what it is before anything is timed (this also fetches the key set).
-        for (const [headers, method] of [
-          [withKey, 'api_key'],
-          [withJwt, 'jwt'],
-        ] as const) {
-          const res = await get(agent, base, '/api/v1/me', headers)
-          const body = res.status === 200 ? (JSON.parse(res.body) as { user_id?: string; auth_method?: string; api_key_id?: string }) : undefined
-          if (body?.user_id !== user.id || body.auth_method !== method || (method === 'api_key' && body.api_key_id !== apiKey.id)) {
-            throw new Error(`GET /api/v1/me with ${method} answered ${res.status}: ${res.body.slice(0, 200)}`)
+        const pid = daemon.child.pid!
+        const rounds = new Map<keyof typeof targets, Round[]>()
+        for (const name of Object.keys(targets) as Array<keyof typeof targets>) await round(base, targets[name], 1, pid) // warm-up (JIT, pools, statements)
+        for (let r = 0; r < ROUNDS; r++) {
+          for (const name of Object.keys(targets) as Array<keyof typeof targets>) {
+            rounds.set(name, [...(rounds.get(name) ?? []), await round(base, targets[name], seconds, pid)])
           }
         }
-        const health = await get(agent, base, '/health', {})
-        if (health.status !== 200) throw new Error(`GET /health answered ${health.status}`)
-
-        const load = new ClosedLoop(agent, base)
-        const ops = {
-          health: load.op('health', '/health', {}),
-          apiKey: load.op('apiKey', '/api/v1/me', withKey),
-          jwt: load.op('jwt', '/api/v1/me', withJwt),
-        }
-        // Untimed warm-up of every path (JIT, pool, key set), so a quick run does not measure a cold server.
-        await interleaved(ops, { rounds: 1, msPerRound: 300 })
-        const rates = await interleaved(ops, { msPerRound: 400 * ctx.scale })
-        await load.drain()
-        const failed = [...load.failures].filter(([, n]) => n > 0)
-        if (failed.length > 0) {
-          throw new Error(`requests failed (${dialect}): ${failed.map(([name, n]) => `${name} ${n} of ${load.requests.get(name)}`).join(', ')}`)
-        }
-
+        const rate = (name: keyof typeof targets) => median(rounds.get(name)!.map((x) => x.requestsPerSecond))
+        const cpu = (name: keyof typeof targets) => median(rounds.get(name)!.map((x) => x.cpuMicrosPerRequest))
         ctx.log(
-          `${dialect}: /me with API key ${rates.apiKey.toFixed(0)}/s, with JWT ${rates.jwt.toFixed(0)}/s, /health ${rates.health.toFixed(0)}/s ` +
-            `(${CONCURRENCY} in flight; requests sent, warm-up included: ${[...load.requests].map(([n, c]) => `${n} ${c}`).join(', ')})`,
+          `${dialect}: ` +
+            (Object.keys(targets) as Array<keyof typeof targets>).map((name) => `${name} ${rate(name).toFixed(0)}/s ${cpu(name).toFixed(0)} µs CPU/request`).join(', '),
         )
-        figures.push(
-          figure({
-            name: `GET /api/v1/me with an API key (${dialect})`,
-            baseline: `unauthenticated GET /health (${dialect})`,
-            unit: 'requests/s',
-            value: rates.apiKey,
-            baselineValue: rates.health,
-            aim: '>= 0.6',
-            notes: `${CONCURRENCY} requests in flight on keep-alive connections, interleaved rounds`,
-          }),
-          figure({
-            name: `GET /api/v1/me with a wallet-path JWT (${dialect})`,
-            baseline: `unauthenticated GET /health (${dialect})`,
-            unit: 'requests/s',
-            value: rates.jwt,
-            baselineValue: rates.health,
-            aim: '>= 0.6',
-            notes: `RS256 verified against a served JWKS; ${CONCURRENCY} requests in flight on keep-alive connections, interleaved rounds`,
-          }),
-        )
+        const how = `autocannon CLI in its own process, ${CONNECTIONS} connections, ${ROUNDS} interleaved rounds of ${seconds} s (median); the api-server alone in its own process at LOG_LEVEL=info, stdout to /dev/null`
+        for (const [name, label, aim] of [
+          ['apiKey', 'GET /api/v1/me with an API key', '>= 0.6'],
+          ['jwt', 'GET /api/v1/me with a wallet-path JWT', '>= 0.6'],
+          ['nodes', `GET /api/v1/nodes?limit=${NODES} with an API key, ${NODES} nodes`, '>= 0.5'],
+        ] as const) {
+          figures.push(
+            figure({
+              name: `${label} (${dialect})`,
+              baseline: `unauthenticated GET /health, same server, same run (${dialect})`,
+              unit: 'requests/s',
+              value: rate(name),
+              baselineValue: rate('health'),
+              aim,
+              notes: how,
+            }),
+            figure({
+              name: `${label}, server CPU per request (${dialect}); ${cpu(name).toFixed(0)} µs vs ${cpu('health').toFixed(0)} µs`,
+              baseline: `unauthenticated GET /health, same server, same run (${dialect})`,
+              unit: 'requests per CPU-second',
+              value: 1e6 / cpu(name),
+              baselineValue: 1e6 / cpu('health'),
+              aim,
+              notes: `${how}; CPU from /proc (user + system) over each round`,
+            }),
+          )
+        }
       } finally {
-        agent.destroy()
-        await server?.stop()
-        await bus.close()
+        await daemon?.stop()
         await database.drop()
+        fs.rmSync(dataDir, { recursive: true, force: true })
       }
     }
   } finally {
