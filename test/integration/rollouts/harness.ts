@@ -165,8 +165,9 @@ export async function devnetRollout(db: Db, by: Pick<Fleet, 'operatorId'>, field
       failure_threshold: 0.5,
       // Long enough for several heartbeats (every 200 ms) after the upgrade, and for devnet's sync
       // (3 blocks, of 100 ms in startFleet's fleets) to end within it, so the node is healthy
-      // right after the window.
-      health_wait_duration_ms: 1_500,
+      // right after the window; 2 s rather than 1.5 s, for the new binary's first reports on a
+      // machine loaded by a few fleets at once (a canary once failed its 1.5 s window so).
+      health_wait_duration_ms: 2_000,
       created_by: by.operatorId,
       ...fields,
     },

@@ -7,16 +7,15 @@
 import fs from 'node:fs'
 import path from 'node:path'
 import { pathToFileURL } from 'node:url'
-import { afterEach, describe, expect, it } from 'vitest'
+import { describe, it } from 'vitest'
 import type { Db } from '../../../src/db/knex.js'
 import { findNode } from '../../../src/nodes/node-store.js'
 import { signalRollout, startRollout } from '../../../src/rollouts/control.js'
 import { createRollout } from '../../../src/rollouts/create.js'
 import { listRolloutNodes, requireRollout } from '../../../src/rollouts/store.js'
-import { createTestDatabase, type Dialect, type TestDatabase } from '../../helpers/db.js'
-import { tempDir } from '../../helpers/cli.js'
+import type { Dialect } from '../../helpers/db.js'
 import { waitFor } from '../../helpers/ports.js'
-import { binaryVersions, crashingArtifact, DEVNET_1_1_0, devnetRollout, eventPayloads, eventSubjects, reportedVersions, sha256File, startFleet, untilStatus, type Fleet } from './harness.js'
+import { binaryVersions, crashingArtifact, DEVNET_1_1_0, devnetRollout, eventPayloads, eventSubjects, reportedVersions, sha256File, fleetTests, untilStatus } from './harness.js'
 
 /** writer:state of each state move of the node's health events, in order. */
 async function stateMoves(db: Db, nodeId: string): Promise<string[]> {
@@ -27,24 +26,12 @@ async function stateMoves(db: Db, nodeId: string): Promise<string[]> {
 /** The suite on the given databases: one file per database keeps each file short (rolling.sqlite.test.ts, rolling.postgres.test.ts). */
 export function rollingRolloutsSuite(dialects: readonly Dialect[]): void {
   describe.each(dialects)('rollouts on real devnet nodes, %s', (dialect) => {
-    let t: TestDatabase | undefined
-    let fleet: Fleet | undefined
-    const dirs: string[] = []
-    afterEach(async () => {
-      await fleet?.stop()
-      await t?.destroy()
-      for (const d of dirs.splice(0)) fs.rmSync(d, { recursive: true, force: true })
-      fleet = undefined
-      t = undefined
-    })
-    async function setUp(size: number): Promise<{ db: Db; fleet: Fleet }> {
-      t = await createTestDatabase(dialect)
-      fleet = await startFleet(t.db, size)
-      return { db: t.db, fleet }
-    }
+    // Each test has a database and a fleet of its own: they run a few at a time (it.concurrent).
+    const setUp = fleetTests(dialect)
 
-    it('upgrades the fleet batch by batch: binary replaced, checksum verified, version reported back, events and counters', { timeout: 240_000 }, async () => {
-      const { db, fleet } = await setUp(3)
+    it.concurrent('upgrades the fleet batch by batch: binary replaced, checksum verified, version reported back, events and counters', { timeout: 240_000 }, async (context) => {
+      const { expect } = context
+      const { db, fleet } = await setUp(context, 3)
       const rollout = await devnetRollout(db, fleet, { batch_size: 2 })
       const started = await startRollout(db, rollout.id, { by: fleet.operatorId })
       expect(started.status).toBe('running')
@@ -86,8 +73,9 @@ export function rollingRolloutsSuite(dialects: readonly Dialect[]): void {
       expect(notes).toEqual(['rollout_started', 'rollout_completed'])
     })
 
-    it('a bad checksum fails the node and the agent leaves 1.0.0 running; the threshold pauses the rollout, force takes it on, it ends failed', { timeout: 240_000 }, async () => {
-      const { db, fleet } = await setUp(3)
+    it.concurrent('a bad checksum fails the node and the agent leaves 1.0.0 running; the threshold pauses the rollout, force takes it on, it ends failed', { timeout: 240_000 }, async (context) => {
+      const { expect } = context
+      const { db, fleet } = await setUp(context, 3)
       const rollout = await devnetRollout(db, fleet, { batch_size: 1, failure_threshold: 0.5, target_binary_checksum: `sha256:${'ab'.repeat(32)}` })
       await startRollout(db, rollout.id, { by: fleet.operatorId })
 
@@ -116,10 +104,10 @@ export function rollingRolloutsSuite(dialects: readonly Dialect[]): void {
       expect(notes).toEqual(['rollout_started', 'rollout_paused', 'rollout_failed'])
     })
 
-    it('an artifact that crashes after it starts fails health validation and is undone on that node', { timeout: 240_000 }, async () => {
-      const { db, fleet } = await setUp(1)
-      const dir = tempDir()
-      dirs.push(dir)
+    it.concurrent('an artifact that crashes after it starts fails health validation and is undone on that node', { timeout: 240_000 }, async (context) => {
+      const { expect } = context
+      const { db, fleet, dir: newDir } = await setUp(context, 1)
+      const dir = newDir()
       const crash = crashingArtifact(dir)
       const rollout = await devnetRollout(db, fleet, { target_version: '9.9.9-crash', target_binary_url: crash.url, target_binary_checksum: crash.checksum, health_wait_duration_ms: 4_000 })
       await startRollout(db, rollout.id, { by: fleet.operatorId })
@@ -136,10 +124,10 @@ export function rollingRolloutsSuite(dialects: readonly Dialect[]): void {
       expect(['syncing', 'healthy']).toContain((await findNode(db, node?.node_id as string))?.state)
       expect((await requireRollout(db, rollout.id)).failed_nodes).toBe(1)
     })
-    it('a node on a version no release lists (a rollout installed it) is reverted to that rollout\'s artifact', { timeout: 240_000 }, async () => {
-      const { db, fleet } = await setUp(1)
-      const dir = tempDir()
-      dirs.push(dir)
+    it.concurrent('a node on a version no release lists (a rollout installed it) is reverted to that rollout\'s artifact', { timeout: 240_000 }, async (context) => {
+      const { expect } = context
+      const { db, fleet, dir: newDir } = await setUp(context, 1)
+      const dir = newDir()
       // 1.1.1: devnet-node 1.1.0's program under a version the catalogue does not list.
       const artifact = path.join(dir, 'devnet-node-1.1.1.mjs')
       fs.copyFileSync(DEVNET_1_1_0, artifact)

@@ -6,49 +6,39 @@
 import fs from 'node:fs'
 import path from 'node:path'
 import { pathToFileURL } from 'node:url'
-import { afterEach, describe, expect, it } from 'vitest'
+import { describe, it } from 'vitest'
 import type { Db } from '../../../src/db/knex.js'
 import { retryRolloutNode, signalRollout, startRollout } from '../../../src/rollouts/control.js'
 import { listRolloutNodes, requireRollout } from '../../../src/rollouts/store.js'
-import { createTestDatabase, type Dialect, type TestDatabase } from '../../helpers/db.js'
+import type { Dialect } from '../../helpers/db.js'
 import { waitFor } from '../../helpers/ports.js'
 import { tempDir } from '../../helpers/cli.js'
 import { findNode } from '../../../src/nodes/node-store.js'
 import { ROLLOUT_WORKFLOW } from '../../../src/rollouts/workflow-names.js'
 import { findRunByKey } from '../../../src/workflows/index.js'
-import { binaryVersions, crashingArtifact, DEVNET_1_1_0, devnetRollout, sha256File, startFleet, untilStatus, type Fleet } from './harness.js'
+import { binaryVersions, crashingArtifact, DEVNET_1_1_0, devnetRollout, sha256File, fleetTests, untilStatus } from './harness.js'
 
 /** The suite on the given databases: one file per database keeps each file short (signals.sqlite.test.ts, signals.postgres.test.ts). */
 export function rolloutSignalsSuite(dialects: readonly Dialect[]): void {
   describe.each(dialects)('rollout signals on real devnet nodes, %s', (dialect) => {
-    let t: TestDatabase | undefined
-    let fleet: Fleet | undefined
-    afterEach(async () => {
-      await fleet?.stop()
-      await t?.destroy()
-      fleet = undefined
-      t = undefined
-    })
-    async function setUp(size: number): Promise<{ db: Db; fleet: Fleet }> {
-      t = await createTestDatabase(dialect)
-      fleet = await startFleet(t.db, size)
-      return { db: t.db, fleet }
-    }
+    // Each test has a database and a fleet of its own: they run a few at a time (it.concurrent).
+    const setUp = fleetTests(dialect)
     const firstBatchInFlight = (db: Db, rolloutId: string) =>
       waitFor(async () => ['in_progress', 'validating', 'succeeded'].includes((await listRolloutNodes(db, rolloutId))[0]?.status ?? 'none') || undefined, 'the first batch to start', 60_000, 20)
     const notifications = async (db: Db, userId: string) => (await db('notifications').where({ user_id: userId }).orderBy('created_at').pluck('kind')) as string[]
 
-    it('a breaking canary upgrades one node, is observed, and waits for approve_canary before the rest', { timeout: 240_000 }, async () => {
-      const { db, fleet } = await setUp(3)
-      const rollout = await devnetRollout(db, fleet, { strategy: 'canary', canary_size: 1, batch_size: 2, migration_type: 'breaking', health_wait_duration_ms: 1_500 })
+    it.concurrent('a breaking canary upgrades one node, is observed, and waits for approve_canary before the rest', { timeout: 240_000 }, async (context) => {
+      const { expect } = context
+      const { db, fleet } = await setUp(context, 3)
+      const rollout = await devnetRollout(db, fleet, { strategy: 'canary', canary_size: 1, batch_size: 2, migration_type: 'breaking', health_wait_duration_ms: 2_000 })
       await startRollout(db, rollout.id, { by: fleet.operatorId })
 
+      // Returned as soon as it waits or has stopped running: a rollout that paused instead fails here at once, with its reason.
       const waiting = await waitFor(async () => {
         const r = await requireRollout(db, rollout.id)
-        if (r.status !== 'running') throw new Error(`rollout ended ${r.status}`)
-        return r.awaiting === 'approve_canary' ? r : undefined
+        return r.status !== 'running' || r.awaiting === 'approve_canary' ? r : undefined
       }, 'the canary to wait for approval', 120_000, 100)
-      expect(waiting).toMatchObject({ status: 'running', succeeded_nodes: 1, batch_count: 2 })
+      expect(waiting).toMatchObject({ status: 'running', awaiting: 'approve_canary', succeeded_nodes: 1, batch_count: 2 })
       const nodes = await listRolloutNodes(db, rollout.id)
       expect(nodes.filter((n) => n.batch_index === 0).map((n) => n.status)).toEqual(['succeeded'])
       expect(nodes.filter((n) => n.batch_index === 1).map((n) => n.status)).toEqual(['pending', 'pending'])
@@ -63,8 +53,9 @@ export function rolloutSignalsSuite(dialects: readonly Dialect[]): void {
       await expect(signalRollout(db, rollout.id, 'approve_canary', { by: fleet.operatorId })).rejects.toThrow(/it is completed/)
     })
 
-    it('a breaking canary that fails pauses; resume is not an approval: the rest waits for approve_canary', { timeout: 240_000 }, async () => {
-      const { db, fleet } = await setUp(2)
+    it.concurrent('a breaking canary that fails pauses; resume is not an approval: the rest waits for approve_canary', { timeout: 240_000 }, async (context) => {
+      const { expect } = context
+      const { db, fleet } = await setUp(context, 2)
       const dir = tempDir()
       try {
         const crash = crashingArtifact(dir)
@@ -95,8 +86,9 @@ export function rolloutSignalsSuite(dialects: readonly Dialect[]): void {
       }
     })
 
-    it('pause takes effect after the current batch; resume goes on; cancel lets the batch in flight finish and starts no other', { timeout: 240_000 }, async () => {
-      const { db, fleet } = await setUp(3)
+    it.concurrent('pause takes effect after the current batch; resume goes on; cancel lets the batch in flight finish and starts no other', { timeout: 240_000 }, async (context) => {
+      const { expect } = context
+      const { db, fleet } = await setUp(context, 3)
       const rollout = await devnetRollout(db, fleet, { batch_size: 1 })
       await startRollout(db, rollout.id, { by: fleet.operatorId })
       await firstBatchInFlight(db, rollout.id)
@@ -118,8 +110,9 @@ export function rolloutSignalsSuite(dialects: readonly Dialect[]): void {
       expect(await notifications(db, fleet.operatorId)).toEqual(['rollout_started', 'rollout_paused'])
     })
 
-    it('rollback puts every upgraded node back on its previous version and ends rolled_back', { timeout: 240_000 }, async () => {
-      const { db, fleet } = await setUp(2)
+    it.concurrent('rollback puts every upgraded node back on its previous version and ends rolled_back', { timeout: 240_000 }, async (context) => {
+      const { expect } = context
+      const { db, fleet } = await setUp(context, 2)
       const rollout = await devnetRollout(db, fleet, { batch_size: 1 })
       await startRollout(db, rollout.id, { by: fleet.operatorId })
       await firstBatchInFlight(db, rollout.id)
@@ -139,8 +132,9 @@ export function rolloutSignalsSuite(dialects: readonly Dialect[]): void {
       await expect(signalRollout(db, rollout.id, 'rollback', { by: fleet.operatorId })).rejects.toThrow(/it is rolled_back/)
     })
 
-    it('a rollback whose previous version fails its health validation ends failed_rollback: node degraded, critical incident', { timeout: 240_000 }, async () => {
-      const { db, fleet } = await setUp(2)
+    it.concurrent('a rollback whose previous version fails its health validation ends failed_rollback: node degraded, critical incident', { timeout: 240_000 }, async (context) => {
+      const { expect } = context
+      const { db, fleet } = await setUp(context, 2)
       const dir = tempDir()
       try {
         const rollout = await devnetRollout(db, fleet, { batch_size: 1, health_wait_duration_ms: 4_000 })
@@ -167,8 +161,9 @@ export function rolloutSignalsSuite(dialects: readonly Dialect[]): void {
       }
     })
 
-    it('a scheduled rollout cancelled before its time ends at once and never runs; another scheduled waits for its time, then runs', { timeout: 240_000 }, async () => {
-      const { db, fleet } = await setUp(1)
+    it.concurrent('a scheduled rollout cancelled before its time ends at once and never runs; another scheduled waits for its time, then runs', { timeout: 240_000 }, async (context) => {
+      const { expect } = context
+      const { db, fleet } = await setUp(context, 1)
       // Cancelled while scheduled (an extension of the spec's table): the chain's slot is free at
       // once, and its workflow, waking at the scheduled time, ends without touching a node.
       const early = new Date(Date.now() + 1_000)
@@ -194,8 +189,9 @@ export function rolloutSignalsSuite(dialects: readonly Dialect[]): void {
       expect(await binaryVersions(db, fleet.nodes)).toEqual(['1.1.0'])
     })
 
-    it('retry-node: a node whose artifact could not be fetched is retried once it can, and succeeds on its second attempt', { timeout: 240_000 }, async () => {
-      const { db, fleet } = await setUp(1)
+    it.concurrent('retry-node: a node whose artifact could not be fetched is retried once it can, and succeeds on its second attempt', { timeout: 240_000 }, async (context) => {
+      const { expect } = context
+      const { db, fleet } = await setUp(context, 1)
       const dir = tempDir()
       try {
         const artifact = path.join(dir, 'devnet-node-1.1.0.mjs')
