@@ -6,7 +6,7 @@
  */
 import fs from 'node:fs'
 import path from 'node:path'
-import { afterEach, describe, expect, it } from 'vitest'
+import { it } from 'vitest'
 import type { Db } from '../../../src/db/knex.js'
 import { findNode } from '../../../src/nodes/node-store.js'
 import { requestMigration, type MigrateResult } from '../../../src/provisioning/index.js'
@@ -14,10 +14,9 @@ import { signalRollout, startRollout } from '../../../src/rollouts/control.js'
 import type { RolloutManifestData } from '../../../src/rollouts/manifests.js'
 import { listRolloutNodes } from '../../../src/rollouts/store.js'
 import { getRun } from '../../../src/workflows/index.js'
-import { createTestDatabase, DIALECTS, type TestDatabase } from '../../helpers/db.js'
-import { tempDir } from '../../helpers/cli.js'
+import { describeEachDialectConcurrently } from '../../helpers/db.js'
 import { waitFor } from '../../helpers/ports.js'
-import { binaryVersions, crashingArtifact, devnetRollout, startFleet, untilStatus, type Fleet } from './harness.js'
+import { binaryVersions, crashingArtifact, devnetRollout, fleetTests, untilStatus } from './harness.js'
 
 const manifest: RolloutManifestData = {
   description: 'devnet 1.1.0 with four peers',
@@ -45,15 +44,9 @@ interface HostConfiguration {
   config_version: string | null
 }
 
-describe.each(DIALECTS)('rollout config changes on real devnet nodes, %s', (dialect) => {
-  let t: TestDatabase | undefined
-  let fleet: Fleet | undefined
-  afterEach(async () => {
-    await fleet?.stop()
-    await t?.destroy()
-    fleet = undefined
-    t = undefined
-  })
+// The two databases' suites at once, and each one's tests at once (each with a fleet of its own).
+describeEachDialectConcurrently('rollout config changes on real devnet nodes, %s', (dialect) => {
+  const setUp = fleetTests(dialect)
 
   /** What the node's current host runs: its config file and active deployment. */
   async function hostConfiguration(db: Db, root: string, nodeId: string): Promise<HostConfiguration> {
@@ -65,10 +58,9 @@ describe.each(DIALECTS)('rollout config changes on real devnet nodes, %s', (dial
   const recordedConfigVersion = async (db: Db, nodeId: string) =>
     ((await db('node_config_state').where({ node_id: nodeId }).first('config_version')) as { config_version: string | null } | undefined)?.config_version
 
-  it('writes files and run with the binary, keeps them through a migration, and a rollback puts the previous configuration back', { timeout: 300_000 }, async () => {
-    t = await createTestDatabase(dialect)
-    fleet = await startFleet(t.db, 2)
-    const { db } = t
+  it.concurrent('writes files and run with the binary, keeps them through a migration, and a rollback puts the previous configuration back', { timeout: 300_000 }, async (context) => {
+    const { expect } = context
+    const { db, fleet } = await setUp(context, 2)
     const root = fleet.setting.root
     const rollout = await devnetRollout(db, fleet, { batch_size: 1, manifest })
     await startRollout(db, rollout.id, { by: fleet.operatorId })
@@ -111,24 +103,19 @@ describe.each(DIALECTS)('rollout config changes on real devnet nodes, %s', (dial
     expect(await recordedConfigVersion(db, upgraded)).toBeNull()
   })
 
-  it('a new version that fails its health validation goes back with the configuration it replaced', { timeout: 240_000 }, async () => {
-    t = await createTestDatabase(dialect)
-    fleet = await startFleet(t.db, 1)
-    const { db } = t
-    const dir = tempDir()
-    try {
-      const crash = crashingArtifact(dir)
-      const rollout = await devnetRollout(db, fleet, { target_version: '9.9.9-crash', target_binary_url: crash.url, target_binary_checksum: crash.checksum, health_wait_duration_ms: 4_000, manifest })
-      await startRollout(db, rollout.id, { by: fleet.operatorId })
-      expect((await untilStatus(db, rollout.id, ['failed', 'completed', 'paused'])).status).not.toBe('completed')
-      // Undone by the control plane after the validation, not by the agent's own compensation.
-      expect((await listRolloutNodes(db, rollout.id))[0]).toMatchObject({ status: 'failed', upgrade_phase: 'rolled_back', error_message: expect.stringMatching(/^health validation failed: /) })
-      const nodeId = fleet.nodes[0] as string
-      expect(await binaryVersions(db, [nodeId])).toEqual(['1.0.0'])
-      expect(await hostConfiguration(db, fleet.setting.root, nodeId)).toEqual({ peers: 3, note: undefined, version: '1.0.0', config_version: null })
-      expect(await recordedConfigVersion(db, nodeId)).toBeNull()
-    } finally {
-      fs.rmSync(dir, { recursive: true, force: true })
-    }
+  it.concurrent('a new version that fails its health validation goes back with the configuration it replaced', { timeout: 240_000 }, async (context) => {
+    const { expect } = context
+    const { db, fleet, dir: newDir } = await setUp(context, 1)
+    const dir = newDir()
+    const crash = crashingArtifact(dir)
+    const rollout = await devnetRollout(db, fleet, { target_version: '9.9.9-crash', target_binary_url: crash.url, target_binary_checksum: crash.checksum, health_wait_duration_ms: 4_000, manifest })
+    await startRollout(db, rollout.id, { by: fleet.operatorId })
+    expect((await untilStatus(db, rollout.id, ['failed', 'completed', 'paused'])).status).not.toBe('completed')
+    // Undone by the control plane after the validation, not by the agent's own compensation.
+    expect((await listRolloutNodes(db, rollout.id))[0]).toMatchObject({ status: 'failed', upgrade_phase: 'rolled_back', error_message: expect.stringMatching(/^health validation failed: /) })
+    const nodeId = fleet.nodes[0] as string
+    expect(await binaryVersions(db, [nodeId])).toEqual(['1.0.0'])
+    expect(await hostConfiguration(db, fleet.setting.root, nodeId)).toEqual({ peers: 3, note: undefined, version: '1.0.0', config_version: null })
+    expect(await recordedConfigVersion(db, nodeId)).toBeNull()
   })
 })
