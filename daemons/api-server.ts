@@ -10,6 +10,7 @@ import type { Db } from '../src/db/knex.js'
 import { ConfigError } from '../src/errors.js'
 import type { EventBus } from '../src/events/bus.js'
 import { createApiApp } from '../src/http/app.js'
+import type { ComponentCheck } from '../src/http/readiness.js'
 import { controlPlaneRoutes } from '../src/http/routes/index.js'
 import { openHostFleet, type HostFleetSettings } from '../src/hosts/fleet.js'
 import { rpcPublicUrl } from '../src/rpc-gateway/endpoints.js'
@@ -56,6 +57,8 @@ export interface ApiServerDeps {
   chains?: ChainSource
   /** The payment service client; without it the payment endpoints answer 503. */
   payments?: PaymentClient
+  /** /readyz components besides the database and bus (`secrets` when the master key is in Vault). */
+  readinessComponents?: Record<string, ComponentCheck>
 }
 
 export interface RunningServer {
@@ -85,6 +88,7 @@ export async function startApiServer(settings: ApiServerSettings, deps: ApiServe
     ...(settings.HTTP_MAX_IPS_COUNT !== undefined ? { maxIpsCount: settings.HTTP_MAX_IPS_COUNT } : {}),
     authenticate,
     rateLimit: limiter.rateLimit,
+    ...(deps.readinessComponents ? { readinessComponents: deps.readinessComponents } : {}),
     routes: controlPlaneRoutes({
       db: deps.db,
       logger: deps.logger,

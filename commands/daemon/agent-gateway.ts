@@ -1,7 +1,8 @@
 import { startAgentGateway } from '../../daemons/agent-gateway.js'
 import { openDatabase, startRelay } from '../../daemons/runtime.js'
 import { BaseCommand } from '../../src/cli/base-command.js'
-import { agentGatewayEnv, loadConfig } from '../../src/config/env.js'
+import { agentGatewayEnv } from '../../src/config/env.js'
+import { loadSettingsWithSecrets } from '../../src/secrets/load-settings.js'
 import { Resources } from '../../src/daemon/resources.js'
 import { installShutdown } from '../../src/daemon/shutdown.js'
 import { assertSchemaCurrent } from '../../src/db/schema-check.js'
@@ -17,8 +18,7 @@ export default class DaemonAgentGateway extends BaseCommand<typeof DaemonAgentGa
   ]
 
   async run(): Promise<{ daemon: string; target: string; ca_file: string | null }> {
-    const config = loadConfig(agentGatewayEnv, this.env())
-    const logger = createLogger({ level: config.LOG_LEVEL, daemon: 'agent-gateway' })
+    const { config, logger } = await loadSettingsWithSecrets(agentGatewayEnv, this.env(), (level) => createLogger({ level, daemon: 'agent-gateway' }))
     const resources = new Resources(logger)
     const running = await resources.starting(async () => {
       const bus = resources.add(

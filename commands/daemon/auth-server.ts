@@ -1,7 +1,8 @@
 import { startAuthServer } from '../../daemons/auth-server.js'
 import { openDatabase } from '../../daemons/runtime.js'
 import { BaseCommand } from '../../src/cli/base-command.js'
-import { authServerEnv, loadConfig } from '../../src/config/env.js'
+import { authServerEnv } from '../../src/config/env.js'
+import { loadSettingsWithSecrets } from '../../src/secrets/load-settings.js'
 import { Resources } from '../../src/daemon/resources.js'
 import { ConfigError } from '../../src/errors.js'
 import { installShutdown } from '../../src/daemon/shutdown.js'
@@ -18,7 +19,7 @@ export default class DaemonAuthServer extends BaseCommand<typeof DaemonAuthServe
   ]
 
   async run(): Promise<{ daemon: string; url: string }> {
-    const config = loadConfig(authServerEnv, this.env())
+    const { config, logger } = await loadSettingsWithSecrets(authServerEnv, this.env(), (level) => createLogger({ level, daemon: 'auth-server' }))
     // In production the identity provider's webhook is how users come to exist; a server in a
     // mode that serves it must be able to verify it. (`nodeplane up` only warns: a laptop has none.)
     if (config.AUTH_PROVIDER !== 'siwe' && !config.AUTH_IDP_WEBHOOK_SIGNING_SECRET) {
@@ -26,7 +27,6 @@ export default class DaemonAuthServer extends BaseCommand<typeof DaemonAuthServe
         `AUTH_IDP_WEBHOOK_SIGNING_SECRET: required with AUTH_PROVIDER=${config.AUTH_PROVIDER} (the identity-provider webhook creates users); set it to the provider's whsec_… secret, or use AUTH_PROVIDER=siwe`,
       ])
     }
-    const logger = createLogger({ level: config.LOG_LEVEL, daemon: 'auth-server' })
     const resources = new Resources(logger)
     const url = await resources.starting(async () => {
       const db = resources.add('database', await openDatabase(config.DATABASE_URL, 'nodeplane-auth-server', logger), (d) => d.destroy())

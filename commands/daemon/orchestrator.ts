@@ -1,7 +1,7 @@
 import { lifecycleDeps, orchestratorEnv, orchestratorWorkflows, startOrchestrator, startPaymentActivation } from '../../daemons/orchestrator.js'
 import { openDatabase } from '../../daemons/runtime.js'
 import { BaseCommand } from '../../src/cli/base-command.js'
-import { loadConfig } from '../../src/config/env.js'
+import { loadSettingsWithSecrets } from '../../src/secrets/load-settings.js'
 import { Resources } from '../../src/daemon/resources.js'
 import { installShutdown } from '../../src/daemon/shutdown.js'
 import { assertSchemaCurrent } from '../../src/db/schema-check.js'
@@ -21,16 +21,17 @@ export default class DaemonOrchestrator extends BaseCommand<typeof DaemonOrchest
   static override examples = ['NATS_URL=nats://127.0.0.1:4222 DATABASE_URL=postgres://nodeplane@db/nodeplane <%= config.bin %> daemon orchestrator']
 
   async run(): Promise<{ daemon: string; owner: string }> {
-    const config = loadConfig(orchestratorEnv, this.env())
-    const logger = createLogger({ level: config.LOG_LEVEL, daemon: 'orchestrator' })
+    const { config, logger, secrets } = await loadSettingsWithSecrets(orchestratorEnv, this.env(), (level) => createLogger({ level, daemon: 'orchestrator' }))
     const resources = new Resources(logger)
     const owner = await resources.starting(async () => {
+      // Closed last: provisioning steps in flight may still be wrapping keys.
+      resources.add('secrets manager', secrets, (s) => s.close())
       const bus = resources.add('bus', await openEventBus({ settings: config, service: 'control-plane', singleProcess: false, logger, name: 'orchestrator' }), (b) => b.close())
       const db = resources.add('database', await openDatabase(config.DATABASE_URL, 'nodeplane-orchestrator', logger), (d) => d.destroy())
       await assertSchemaCurrent(db, 'control-plane')
       // Added after the database, so it is stopped (drained) before the database closes.
       // Provisioning generates and wraps keys: without the master key it cannot run at all.
-      const masterKey = await openMasterKey(config)
+      const masterKey = await openMasterKey(config, secrets)
       // Captured chain keys come back sealed to the server key: make sure there is one.
       await ensureServerKeyPair(db, masterKey)
       const chains = resources.add('chain catalogue', await openChainCatalogueFromSettings(config, logger), (c) => c.close())

@@ -1,7 +1,8 @@
 import { paymentServiceConfigProblems, startPaymentService } from '../../daemons/payment-service.js'
 import { openDatabase, startHousekeeping, startRelay } from '../../daemons/runtime.js'
 import { BaseCommand } from '../../src/cli/base-command.js'
-import { loadConfig, paymentServiceEnv } from '../../src/config/env.js'
+import { paymentServiceEnv } from '../../src/config/env.js'
+import { loadSettingsWithSecrets } from '../../src/secrets/load-settings.js'
 import { Resources } from '../../src/daemon/resources.js'
 import { installShutdown } from '../../src/daemon/shutdown.js'
 import { assertSchemaCurrent } from '../../src/db/schema-check.js'
@@ -19,8 +20,8 @@ export default class DaemonPaymentService extends BaseCommand<typeof DaemonPayme
   ]
 
   async run(): Promise<{ daemon: string; grpc: string; http: string; metrics: string }> {
-    const config = loadConfig(paymentServiceEnv, this.env())
-    const logger = createLogger({ level: config.LOG_LEVEL, daemon: 'payment-service' })
+    // Card processor keys and database credentials may come from files or Vault (docs/secrets.md).
+    const { config, logger } = await loadSettingsWithSecrets(paymentServiceEnv, this.env(), (level) => createLogger({ level, daemon: 'payment-service' }))
     // Everything knowable from the settings alone, in one message, before connecting to anything.
     const problems = [
       ...(config.NATS_URL ? [] : ['NATS_URL: required when a daemon runs as its own process (set it to nats://host:4222); only `nodeplane up` runs without NATS']),

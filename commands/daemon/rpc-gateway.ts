@@ -2,7 +2,8 @@ import { startRpcGateway } from '../../daemons/rpc-gateway.js'
 import { openDatabase } from '../../daemons/runtime.js'
 import { BaseCommand } from '../../src/cli/base-command.js'
 import { openChainCatalogueFromSettings } from '../../src/config/chain-source.js'
-import { loadConfig, rpcGatewayEnv } from '../../src/config/env.js'
+import { rpcGatewayEnv } from '../../src/config/env.js'
+import { loadSettingsWithSecrets } from '../../src/secrets/load-settings.js'
 import { Resources } from '../../src/daemon/resources.js'
 import { installShutdown } from '../../src/daemon/shutdown.js'
 import { assertSchemaCurrent } from '../../src/db/schema-check.js'
@@ -20,8 +21,7 @@ export default class DaemonRpcGateway extends BaseCommand<typeof DaemonRpcGatewa
   ]
 
   async run(): Promise<{ daemon: string; url: string }> {
-    const config = loadConfig(rpcGatewayEnv, this.env())
-    const logger = createLogger({ level: config.LOG_LEVEL, daemon: 'rpc-gateway' })
+    const { config, logger } = await loadSettingsWithSecrets(rpcGatewayEnv, this.env(), (level) => createLogger({ level, daemon: 'rpc-gateway' }))
     const resources = new Resources(logger)
     const url = await resources.starting(async () => {
       const db = resources.add('database', await openDatabase(config.DATABASE_URL, 'nodeplane-rpc-gateway', logger), (d) => d.destroy())

@@ -15,6 +15,8 @@ export interface NatsSettings {
   NATS_CERT_FILE?: string | undefined
   NATS_KEY_FILE?: string | undefined
   NATS_NKEY_SEED_FILE?: string | undefined
+  /** The seed itself, when it comes from Vault (docs/secrets.md); NATS_NKEY_SEED_FILE is its file form. */
+  NATS_NKEY_SEED?: string | undefined
 }
 
 export type NatsConnectionSettings = Omit<ConnectionOptions, 'servers' | 'name' | 'maxReconnectAttempts'>
@@ -42,7 +44,11 @@ export function natsConnectionSettings(settings: NatsSettings, service: NatsServ
     if (file) readable(name, file, problems)
   }
   let seed: Uint8Array | undefined
-  if (seedFile && problems.length === 0) {
+  if (settings.NATS_NKEY_SEED !== undefined) {
+    // Never echoed: it is the service's credential.
+    if (!/^SU[A-Z2-7]{56}$/.test(settings.NATS_NKEY_SEED.trim())) problems.push('NATS_NKEY_SEED: not an nkey user seed (one line starting with SU)')
+    else seed = new TextEncoder().encode(settings.NATS_NKEY_SEED.trim())
+  } else if (seedFile && problems.length === 0) {
     const text = fs.readFileSync(seedFile, 'utf8').trim()
     if (!/^SU[A-Z2-7]{56}$/.test(text)) problems.push(`NATS_NKEY_SEED_FILE=${JSON.stringify(seedFile)}: not an nkey user seed (one line starting with SU)`)
     else seed = new TextEncoder().encode(text)

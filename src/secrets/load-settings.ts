@@ -7,7 +7,7 @@
  */
 import fs from 'node:fs'
 import type { z } from 'zod'
-import { loadConfig, vaultSettingsSchema, type Env, type ResolvedPaths, type VaultSettings } from '../config/env.js'
+import { loadConfig, sharedEnv, vaultSettingsSchema, type Env, type ResolvedPaths, type VaultSettings } from '../config/env.js'
 import { applySecretFiles, VAULT_REFERENCE_SETTINGS } from '../config/secret-settings.js'
 import { ConfigError } from '../errors.js'
 import type { ComponentCheck } from '../http/readiness.js'
@@ -32,19 +32,26 @@ export interface SecretsRuntime {
 export interface LoadedSettings<T> {
   config: T
   secrets: SecretsRuntime
+  logger: Logger
 }
+
+export type LoggerFactory = (level: LogLevel) => Logger
+type LogLevel = z.infer<typeof sharedEnv.LOG_LEVEL>
 
 const NO_SECRETS: SecretsRuntime = { readiness: () => ({}), close: () => undefined }
 
-export async function loadSettingsWithSecrets<S extends z.AnyZodObject>(schema: S, env: Env, logger: Logger): Promise<LoadedSettings<ResolvedPaths<z.infer<S>>>> {
+/** `makeLogger` gets LOG_LEVEL before the rest is parsed: Vault's messages need a logger already. */
+export async function loadSettingsWithSecrets<S extends z.AnyZodObject>(schema: S, env: Env, makeLogger: LoggerFactory): Promise<LoadedSettings<ResolvedPaths<z.infer<S>>>> {
+  const level = sharedEnv.LOG_LEVEL.safeParse(env.LOG_LEVEL)
+  const logger = makeLogger(level.success ? level.data : 'info')
   const files = applySecretFiles(env)
   // The daemon's own schema reports file problems together with everything else.
-  if (files.problems.length > 0) return { config: loadConfig(schema, env), secrets: NO_SECRETS }
+  if (files.problems.length > 0) return { config: loadConfig(schema, env), secrets: NO_SECRETS, logger }
   const shape = schema.shape as Record<string, unknown>
   const references = VAULT_REFERENCE_SETTINGS.filter((name) => name in shape && isVaultReference(files.env[name]))
   const vaultSettings = loadConfig(vaultSettingsSchema, env)
   const transit = 'SECRETS_PROVIDER' in shape && vaultSettings.SECRETS_PROVIDER === 'vault'
-  if (!transit && references.length === 0) return { config: loadConfig(schema, env), secrets: NO_SECRETS }
+  if (!transit && references.length === 0) return { config: loadConfig(schema, env), secrets: NO_SECRETS, logger }
 
   const why = transit ? 'SECRETS_PROVIDER=vault' : `${references[0]} is a vault: reference`
   const client = await connectVault(vaultSettings, why, logger)
@@ -55,11 +62,12 @@ export async function loadSettingsWithSecrets<S extends z.AnyZodObject>(schema: 
     if (!transit) {
       // References are read once: nothing uses Vault after start, so no renewals and no readiness.
       client.close()
-      return { config, secrets: NO_SECRETS }
+      return { config, secrets: NO_SECRETS, logger }
     }
     const access: VaultAccess = { client, transitMount: vaultSettings.VAULT_TRANSIT_MOUNT, transitKey: vaultSettings.VAULT_TRANSIT_KEY }
     return {
       config,
+      logger,
       secrets: {
         vault: access,
         readiness: () => ({ secrets: vaultReadiness(client) }),
