@@ -33,6 +33,7 @@ import { ensureSecrets } from '../src/secrets/setup.js'
 import { paymentClientFromSettings } from '../src/payments/client.js'
 import { unconfiguredPaymentLookup } from '../src/subscriptions/payment-confirmation.js'
 import { ensurePaymentDevCertificates, paymentsCaDir } from '../src/payments/tls.js'
+import { assertFencing } from '../src/config/fencing.js'
 
 export default class Up extends BaseCommand<typeof Up> {
   static override summary = 'Run the whole stack in one process (SQLite by default): migrate, start every daemon, write stack.json'
@@ -48,6 +49,7 @@ export default class Up extends BaseCommand<typeof Up> {
 
   async run(): Promise<StackFile> {
     const config = loadConfig(upEnv, this.env())
+    assertFencing(config)
     const dataDir = config.NODEPLANE_DATA_DIR
     fs.mkdirSync(dataDir, { recursive: true })
     const running = readStackFile(dataDir)

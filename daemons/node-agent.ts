@@ -8,11 +8,13 @@ import { startBackupPruning } from '../src/node-agent/backup-pruning.js'
 import { gatewayArtifactFetcher } from '../src/node-agent/artifact-fetch.js'
 import { AgentClient } from '../src/node-agent/client.js'
 import { createExecutor } from '../src/node-agent/executor.js'
+import { Fence, fenceStopGraceMs } from '../src/node-agent/fence.js'
 import { HostReporter } from '../src/node-agent/host.js'
 import { loadOrCreateAgentKey } from '../src/node-agent/keys.js'
 import { claimStateDir } from '../src/node-agent/lock.js'
 import { openStateDir } from '../src/node-agent/state-dir.js'
 import { ChainSupervisor } from '../src/node-agent/supervisor.js'
+import { readSupersededRecord, retireSupersededHost } from '../src/node-agent/superseded.js'
 import type { nodeAgentEnv } from '../src/config/env.js'
 import { ConfigError } from '../src/errors.js'
 import type { Logger } from '../src/log.js'
@@ -24,8 +26,12 @@ export type NodeAgentSettings = z.infer<typeof nodeAgentEnv>
 export interface RunningNodeAgent {
   client: AgentClient
   supervisor: ChainSupervisor
+  fence: Fence
   stop(): Promise<void>
 }
+
+/** This state directory's node was superseded before (superseded.ts): the agent must not start anything. */
+export class SupersededError extends Error {}
 
 function readSecretFile(variable: string, file: string, logger: Logger): string {
   let stat: fs.Stats
@@ -40,8 +46,14 @@ function readSecretFile(variable: string, file: string, logger: Logger): string 
   return value
 }
 
-export async function startNodeAgent(settings: NodeAgentSettings, deps: { logger: Logger; onFatal: (reason: string) => void }): Promise<RunningNodeAgent> {
+/**
+ * `onSuperseded` is called once a gateway refused the agent and the host's copy of the node was
+ * retired (superseded.ts): the caller exits 77. Throws SupersededError when that happened before.
+ */
+export async function startNodeAgent(settings: NodeAgentSettings, deps: { logger: Logger; onSuperseded: (reason: string) => void }): Promise<RunningNodeAgent> {
   const { logger } = deps
+  const superseded = readSupersededRecord(settings.NODE_AGENT_STATE_DIR)
+  if (superseded) throw new SupersededError(`this host's copy of the node was superseded at ${superseded.superseded_at} (${superseded.reason}); not starting`)
   const releaseKeys = settings.ARTIFACT_RELEASE_PUBLIC_KEYS
   const requireSigned = settings.AGENT_REQUIRE_SIGNED_ARTIFACTS ?? releaseKeys.length > 0
   if (requireSigned && releaseKeys.length === 0) {
@@ -53,9 +65,28 @@ export async function startNodeAgent(settings: NodeAgentSettings, deps: { logger
   const stateDir = openStateDir(settings.NODE_AGENT_STATE_DIR)
   const claim = claimStateDir(stateDir)
   const keyPair = loadOrCreateAgentKey(stateDir)
-  const supervisor = new ChainSupervisor({ stateDir, logger: logger.child({ component: 'supervisor' }) })
+  // Fenced from the start: a chain left wanted by the previous agent starts again only once a
+  // gateway acknowledges this one (the node may have moved while this host was away).
+  const supervisor = new ChainSupervisor({ stateDir, logger: logger.child({ component: 'supervisor' }), fenced: true })
   await supervisor.reapOrphan()
-  await supervisor.resumeIfWanted().catch((err: unknown) => logger.error({ err }, 'could not start the chain process again after the agent restarted'))
+  let client: AgentClient | undefined
+  const fence = new Fence({
+    timeoutMs: settings.NODE_AGENT_FENCE_TIMEOUT,
+    supervisor,
+    stateDir,
+    logger: logger.child({ component: 'fence' }),
+    onFenced: () => client?.dropStream(),
+  })
+  fence.start()
+  let retiring: Promise<void> | undefined
+  const onFatal = (reason: string) => {
+    retiring ??= (async () => {
+      fence.stop()
+      await retireSupersededHost({ stateDir, supervisor, logger, reason, graceMs: fenceStopGraceMs(settings.NODE_AGENT_FENCE_TIMEOUT) })
+    })()
+      .catch((err: unknown) => logger.error({ err }, 'could not remove the superseded node state'))
+      .finally(() => deps.onSuperseded(reason))
+  }
   const storedArtifacts = gatewayArtifactFetcher({
     target: settings.AGENT_GATEWAY_URL,
     ca,
@@ -65,7 +96,7 @@ export async function startNodeAgent(settings: NodeAgentSettings, deps: { logger
   })
   const executor = createExecutor({ stateDir, supervisor, logger, releaseKeys, requireSignedArtifacts: requireSigned, storedArtifacts })
   const backupPruning = startBackupPruning({ stateDir, logger })
-  const client = new AgentClient({
+  client = new AgentClient({
     target: settings.AGENT_GATEWAY_URL,
     ca,
     ...(settings.AGENT_GATEWAY_SERVER_NAME ? { serverName: settings.AGENT_GATEWAY_SERVER_NAME } : {}),
@@ -78,15 +109,19 @@ export async function startNodeAgent(settings: NodeAgentSettings, deps: { logger
     logger,
     ...(settings.NODE_AGENT_HEARTBEAT_INTERVAL ? { heartbeatIntervalMs: settings.NODE_AGENT_HEARTBEAT_INTERVAL } : {}),
     ...(settings.NODE_AGENT_PROGRESS_CHECK_INTERVAL ? { progressCheckIntervalMs: settings.NODE_AGENT_PROGRESS_CHECK_INTERVAL } : {}),
-    onFatal: deps.onFatal,
+    onFatal,
+    onContact: (sentAt) => fence.contact(sentAt),
   })
   // Connection happens in the background: an agent started before its gateway keeps trying.
   void client.start()
   return {
     client,
     supervisor,
+    fence,
     async stop() {
+      fence.stop()
       await client.stop()
+      await retiring
       await backupPruning.stop()
       await supervisor.close()
       claim.release()

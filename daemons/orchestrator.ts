@@ -59,6 +59,8 @@ export async function lifecycleDeps(settings: LifecycleSettings, deps: { db: Db;
       // Explicit: an agent with keys would otherwise require signatures, and refuse the unsigned
       // releases of the shipped chain profiles (docs/artifacts.md, "Agents").
       AGENT_REQUIRE_SIGNED_ARTIFACTS: String(requireSigned),
+      // The agents fence on the same timeout the migrate workflow waits for (docs/node-agent.md).
+      NODE_AGENT_FENCE_TIMEOUT: `${settings.AGENT_FENCE_TIMEOUT}ms`,
     },
   })
   return {
@@ -74,6 +76,7 @@ export async function lifecycleDeps(settings: LifecycleSettings, deps: { db: Db;
     },
     backupStoreUrl: pathToFileURL(settings.BACKUP_STORE_DIR ?? path.join(settings.NODEPLANE_DATA_DIR, 'backups')).href,
     migrationCooldownMs: settings.MIGRATION_COOLDOWN,
+    fenceTimeoutMs: settings.AGENT_FENCE_TIMEOUT,
     agentReadyWaitMs: settings.AGENT_READY_WAIT,
     commandTimeoutMs: settings.AGENT_COMMAND_TIMEOUT,
     pollIntervalMs: 250,

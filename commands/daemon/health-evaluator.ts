@@ -8,6 +8,7 @@ import { assertSchemaCurrent } from '../../src/db/schema-check.js'
 import { openEventBus } from '../../src/events/open-bus.js'
 import { createLogger } from '../../src/log.js'
 import { openChainCatalogueFromSettings } from '../../src/config/chain-source.js'
+import { assertFencing } from '../../src/config/fencing.js'
 
 export default class DaemonHealthEvaluator extends BaseCommand<typeof DaemonHealthEvaluator> {
   static override summary = 'Run the health-evaluator daemon: heartbeat and policy evaluation, incidents, the migration trigger, maintenance recovery, uptime rollups, the subscription cleanup scheduler, provisioning retries and the node metrics purge'
@@ -17,6 +18,7 @@ export default class DaemonHealthEvaluator extends BaseCommand<typeof DaemonHeal
 
   async run(): Promise<{ daemon: string }> {
     const config = loadConfig(healthEvaluatorEnv, this.env())
+    assertFencing(config)
     const logger = createLogger({ level: config.LOG_LEVEL, daemon: 'health-evaluator' })
     const resources = new Resources(logger)
     await resources.starting(async () => {

@@ -1,4 +1,4 @@
-import { startNodeAgent } from '../../daemons/node-agent.js'
+import { startNodeAgent, SupersededError } from '../../daemons/node-agent.js'
 import { BaseCommand } from '../../src/cli/base-command.js'
 import { EXIT } from '../../src/cli/exit-codes.js'
 import { loadConfig, nodeAgentEnv } from '../../src/config/env.js'
@@ -6,13 +6,16 @@ import { Resources } from '../../src/daemon/resources.js'
 import { installShutdown } from '../../src/daemon/shutdown.js'
 import { createLogger } from '../../src/log.js'
 
-/** EX_NOPERM: the gateway refused this agent (bad token, retired node); restarting cannot help. */
+/**
+ * EX_NOPERM: the gateway refused this agent (bad token, superseded by a migration, retired node);
+ * restarting cannot help, and systemd's RestartPreventExitStatus=77 keeps it down.
+ */
 const REFUSED_EXIT_CODE = EXIT.refused
 
 export default class DaemonNodeAgent extends BaseCommand<typeof DaemonNodeAgent> {
   static override summary = "Run the node agent on a node's host: supervises the chain process and dials the agent-gateway"
   static override description =
-    'Needs AGENT_GATEWAY_URL, AGENT_GATEWAY_CA_FILE, NODE_AGENT_NODE_ID, NODE_AGENT_TOKEN_FILE and NODE_AGENT_STATE_DIR. Reconnects with backoff while the gateway is unreachable; exits 77 when the gateway refuses the token or the node is retired. On SIGTERM the chain process is stopped too.'
+    'Needs AGENT_GATEWAY_URL, AGENT_GATEWAY_CA_FILE, NODE_AGENT_NODE_ID, NODE_AGENT_TOKEN_FILE and NODE_AGENT_STATE_DIR. Reconnects with backoff while the gateway is unreachable; exits 77 when the gateway refuses the token or the node is retired, after removing the node state from this host (superseded). With no heartbeat acknowledged by any gateway for NODE_AGENT_FENCE_TIMEOUT (60s) it stops the chain until a gateway answers again (fencing). On SIGTERM the chain process is stopped too.'
   static override examples = [
     'AGENT_GATEWAY_URL=gateway.internal:9090 AGENT_GATEWAY_CA_FILE=/etc/nodeplane/ca.pem NODE_AGENT_NODE_ID=0190f5c2-… NODE_AGENT_TOKEN_FILE=/etc/nodeplane/agent-token NODE_AGENT_STATE_DIR=/var/lib/nodeplane-agent <%= config.bin %> daemon node-agent',
   ]
@@ -21,13 +24,19 @@ export default class DaemonNodeAgent extends BaseCommand<typeof DaemonNodeAgent>
     const config = loadConfig(nodeAgentEnv, this.env())
     const logger = createLogger({ level: config.LOG_LEVEL, daemon: 'node-agent' }).child({ node_id: config.NODE_AGENT_NODE_ID })
     const resources = new Resources(logger)
-    const refused = (reason: string) => {
+    const superseded = (reason: string) => {
       logger.fatal({ reason }, 'the agent-gateway refused this agent; exiting')
       void resources.closeAll().finally(() => process.exit(REFUSED_EXIT_CODE))
     }
-    await resources.starting(async () => {
-      resources.add('node agent', await startNodeAgent(config, { logger, onFatal: refused }), (a) => a.stop())
-    })
+    try {
+      await resources.starting(async () => {
+        resources.add('node agent', await startNodeAgent(config, { logger, onSuperseded: superseded }), (a) => a.stop())
+      })
+    } catch (err) {
+      if (!(err instanceof SupersededError)) throw err
+      logger.fatal({ reason: err.message }, 'superseded; exiting')
+      process.exit(REFUSED_EXIT_CODE)
+    }
     installShutdown({ logger, timeoutMs: config.SHUTDOWN_TIMEOUT, stop: () => resources.closeAll() })
     logger.info({ gateway: config.AGENT_GATEWAY_URL, state_dir: config.NODE_AGENT_STATE_DIR }, 'ready')
     return { daemon: 'node-agent', node_id: config.NODE_AGENT_NODE_ID }

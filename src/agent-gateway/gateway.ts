@@ -36,7 +36,7 @@ import {
 import { admitSyncChange, type SyncChangeLimit } from '../health/sync-flapping.js'
 import { PRESENCE_LAPSE_INTERVALS, pruneGatewayPresence, recordGatewayPresence } from './gateway-presence.js'
 import { HeartbeatBatcher } from './heartbeats.js'
-import { PROCESS_STATES } from './protocol.js'
+import { PROCESS_STATES, STREAM_TOKEN_RECHECK_MS } from './protocol.js'
 import { markManyConnected, markManyDisconnected, recordRegistration } from './registrations.js'
 import { authenticateAgent, authenticateAgents, isRetiredNode, type AuthenticatedAgent } from './tokens.js'
 
@@ -60,6 +60,8 @@ export interface AgentGatewayOptions {
   presenceIntervalMs?: number
   /** Sync changes admitted per node and window (docs/health.md, "Sync flapping"). */
   syncChangeLimit?: SyncChangeLimit
+  /** How often open streams' tokens are checked again (default STREAM_TOKEN_RECHECK_MS; tests). */
+  tokenRecheckMs?: number
 }
 
 type Stream = grpc.ServerDuplexStream<AgentMessage, GatewayMessage>
@@ -97,6 +99,8 @@ export class AgentGateway {
   private readonly now: () => Date
   private pollTimer: NodeJS.Timeout | undefined
   private presenceTimer: NodeJS.Timeout | undefined
+  private recheckTimer: NodeJS.Timeout | undefined
+  private rechecking = false
   private startedAt: Date | undefined
   private polls = 0
   private polling = false
@@ -162,7 +166,44 @@ export class AgentGateway {
     await pruneGatewayPresence(this.options.db, this.now()).catch((err: unknown) => this.options.logger.warn({ err }, 'could not prune lapsed gateway presence rows'))
     this.presenceTimer = setInterval(() => void this.recordPresence(presenceMs), presenceMs)
     this.presenceTimer.unref()
+    this.recheckTimer = setInterval(() => void this.recheckTokens(), this.options.tokenRecheckMs ?? STREAM_TOKEN_RECHECK_MS)
+    this.recheckTimer.unref()
     return bound
+  }
+
+  /**
+   * Fencing: a token is checked when a stream opens, and the stream then lives on. A migration
+   * replaces the token while the old host's stream may still be open (here or on another
+   * gateway): every open stream's token is checked again, and a refused one is closed with the
+   * refusal, which tells its agent it was superseded (and ends the acknowledgement of its heartbeats).
+   */
+  private async recheckTokens(): Promise<void> {
+    if (this.rechecking || this.closed) return
+    this.rechecking = true
+    try {
+      const sessions = [...this.sessions.values()].filter((s) => s.ready)
+      for (let i = 0; i < sessions.length; i += OPEN_BATCH) {
+        const batch = sessions.slice(i, i + OPEN_BATCH)
+        const agents = await authenticateAgents(this.options.db, batch.map((s) => readAgentCredentials(s.call.metadata)))
+        for (const [j, session] of batch.entries()) {
+          const agent = agents[j]!
+          const refusal =
+            agent instanceof UnauthorizedError
+              ? { code: grpc.status.UNAUTHENTICATED, details: `${agent.message}: ${agent.details ?? ''}`.trim() }
+              : isRetiredNode(agent)
+                ? { code: grpc.status.FAILED_PRECONDITION, details: `node ${agent.nodeId} is ${agent.state}; its agent should stop` }
+                : undefined
+          if (!refusal || this.sessions.get(session.nodeId) !== session) continue
+          this.options.logger.warn({ node_id: session.nodeId, code: grpc.status[refusal.code] }, 'closing an agent stream whose token is no longer valid')
+          // The stream's error handler closes the session (and records the disconnect).
+          session.call.emit('error', refusal)
+        }
+      }
+    } catch (err) {
+      this.options.logger.warn({ err }, 'could not check the open streams\' tokens again; retrying')
+    } finally {
+      this.rechecking = false
+    }
   }
 
   /** Tells the heartbeat evaluation that heartbeats can reach the control plane (gateway-presence.ts). */
@@ -180,6 +221,7 @@ export class AgentGateway {
     this.closed = true
     if (this.pollTimer) clearInterval(this.pollTimer)
     if (this.presenceTimer) clearInterval(this.presenceTimer)
+    if (this.recheckTimer) clearInterval(this.recheckTimer)
     for (const session of this.sessions.values()) session.call.end()
     await new Promise<void>((resolve) => {
       const timer = setTimeout(() => {
@@ -403,12 +445,23 @@ export class AgentGateway {
       chainPid: heartbeat.chain_pid ? heartbeat.chain_pid : null,
       metrics: finiteMetrics(heartbeat.metrics),
       runningCommandIds: heartbeat.running_command_ids.slice(0, 100),
+      onCommitted: () => this.acknowledge(session, heartbeat.sent_at_unix_ms),
     })
     if (syncStatus !== session.syncStatus && !((session.syncHeldUntil ?? 0) > this.now().getTime())) {
       const from = session.syncStatus
       session.syncStatus = syncStatus
       session.queue = session.queue.then(() => this.forwardSync(session, from, syncStatus))
     }
+  }
+
+  /**
+   * Fencing (docs/node-agent.md): only a heartbeat that reached the database is acknowledged, and
+   * only on the node's current stream; an agent without acknowledgements stops its chain.
+   */
+  private acknowledge(session: Session, sentAtUnixMs: number): void {
+    const call = session.call
+    if (this.sessions.get(session.nodeId) !== session || call.destroyed || call.writableEnded) return
+    call.write({ body: 'heartbeat_ack', heartbeat_ack: { sent_at_unix_ms: sentAtUnixMs } })
   }
 
   /** A sync change is a state-machine write, one at a time, off the heartbeat hot path. */

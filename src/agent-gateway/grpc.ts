@@ -46,7 +46,7 @@ export interface CommandMessage {
   payload_json: string
 }
 
-export type GatewayMessage = { body: 'command'; command: CommandMessage }
+export type GatewayMessage = { body: 'command'; command: CommandMessage } | { body: 'heartbeat_ack'; heartbeat_ack: { sent_at_unix_ms: number } }
 
 /** Outgoing messages: a proto3 oneof member is set by its name. */
 export type AgentMessageOut =

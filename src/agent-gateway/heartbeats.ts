@@ -22,6 +22,8 @@ export interface HeartbeatRecord {
   runningCommandIds: string[]
   /** The chain process's pid on the host; null when none runs. Operators only. */
   chainPid?: number | null
+  /** Called once the heartbeat is committed (not when a newer one replaced it unwritten): the gateway acknowledges it to the agent. */
+  onCommitted?: () => void
 }
 
 interface Entry {
@@ -118,6 +120,7 @@ export class HeartbeatBatcher {
       return
     }
     this.stats.written += entries.length
+    for (const entry of entries) entry.record.onCommitted?.()
     if (this.options.onFlushed) {
       const done = performance.now()
       const latencies = new Float64Array(entries.length)

@@ -272,3 +272,11 @@ export function parseCommandPayload<T extends CommandType>(type: T, payload: unk
 export function isCommandType(value: string): value is CommandType {
   return (COMMAND_TYPES as readonly string[]).includes(value)
 }
+
+/**
+ * How often a gateway checks the tokens of its open streams again (fencing): a stream whose token
+ * was replaced by a migration or revoked is closed with UNAUTHENTICATED within this, so its agent
+ * learns it was superseded and its heartbeats stop being acknowledged. The migrate workflow counts
+ * on it for an old agent still connected when its token was replaced.
+ */
+export const STREAM_TOKEN_RECHECK_MS = 5_000

@@ -11,6 +11,7 @@
  * old ECONNREFUSED until it ends, so a gateway back after a short outage waited out that backoff.
  */
 import os from 'node:os'
+import { performance } from 'node:perf_hooks'
 import * as grpc from '@grpc/grpc-js'
 import type { Logger } from '../log.js'
 import {
@@ -68,6 +69,12 @@ export interface AgentClientOptions {
   reconnect?: ReconnectPolicy
   /** A refusal that retrying cannot fix (bad token, retired node). */
   onFatal?: (reason: string) => void
+  /**
+   * The gateway proved it hears this agent: a stream opened (its token checked and the connect
+   * recorded) or a heartbeat acknowledged once committed. `sentAt` is performance.now() when the
+   * agent made that call or sent that heartbeat (the fence's clock, fence.ts).
+   */
+  onContact?: (sentAt: number) => void
 }
 
 interface Outcome {
@@ -134,6 +141,9 @@ export class AgentClient {
   /** When the outage was last logged at warn level; undefined: not yet in this outage. */
   private lastOutageWarning: number | undefined
   heartbeatsSent = 0
+  heartbeatsAcknowledged = 0
+  /** sent_at_unix_ms of heartbeats not yet acknowledged -> performance.now() at sending. */
+  private readonly unacknowledged = new Map<number, number>()
   /** What the last Register said, kept for reconnects. */
   private registration: { binaryVersion: string; heartbeatMs: number; progressMs: number } | undefined
   /** Attempts that failed to reach a gateway since start (for tests and the bench). */
@@ -249,6 +259,17 @@ export class AgentClient {
     }
   }
 
+  /**
+   * Drops the current stream, if any, and reconnects with a new one (fencing: a stream that went
+   * quiet is not trusted again; a new one has its token checked).
+   */
+  dropStream(): void {
+    const stream = this.stream
+    if (!stream || this.stopped) return
+    this.options.logger.info({ target: this.target }, 'dropping the agent-gateway stream; reconnecting')
+    stream.cancel()
+  }
+
   get connected(): boolean {
     return this.stream !== undefined
   }
@@ -306,6 +327,7 @@ export class AgentClient {
     }
     const { heartbeatMs, progressMs } = this.registration
 
+    const connectedAt = performance.now()
     const stream = (this.client.Connect as (m: grpc.Metadata) => Duplex)(metadata)
     await new Promise<void>((resolve, reject) => {
       // The first heartbeat proves the stream is up; an auth refusal arrives as an error status.
@@ -323,6 +345,7 @@ export class AgentClient {
       return
     }
     this.stream = stream
+    this.options.onContact?.(connectedAt)
     const unreachableForMs = this.unreachableSince === undefined ? undefined : Date.now() - this.unreachableSince
     this.unreachableSince = undefined
     this.lastOutageWarning = undefined
@@ -334,6 +357,7 @@ export class AgentClient {
 
     stream.on('data', (message: GatewayMessage) => {
       if (message.body === 'command') this.onCommand(message.command, progressMs)
+      else if (message.body === 'heartbeat_ack') this.onHeartbeatAck(message.heartbeat_ack.sent_at_unix_ms)
     })
     const onGone = (err?: grpc.ServiceError) => {
       if (this.stream !== stream) return
@@ -367,9 +391,15 @@ export class AgentClient {
       snapshot = { binary_version: '', process_state: 'unconfigured', restarts_in_window: 0, sync_status: 'unknown', metrics: {} }
     }
     if (stream.destroyed || stream.writableEnded) return
+    let sentAt = Date.now()
+    // Two heartbeats in one millisecond would share an acknowledgement.
+    while (this.unacknowledged.has(sentAt)) sentAt += 1
+    this.unacknowledged.set(sentAt, performance.now())
+    // Acknowledgements lost with a stream never come: keep the newest few.
+    if (this.unacknowledged.size > 32) this.unacknowledged.delete(this.unacknowledged.keys().next().value as number)
     stream.write({
       heartbeat: {
-        sent_at_unix_ms: Date.now(),
+        sent_at_unix_ms: sentAt,
         agent_version: this.options.agentVersion,
         binary_version: snapshot.binary_version,
         running_command_ids: [...this.running.keys()],
@@ -381,6 +411,18 @@ export class AgentClient {
       },
     })
     this.heartbeatsSent += 1
+  }
+
+  private onHeartbeatAck(sentAtUnixMs: number): void {
+    const mark = this.unacknowledged.get(Number(sentAtUnixMs))
+    if (mark === undefined) return
+    // This one and every older heartbeat are settled.
+    for (const [sentAt] of this.unacknowledged) {
+      if (sentAt > sentAtUnixMs) break
+      this.unacknowledged.delete(sentAt)
+    }
+    this.heartbeatsAcknowledged += 1
+    this.options.onContact?.(mark)
   }
 
   private send(message: AgentMessageOut): void {

@@ -30,6 +30,11 @@ export interface SupervisorOptions {
   restartBackoff?: { initialMs: number; maxMs: number }
   /** Longer output lines are cut (default 4096 characters). */
   maxLineLength?: number
+  /**
+   * Start fenced: no chain process may start until `unfence()` (the agent's first gateway
+   * contact; docs/node-agent.md, "Fencing"). Default false.
+   */
+  fenced?: boolean
 }
 
 export interface ProcessExit {
@@ -81,6 +86,7 @@ export class ChainSupervisor {
   #restartTimer: NodeJS.Timeout | undefined
   #lastExit: ProcessExit | undefined
   #closed = false
+  #fenced: boolean
   #queue: Promise<unknown> = Promise.resolve()
   readonly #onProcessExit = () => {
     if (this.#child) {
@@ -100,6 +106,7 @@ export class ChainSupervisor {
     this.#stopGraceMs = options.stopGraceMs ?? 10_000
     this.#backoff = options.restartBackoff ?? { initialMs: 1_000, maxMs: 30_000 }
     this.#maxLineLength = options.maxLineLength ?? 4_096
+    this.#fenced = options.fenced ?? false
     try {
       this.#deployment = readActiveDeployment(this.#dir)
     } catch (err) {
@@ -178,6 +185,28 @@ export class ChainSupervisor {
     })
   }
 
+  /**
+   * Fencing: stops the process (SIGTERM, SIGKILL after `graceMs`) and refuses every start,
+   * explicit or after a crash, until `unfence()`. `chain.wanted` is kept: the chain that ran
+   * runs again once the agent reaches a gateway. Returns whether a process was stopped.
+   */
+  fence(graceMs: number): Promise<boolean> {
+    return this.#enqueue(async () => {
+      this.#fenced = true
+      const running = this.#child !== undefined
+      await this.#stop(graceMs)
+      return running
+    })
+  }
+
+  unfence(): void {
+    this.#fenced = false
+  }
+
+  get fenced(): boolean {
+    return this.#fenced
+  }
+
   /** Stops the process for good (agent shutdown). */
   close(): Promise<void> {
     return this.#enqueue(async () => {
@@ -243,7 +272,7 @@ export class ChainSupervisor {
     writeFileAtomic(this.#wantedFile, `${new Date().toISOString()}\n`, 0o600)
   }
 
-  async #stop(): Promise<void> {
+  async #stop(graceMs = this.#stopGraceMs): Promise<void> {
     this.#wantRunning = false
     this.#crashLoop = false
     this.#clearRestartTimer()
@@ -251,15 +280,16 @@ export class ChainSupervisor {
     if (!child) return
     child.stopping = true
     child.proc.kill('SIGTERM')
-    const exited = await Promise.race([child.exited, sleep(this.#stopGraceMs).then(() => undefined)])
+    const exited = await Promise.race([child.exited, sleep(graceMs).then(() => undefined)])
     if (!exited) {
-      this.#logger.warn({ pid: child.pid, grace_ms: this.#stopGraceMs }, 'chain process ignored SIGTERM; sending SIGKILL')
+      this.#logger.warn({ pid: child.pid, grace_ms: graceMs }, 'chain process ignored SIGTERM; sending SIGKILL')
       child.proc.kill('SIGKILL')
       await child.exited
     }
   }
 
   async #launch(deployment: ActiveDeployment, settling: boolean): Promise<Running> {
+    if (this.#fenced) throw new Error('the chain is fenced: this agent has not reached an agent-gateway within its fence timeout')
     const binary = releaseBinaryPath(this.#dir, deployment.binary_name, deployment.version)
     if (!fs.existsSync(binary)) throw new Error(`release ${deployment.version} of ${deployment.binary_name} is not installed (${binary})`)
     const substitute = (value: string) =>

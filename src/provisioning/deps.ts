@@ -30,6 +30,13 @@ export interface LifecycleDeps {
   backupStoreUrl: string
   /** Spec: migration cooldown between attempts, 1 hour. */
   migrationCooldownMs: number
+  /**
+   * Fencing (AGENT_FENCE_TIMEOUT): a migration starts the new host's chain no earlier than this
+   * after the old agent's last contact with a gateway, by when a cut-off agent has stopped its chain.
+   */
+  fenceTimeoutMs: number
+  /** How often the gateways check open streams' tokens again (default STREAM_TOKEN_RECHECK_MS; tests shorten both). */
+  streamTokenRecheckMs?: number
   /** Poll interval while waiting on the agent (tests shorten it). */
   pollIntervalMs: number
   now?: () => Date

@@ -19,6 +19,8 @@ import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { findRegistration } from '../agent-gateway/registrations.js'
 import { createAgentToken, revokeAgentToken } from '../agent-gateway/tokens.js'
+import { STREAM_TOKEN_RECHECK_MS } from '../agent-gateway/protocol.js'
+import { toDateOrNull } from '../db/dialect.js'
 import { getProfile } from '../config/chains.js'
 import { lockRow } from '../db/dialect.js'
 import { BACKUP_FORMAT } from '../secrets/backup-keys.js'
@@ -94,6 +96,11 @@ interface NewHost {
   host: Host
   /** Registrations from this time on are the new host's agent (the old token was replaced). */
   agent_since: string
+  /**
+   * Fencing: the new host's chain starts no earlier than this (ISO), the old agent's last
+   * contact with a gateway plus the fence timeout. Absent in runs journaled before fencing.
+   */
+  fence_until?: string
 }
 
 /** One snapshot per node in the store: the newest one wins whichever attempt took it. */
@@ -132,6 +139,7 @@ export function migrateWorkflow(deps: LifecycleDeps) {
       created = await ctx.step(
         'create-host',
         async (): Promise<NewHost> => {
+          const lastContact = await oldAgentLastContact(deps, nodeId, now())
           const token = await createAgentToken(deps.db, nodeId, now())
           const agentSince = now()
           const host = await providerFor(deps, plan.placement.provider).createHost({
@@ -143,7 +151,7 @@ export function migrateWorkflow(deps: LifecycleDeps) {
             instanceType: plan.placement.instance_type,
             agent: { ...deps.agentBootstrap, token },
           })
-          return { host, agent_since: agentSince.toISOString() }
+          return { host, agent_since: agentSince.toISOString(), fence_until: new Date(lastContact.getTime() + deps.fenceTimeoutMs).toISOString() }
         },
         { preset: 'infrastructure' },
       )
@@ -217,6 +225,14 @@ export function migrateWorkflow(deps: LifecycleDeps) {
         agentCommandStep(deps.commandTimeoutMs),
       )
 
+      // Fencing: by then a cut-off old host has stopped its chain by itself (docs/node-agent.md).
+      // A durable timer: an orchestrator restart does not shorten or restart the wait.
+      const fenceUntil = new Date(created.fence_until ?? new Date(created.agent_since).getTime() + (deps.streamTokenRecheckMs ?? STREAM_TOKEN_RECHECK_MS) + deps.fenceTimeoutMs)
+      if (fenceUntil.getTime() > now().getTime()) {
+        deps.logger.info({ node_id: nodeId, fence_until: fenceUntil.toISOString() }, "migration: waiting for the old host's fence before starting the new one")
+      }
+      await ctx.sleepUntil(fenceUntil)
+
       await ctx.step('start', (step) => runAgentCommand(deps, { nodeId, type: 'start', payload: {}, key: `${ctx.runId}:start` }, step.heartbeat), agentCommandStep(deps.commandTimeoutMs))
     } catch (err) {
       const reason = err instanceof Error ? err.message : String(err)
@@ -274,6 +290,25 @@ export function migrateWorkflow(deps: LifecycleDeps) {
       notes,
     }
   }
+}
+
+/**
+ * The latest moment the old agent may have had a heartbeat acknowledged (its fence clock runs from
+ * there), read just before its token is replaced: its last recorded heartbeat or stream opening;
+ * and when a live stream of it may still be open, the replacement's moment plus the gateways'
+ * token recheck, after which that stream is closed and no longer acknowledged.
+ */
+async function oldAgentLastContact(deps: LifecycleDeps, nodeId: string, replacingAt: Date): Promise<Date> {
+  const node = (await deps.db('nodes').where({ id: nodeId }).first('last_heartbeat')) as { last_heartbeat: unknown } | undefined
+  const registration = await findRegistration(deps.db, nodeId)
+  let last = toDateOrNull(node?.last_heartbeat)?.getTime() ?? 0
+  if (registration?.connected_at) last = Math.max(last, registration.connected_at.getTime())
+  // Silent for a fence timeout already: the agent is fenced, and a fenced agent drops its stream,
+  // so only a new stream, refused from now on, could reach it again. Otherwise a live stream may
+  // go on being acknowledged until a gateway's recheck closes it.
+  const mayStillBeHeard = registration?.connected_at && !registration.disconnected_at && replacingAt.getTime() - last < deps.fenceTimeoutMs
+  if (mayStillBeHeard) last = Math.max(last, replacingAt.getTime() + (deps.streamTokenRecheckMs ?? STREAM_TOKEN_RECHECK_MS))
+  return new Date(last)
 }
 
 type BestEffortResult<T> = { ok: true; value: T } | { ok: false; error: string }

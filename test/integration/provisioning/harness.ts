@@ -19,6 +19,9 @@ import { tempDir } from '../../helpers/cli.js'
 import { waitFor } from '../../helpers/ports.js'
 import { devTls, quiet, startGateway, type RunningGateway } from '../agent-gateway/harness.js'
 
+/** The gateway's recheck of open streams' tokens, and the migrate workflow's allowance for it. */
+const STREAM_TOKEN_RECHECK_MS_IN_TESTS = 250
+
 export interface LifecycleSetting {
   gateway: RunningGateway
   provider: LocalInfrastructureProvider
@@ -35,6 +38,8 @@ export async function lifecycleSetting(
   options: {
     logger?: Logger
     migrationCooldownMs?: number
+    /** Fencing: the agents' NODE_AGENT_FENCE_TIMEOUT and the migrate workflow's wait (default 3 s). */
+    fenceTimeoutMs?: number
     now?: () => Date
     heartbeatIntervalSeconds?: number
     /** devnet-node makes a block every this many ms (default: the profile's); see `withDevnetBlockTime`. */
@@ -51,6 +56,7 @@ export async function lifecycleSetting(
   const gateway = await startGateway(db, {
     heartbeatFlushIntervalMs: 50,
     commandPollIntervalMs: 50,
+    tokenRecheckMs: STREAM_TOKEN_RECHECK_MS_IN_TESTS,
     ...(options.now ? { now: options.now } : {}),
     ...(options.heartbeatIntervalSeconds ? { heartbeatIntervalSeconds: options.heartbeatIntervalSeconds } : {}),
     ...(options.artifacts ? { artifacts: options.artifacts } : {}),
@@ -59,7 +65,12 @@ export async function lifecycleSetting(
   const store = tempDir('nodeplane-lifecycle-backups-')
   const masterKey = LocalFileMasterKey.fromBytes(crypto.randomBytes(32))
   await ensureServerKeyPair(db, masterKey)
-  const provider = new LocalInfrastructureProvider({ root, logger: quiet, agentEnv: { LOG_LEVEL: 'info', NODE_AGENT_HEARTBEAT_INTERVAL: '200ms', ...options.agentEnv } })
+  const fenceTimeoutMs = options.fenceTimeoutMs ?? 3_000
+  const provider = new LocalInfrastructureProvider({
+    root,
+    logger: quiet,
+    agentEnv: { LOG_LEVEL: 'info', NODE_AGENT_HEARTBEAT_INTERVAL: '200ms', NODE_AGENT_FENCE_TIMEOUT: `${fenceTimeoutMs}ms`, ...options.agentEnv },
+  })
   const deps: LifecycleDeps = {
     db,
     logger: options.logger ?? quiet,
@@ -69,6 +80,8 @@ export async function lifecycleSetting(
     agentBootstrap: { gatewayTarget: gateway.target, caPem: devTls().ca.toString() },
     backupStoreUrl: pathToFileURL(store).href,
     migrationCooldownMs: options.migrationCooldownMs ?? 3_600_000,
+    fenceTimeoutMs,
+    streamTokenRecheckMs: STREAM_TOKEN_RECHECK_MS_IN_TESTS,
     agentReadyWaitMs: 30_000,
     commandTimeoutMs: 60_000,
     pollIntervalMs: 50,
