@@ -39,6 +39,8 @@ export interface FakeVault {
   stats: { logins: number; renewals: number; refusedLogins: number; transit: number; kvReads: number }
   /** Every request's method and path, in order (never bodies). */
   requests: string[]
+  /** Every token handed out, for tests that search logs for them. */
+  issuedTokens(): string[]
   close(): Promise<void>
 }
 
@@ -176,7 +178,7 @@ export async function startFakeVault(options: FakeVaultOptions = {}): Promise<Fa
     },
     revokeRole: () => {
       roleRevoked = true
-      tokens.clear()
+      for (const record of tokens.values()) record.expiresAt = 0
     },
     restoreRole: () => {
       roleRevoked = false
@@ -185,6 +187,7 @@ export async function startFakeVault(options: FakeVaultOptions = {}): Promise<Fa
     comeBack: listen,
     stats,
     requests,
+    issuedTokens: () => [...tokens.keys()],
     close: shut,
   }
 }

@@ -44,13 +44,16 @@ export class VaultTransitMasterKey implements MasterKey {
   }
 }
 
-/** Vault down or refusing us is not the caller's fault and may pass: 503, retry later. */
+/**
+ * Vault down or refusing us is not the caller's fault and may pass: 503, retry later. The reason
+ * (Vault's address, what it said) is for the operator: the client logged it, and `cause` keeps
+ * it for the step journal; the HTTP answer says only that the secrets manager is unavailable.
+ */
 function unavailable(err: unknown, what: string): Error {
-  if (err instanceof VaultUnreachableError || err instanceof VaultRefusedError) {
-    return new UnavailableError('the secrets manager is unavailable', `cannot ${what} key material: ${err.message}`)
-  }
-  if (err instanceof VaultRequestError) {
-    return new UnavailableError('the secrets manager refused the request', `cannot ${what} key material: ${err.message}; the Vault policy must grant update on the transit key's encrypt and decrypt paths`)
+  if (err instanceof VaultUnreachableError || err instanceof VaultRefusedError || err instanceof VaultRequestError) {
+    const failure = new UnavailableError('the secrets manager is unavailable', `key material cannot be ${what}ped now; retry later`)
+    failure.cause = err
+    return failure
   }
   return err instanceof Error ? err : new Error(String(err))
 }
