@@ -40,6 +40,12 @@ import { waitFor } from '../helpers/ports.js'
 import { startSplitStack, type SplitStack, type SplitStackUser } from '../helpers/split-stack.js'
 import { REQUEST_DEADLINE_MS, sleep, splitStackProbe, type SplitStackProbe } from '../helpers/split-stack-probe.js'
 
+/** The split stack's HEARTBEAT_TIMEOUT and HEALTH_EVALUATION_INTERVAL (test/helpers/split-stack.ts). */
+const HEARTBEAT_TIMEOUT_MS = 5_000
+const EVALUATION_INTERVAL_MS = 1_000
+/** The test payment provider's settlement delay on this stack (PAYMENT_TEST_PROVIDER_DELAY). */
+const SETTLE_DELAY_MS = 2_000
+
 describe('faults survived on the split stack (separate daemon processes, own Postgres, NATS)', () => {
   let stack: SplitStack
   let user: SplitStackUser
@@ -50,10 +56,11 @@ describe('faults survived on the split stack (separate daemon processes, own Pos
     stack = await startSplitStack({
       ownPostgres: true,
       agentGateways: 'all',
+      users: 1,
       // Long enough to kill the payment-service between "initiated" and "settled" (case 1a).
-      envFor: { 'payment-service': { PAYMENT_TEST_PROVIDER_DELAY: '3s' } },
+      envFor: { 'payment-service': { PAYMENT_TEST_PROVIDER_DELAY: `${SETTLE_DELAY_MS}ms` } },
     })
-    user = await stack.createUser()
+    user = stack.users[0] as SplitStackUser
     probe = splitStackProbe(stack, user, 'split-faults')
     process.stderr.write(`[split-stack faults] stack started in ${((Date.now() - t) / 1000).toFixed(1)}s\n`)
   }, 240_000)
@@ -70,13 +77,14 @@ describe('faults survived on the split stack (separate daemon processes, own Pos
 
   it('1a: payment-service killed -9 right after a payment is initiated, then restarted: it completes and activates once', { timeout: 300_000 }, async () => {
     onTestFailed(() => stack.printLogs())
-    // (a) kill -9 right after the payment is initiated (the test provider settles it 3 s later).
+    // (a) kill -9 right after the payment is initiated (the test provider settles it SETTLE_DELAY_MS later).
     const { subscriptionId, paymentId } = await probe.subscribeAndPay()
     const killed = await stack.kill('payment-service', 'SIGKILL')
     expect(killed?.signal).toBe('SIGKILL')
     expect(await probe.paymentStatus(paymentId)).toBe('pending')
     probe.mark('payment-service killed with the payment pending')
-    await sleep(4_000)
+    // Past the moment a live service would have settled it.
+    await sleep(SETTLE_DELAY_MS + 500)
     expect(await probe.paymentStatus(paymentId)).toBe('pending')
     expect((await probe.subscriptionRow(subscriptionId)).status).toBe('pending_payment')
     await stack.restart('payment-service')
@@ -117,7 +125,7 @@ describe('faults survived on the split stack (separate daemon processes, own Pos
     onTestFailed(() => stack.printLogs())
     // Longer than the split stack's HEARTBEAT_TIMEOUT (5 s) plus two of its 1 s evaluation cycles:
     // counted, the outage alone would take node A down.
-    const OUTAGE_MS = 8_000
+    const OUTAGE_MS = HEARTBEAT_TIMEOUT_MS + 3 * EVALUATION_INTERVAL_MS
     const gateways = stack.namesOf('agent-gateway')
     const before = await probe.waitHealthy(nodeA, 'node A healthy before the outage', 60_000)
     const eventsBefore = await stateEvents(nodeA)
@@ -143,8 +151,13 @@ describe('faults survived on the split stack (separate daemon processes, own Pos
       const beat = await probe.nextHeartbeat(nodeA, Math.max(probe.heartbeatMs(before), backAt), 'a heartbeat of node A through a restarted gateway', 30_000)
       probe.mark(`node A heartbeat ${probe.heartbeatMs(beat) - backAt} ms after the gateways were ready`)
       expect(probe.gatewayOfAgent(nodeA)).toBeDefined()
-      // Past the moment a late reconnection would have been counted: the timeout and three cycles.
-      await sleep(5_000 + 3 * 1_000)
+      // Past the moment a late reconnection would have been counted: the evaluators count missed
+      // heartbeats again once a gateway has been receiving for the timeout; then three cycles more.
+      const receivingSince = Math.min(
+        ...((await stack.db('agent_gateway_presence').where('started_at', '>=', new Date(killedAt)).pluck('started_at')) as Array<Date | string>).map((t) => new Date(t).getTime()),
+      )
+      expect(receivingSince).toBeLessThanOrEqual(backAt)
+      await sleep(Math.max(0, receivingSince + HEARTBEAT_TIMEOUT_MS + 3 * EVALUATION_INTERVAL_MS - Date.now()))
     } finally {
       sampling = false
       await sampler
@@ -206,8 +219,10 @@ describe('faults survived on the split stack (separate daemon processes, own Pos
 
   it('2: NATS stopped while a payment completes: the servers stay ready (degraded), the event waits in the outbox, activates once when NATS is back', { timeout: 300_000 }, async () => {
     onTestFailed(() => stack.printLogs())
-    // 15 s here; the minute-long outage with a rollout reporting is split-stack-workers.test.ts, 2b.
-    const OUTAGE_MS = 15_000
+    // At least the observations below and several of the daemons' reconnect attempts (1 s apart);
+    // the outage longer than a client's reconnect attempts, with a rollout reporting, is
+    // split-stack-workers.test.ts, 2b.
+    const OUTAGE_MS = 6_000
     await stack.nats.stop()
     const stoppedAt = Date.now()
     probe.mark('NATS stopped')
@@ -292,8 +307,11 @@ describe('faults survived on the split stack (separate daemon processes, own Pos
     const loops = [...stack.apiUrls.map(load), ...ready.map(readiness)]
     let windowStart = 0
     let windowEnd = 0
+    /** Until every api-server has answered `n` requests that started after `from`. */
+    const answeredAfter = (from: number, n: number, what: string) =>
+      waitFor(async () => stack.apiUrls.every((u) => samples.filter((s) => s.url === u && s.start > from).length >= n), what, 60_000, 50)
     try {
-      await sleep(3_000)
+      await answeredAfter(0, 5, 'requests answered before the outage')
       windowStart = Date.now()
       // pg_ctl runs synchronously (this process waits for it): the outage is pause .. resume.
       await postgres.pause()
@@ -302,9 +320,11 @@ describe('faults survived on the split stack (separate daemon processes, own Pos
         async () => ready.every((u) => probes.some((p) => p.url === u && p.at > windowStart && p.status === 503)),
         '/readyz to report 503 on the api-servers and the payment-service',
         30_000,
-        100,
+        50,
       )
-      await sleep(3_000)
+      // Requests meet the outage on every api-server, not just readiness.
+      const unreadyAt = Date.now()
+      await answeredAfter(unreadyAt, 5, 'requests answered during the outage')
       const resumedAt = Date.now()
       await postgres.resume()
       probe.mark('Postgres started')
@@ -312,11 +332,13 @@ describe('faults survived on the split stack (separate daemon processes, own Pos
         async () => ready.every((u) => probes.some((p) => p.url === u && p.at > resumedAt && p.status === 200)),
         '/readyz to report 200 again',
         60_000,
-        100,
+        50,
       )
       // A request in flight when readiness returned may still have met a dead pooled connection.
       windowEnd = Date.now() + 1_000
-      await sleep(5_000)
+      await answeredAfter(windowEnd, 10, 'requests answered after the outage')
+      // Readiness probed after the window too (asserted below).
+      await waitFor(async () => stack.apiUrls.every((u) => probes.some((p) => p.url === u && p.at > windowEnd)), '/readyz probed after the outage', 30_000, 50)
     } finally {
       running = false
       await Promise.all(loops)

@@ -58,6 +58,11 @@ export interface SplitStackOptions {
    * its gateway moves to another.
    */
   agentGateways?: 'own' | 'all'
+  /**
+   * Ordinary users (each with a `*` API key) made while the daemons start, as `createUser` would
+   * make them (default 0): `stack.users`.
+   */
+  users?: number
 }
 
 export interface SplitStackUser {
@@ -97,6 +102,8 @@ export interface SplitStack {
   paymentGrpcTarget: string
   paymentHttpUrl: string
   admin: SplitStackUser
+  /** The `users` ordinary users of the options, in order. */
+  users: SplitStackUser[]
   /** Every instance, by name. */
   instances: ReadonlyMap<string, DaemonInstance>
   /** Instance names of one kind, e.g. ['api-server-1', 'api-server-2']. */
@@ -286,7 +293,11 @@ export async function startSplitStack(options: SplitStackOptions = {}): Promise<
       ) as { key: string }
       return { userId: user.id, email, key: issued.key }
     }
-    const [admin] = await Promise.all([createUser({ email: 'admin@split.test', admin: true }), must(['secrets', 'init', '--json'])])
+    // The daemons need the master key; the users only the database, so they are made while the daemons start.
+    await must(['secrets', 'init', '--json'])
+    const usersMade = Promise.all([createUser({ email: 'admin@split.test', admin: true }), ...Array.from({ length: options.users ?? 0 }, () => createUser())])
+    // Awaited below; a failure here must not go unhandled while the daemons start.
+    usersMade.catch(() => undefined)
 
     progress('prepared')
     // Ports: every server its own.
@@ -403,14 +414,16 @@ export async function startSplitStack(options: SplitStackOptions = {}): Promise<
       })
     }
 
-    // Two waves, so the machine is not asked to load ten processes at once.
+    // Two waves, so the machine is not asked to load ten processes at once (all at once on a
+    // loaded machine, their NATS connections timed out).
     const names = [...instances.keys()]
     const firstWave = names.filter((n) => ['payment-service', 'auth-server', 'agent-gateway'].includes(instances.get(n)?.kind as string))
     await Promise.all(firstWave.map(start))
     progress('first wave ready')
     await Promise.all(names.filter((n) => !firstWave.includes(n)).map(start))
-
     progress('all ready')
+    const [admin, ...users] = await usersMade
+    progress('users made')
     const connections = { db: cp.connect(), paymentsDb: payments.connect() }
     const stack: SplitStack = {
       dataDir,
@@ -427,7 +440,8 @@ export async function startSplitStack(options: SplitStackOptions = {}): Promise<
       gatewayTargets,
       paymentGrpcTarget: `127.0.0.1:${payment.grpc}`,
       paymentHttpUrl: `http://127.0.0.1:${payment.http}`,
-      admin,
+      admin: admin as SplitStackUser,
+      users,
       instances,
       namesOf: (kind) => [...instances.values()].filter((i) => i.kind === kind).map((i) => i.name),
       createUser,
