@@ -15,6 +15,7 @@ import { benchHeartbeats } from './heartbeats.js'
 import { benchPayments } from './payments.js'
 import { benchRecovery } from './recovery.js'
 import { benchRollouts } from './rollouts.js'
+import { benchRpcGateway } from './rpc-gateway.js'
 import { benchApiLoad } from './api-load.js'
 import { benchFleetLoad } from './fleet-load.js'
 import type { Bench, BenchFigure } from './lib.js'
@@ -35,6 +36,7 @@ const BENCHES: Record<string, Bench> = {
   'api-load': benchApiLoad,
   'fleet-load': benchFleetLoad,
   recovery: benchRecovery,
+  'rpc-gateway': benchRpcGateway,
 }
 
 const resultsDir = path.join(path.dirname(fileURLToPath(import.meta.url)), 'results')
