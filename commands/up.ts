@@ -80,9 +80,13 @@ export default class Up extends BaseCommand<typeof Up> {
       // One catalogue for the orchestrator and the api-server, so both see the same version.
       const chains = resources.add('chain catalogue', await openChainCatalogueFromSettings(config, logFor('chains')), (c) => c.close())
       // New nodes' agents dial the gateway started here and trust its CA.
-      const lifecycle = await lifecycleDeps(
-        { ...config, AGENT_GATEWAY_URL: config.AGENT_GATEWAY_URL ?? agents.target, AGENT_GATEWAY_CA_FILE: config.AGENT_GATEWAY_CA_FILE ?? agents.caFile },
-        { db, logger: logFor('orchestrator'), masterKey: secrets.masterKey, chains },
+      const lifecycle = resources.add(
+        'host fleet connections',
+        await lifecycleDeps(
+          { ...config, AGENT_GATEWAY_URL: config.AGENT_GATEWAY_URL ?? agents.target, AGENT_GATEWAY_CA_FILE: config.AGENT_GATEWAY_CA_FILE ?? agents.caFile },
+          { db, logger: logFor('orchestrator'), masterKey: secrets.masterKey, chains },
+        ),
+        (l) => l.close(),
       )
       resources.add('orchestrator', startOrchestrator(config, { db, logger: logFor('orchestrator'), registry: orchestratorWorkflows(lifecycle) }), (w) => w.stop())
       resources.add('backup purge', scheduleBackupPurge({ db, logger: logFor('orchestrator'), storeUrl: lifecycle.backupStoreUrl }), (j) => j.stop())

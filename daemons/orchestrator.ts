@@ -10,7 +10,7 @@ import path from 'node:path'
 import { pathToFileURL } from 'node:url'
 import type { z } from 'zod'
 import type { ChainSource } from '../src/config/chain-source.js'
-import { lifecycleEnv, orchestratorEnv } from '../src/config/env.js'
+import { lifecycleEnv, orchestratorEnv, type hostsEnv } from '../src/config/env.js'
 import type { Db } from '../src/db/knex.js'
 import type { BusSubscription, EventBus } from '../src/events/bus.js'
 import { ConfigError } from '../src/errors.js'
@@ -21,7 +21,11 @@ import { registerLifecycleWorkflows, type LifecycleDeps } from '../src/provision
 import { registerRolloutWorkflows } from '../src/rollouts/index.js'
 import { startPaymentConsumer } from '../src/subscriptions/activation.js'
 import type { PaymentLookup } from '../src/subscriptions/payment-confirmation.js'
+import { openHostFleet } from '../src/hosts/fleet.js'
+import { DEFAULT_INSTANCE_TYPES } from '../src/hosts/instance-types.js'
 import { LocalInfrastructureProvider } from '../src/provisioning/infrastructure/local.js'
+import { SshInfrastructureProvider } from '../src/provisioning/infrastructure/ssh.js'
+import type { InfrastructureProvider } from '../src/provisioning/infrastructure/types.js'
 import { createWorkflowRegistry, createWorkflowWorker, type WorkflowRegistry, type WorkflowWorker } from '../src/workflows/index.js'
 import { devCaDir } from './agent-gateway.js'
 
@@ -36,10 +40,17 @@ export type LifecycleSettings = z.infer<z.ZodObject<typeof lifecycleEnv>> & {
   ARTIFACT_RELEASE_PUBLIC_KEYS?: ReleasePublicKey[]
   /** Whether those agents refuse unsigned artifacts; unset: false, as the shipped chain releases are unsigned. */
   AGENT_REQUIRE_SIGNED_ARTIFACTS?: boolean | undefined
-}
+} & Partial<z.infer<z.ZodObject<typeof hostsEnv>>>
 
-/** The local provider and how new agents reach the gateway, from the settings; `chains` is opened by the caller (who closes it). */
-export async function lifecycleDeps(settings: LifecycleSettings, deps: { db: Db; logger: Logger; masterKey: MasterKey; chains: ChainSource; now?: () => Date }): Promise<LifecycleDeps> {
+/** The lifecycle's dependencies, and what closes the fleet's SSH connections they opened. */
+export type OpenLifecycleDeps = LifecycleDeps & { close(): Promise<void> }
+
+/**
+ * The infrastructure providers (`local`, and `ssh` on the registered host fleet) and how new agents
+ * reach the gateway, from the settings; `chains` is opened by the caller (who closes it), and the
+ * caller closes the result after the workflow worker (the fleet's SSH connections).
+ */
+export async function lifecycleDeps(settings: LifecycleSettings, deps: { db: Db; logger: Logger; masterKey: MasterKey; chains: ChainSource; now?: () => Date }): Promise<OpenLifecycleDeps> {
   const caFile = settings.AGENT_GATEWAY_CA_FILE ?? path.join(devCaDir(settings.NODEPLANE_DATA_DIR), 'ca.pem')
   if (!fs.existsSync(caFile)) {
     throw new ConfigError([
@@ -50,25 +61,44 @@ export async function lifecycleDeps(settings: LifecycleSettings, deps: { db: Db;
   if (requireSigned && (settings.ARTIFACT_RELEASE_PUBLIC_KEYS ?? []).length === 0) {
     throw new ConfigError(['AGENT_REQUIRE_SIGNED_ARTIFACTS=true: the agents would have no release public key to verify a signature with; set ARTIFACT_RELEASE_PUBLIC_KEYS'])
   }
+  const agentEnv = {
+    LOG_LEVEL: settings.LOG_LEVEL,
+    ...releaseKeysEnv(settings.ARTIFACT_RELEASE_PUBLIC_KEYS ?? []),
+    // Explicit: an agent with keys would otherwise require signatures, and refuse the unsigned
+    // releases of the shipped chain profiles (docs/artifacts.md, "Agents").
+    AGENT_REQUIRE_SIGNED_ARTIFACTS: String(requireSigned),
+    // The agents fence on the same timeout the migrate workflow waits for (docs/node-agent.md).
+    NODE_AGENT_FENCE_TIMEOUT: `${settings.AGENT_FENCE_TIMEOUT}ms`,
+  }
   const local = new LocalInfrastructureProvider({
     root: settings.LOCAL_HOSTS_DIR ?? path.join(settings.NODEPLANE_DATA_DIR, 'hosts'),
     logger: deps.logger.child({ component: 'local-provider' }),
-    agentEnv: {
-      LOG_LEVEL: settings.LOG_LEVEL,
-      ...releaseKeysEnv(settings.ARTIFACT_RELEASE_PUBLIC_KEYS ?? []),
-      // Explicit: an agent with keys would otherwise require signatures, and refuse the unsigned
-      // releases of the shipped chain profiles (docs/artifacts.md, "Agents").
-      AGENT_REQUIRE_SIGNED_ARTIFACTS: String(requireSigned),
-      // The agents fence on the same timeout the migrate workflow waits for (docs/node-agent.md).
-      NODE_AGENT_FENCE_TIMEOUT: `${settings.AGENT_FENCE_TIMEOUT}ms`,
-    },
+    agentEnv,
+  })
+  // Connections open on first use: with no host registered, the fleet costs nothing.
+  const fleet = openHostFleet(settings)
+  const ssh = new SshInfrastructureProvider({
+    db: deps.db,
+    pool: fleet.pool,
+    keys: fleet.keys,
+    logger: deps.logger.child({ component: 'ssh-provider' }),
+    instanceTypes: settings.HOSTS_INSTANCE_TYPES ?? DEFAULT_INSTANCE_TYPES,
+    placementWaitMs: settings.HOSTS_PLACEMENT_WAIT ?? 5 * 60_000,
+    placementRetryIntervalMs: settings.HOSTS_PLACEMENT_RETRY_INTERVAL ?? 15_000,
+    agentSupervisor: settings.HOSTS_AGENT_SUPERVISOR ?? 'auto',
+    ...(settings.HOSTS_AGENT_BUNDLE ? { agentBundle: settings.HOSTS_AGENT_BUNDLE } : {}),
+    agentEnv,
+    ...(deps.now ? { now: deps.now } : {}),
   })
   return {
     db: deps.db,
     logger: deps.logger,
     chains: deps.chains,
     masterKey: deps.masterKey,
-    providers: new Map([[local.name, local]]),
+    providers: new Map<string, InfrastructureProvider>([
+      [local.name, local],
+      [ssh.name, ssh],
+    ]),
     agentBootstrap: {
       gatewayTarget: settings.AGENT_GATEWAY_URL ?? `127.0.0.1:${settings.AGENT_GATEWAY_PORT}`,
       caPem: fs.readFileSync(caFile, 'utf8'),
@@ -81,6 +111,7 @@ export async function lifecycleDeps(settings: LifecycleSettings, deps: { db: Db;
     commandTimeoutMs: settings.AGENT_COMMAND_TIMEOUT,
     pollIntervalMs: 250,
     ...(deps.now ? { now: deps.now } : {}),
+    close: () => fleet.close(),
   }
 }
 

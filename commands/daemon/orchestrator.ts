@@ -35,7 +35,8 @@ export default class DaemonOrchestrator extends BaseCommand<typeof DaemonOrchest
       // Captured chain keys come back sealed to the server key: make sure there is one.
       await ensureServerKeyPair(db, masterKey)
       const chains = resources.add('chain catalogue', await openChainCatalogueFromSettings(config, logger), (c) => c.close())
-      const lifecycle = await lifecycleDeps(config, { db, logger, masterKey, chains })
+      // Closed after the worker: the ssh provider's connections to the host fleet.
+      const lifecycle = resources.add('host fleet connections', await lifecycleDeps(config, { db, logger, masterKey, chains }), (l) => l.close())
       const worker = resources.add('workflow worker', startOrchestrator(config, { db, logger, registry: orchestratorWorkflows(lifecycle) }), (w) => w.stop())
       resources.add('backup purge', scheduleBackupPurge({ db, logger, storeUrl: lifecycle.backupStoreUrl }), (j) => j.stop())
       // Every payment.completed is confirmed with the payment service before it activates anything.

@@ -8,6 +8,7 @@ import { z } from 'zod'
 import { ConfigError } from '../errors.js'
 import { parseDatabaseUrl } from '../db/url.js'
 import { parseDuration } from './duration.js'
+import { parseInstanceTypes } from '../hosts/instance-types.js'
 import { applySecretFiles, isSecretSetting } from './secret-settings.js'
 import { isPaymentMethod, PAYMENT_METHODS } from '../payments/states.js'
 import { allowedSourcesSetting } from '../artifacts/sources.js'
@@ -441,6 +442,26 @@ export const hostsEnv = {
   HOSTS_PROBE_INTERVAL: duration('30s'),
   /** A host that does not answer the probe within this is unreachable. */
   HOSTS_PROBE_TIMEOUT: duration('10s'),
+  /** What instance types need on a fleet host: `name:cpu=N,memory=SIZE,disk=SIZE;…`, on top of ssh.small/medium/large. */
+  HOSTS_INSTANCE_TYPES: z
+    .string()
+    .optional()
+    .transform((text, ctx) => {
+      try {
+        return parseInstanceTypes(text)
+      } catch (err) {
+        ctx.addIssue({ code: z.ZodIssueCode.custom, message: (err as Error).message })
+        return z.NEVER
+      }
+    }),
+  /** How long a placement waits for a host with room before the provisioning fails (under the 15-minute infrastructure step). */
+  HOSTS_PLACEMENT_WAIT: duration('5m').refine((ms) => ms <= 14 * 60_000, 'must be at most 14m (the infrastructure step times out at 15m)'),
+  /** How often a waiting placement looks for room again. */
+  HOSTS_PLACEMENT_RETRY_INTERVAL: duration('15s'),
+  /** How the `ssh` provider runs agents: systemd when the host has it and the login is root (auto), or always one way. */
+  HOSTS_AGENT_SUPERVISOR: z.enum(['auto', 'systemd', 'detached']).default('auto'),
+  /** The node-agent bundle uploaded to hosts; default the package's dist/agent/node-agent.mjs (npm run build). */
+  HOSTS_AGENT_BUNDLE: z.string().min(1).optional(),
 }
 
 export const healthEvaluatorEnv = z.object({
@@ -524,6 +545,8 @@ export const orchestratorEnv = z.object({
   PAYMENT_GRPC_PORT: portsEnv.PAYMENT_GRPC_PORT,
   ...paymentTlsEnv,
   ...paymentClientEnv,
+  // The `ssh` provider reaches the host fleet.
+  ...hostsEnv,
 })
 export const agentGatewayEnv = z.object({
   ...sharedEnv,
