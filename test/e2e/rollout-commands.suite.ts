@@ -481,8 +481,10 @@ export function rolloutCommandsSuite(dialect: Dialect): void {
       // health wait several times what the commands up to the skip take on a loaded machine, so the
       // pause and the resume find the component's one batch running (its rollout takes the pause,
       // resume and the skip's cancel once the wait ends, which is what the skip then waits for).
+      // The four commands in the window (pause, status, resume, skip, with the waits between them)
+      // took about 5 s with two cores at a load average of 19: 15 s is three times that.
       await untilHealthy(nodes.full)
-      const created = await run(['rollout-group', 'create', '--chain', 'devnet', '--node-type', 'full', '--failure-policy', 'manual', '--component', 'devnet-node:1.0.0', '--health-wait', '30s', '--json'])
+      const created = await run(['rollout-group', 'create', '--chain', 'devnet', '--node-type', 'full', '--failure-policy', 'manual', '--component', 'devnet-node:1.0.0', '--health-wait', '15s', '--json'])
       expect(created.exitCode, created.stderr).toBe(0)
       const group = json<RolloutGroupStatusView>(created)
       const notRunning = await run(['rollout-group', 'pause', '--id', group.id])
