@@ -1,6 +1,6 @@
 import { BaseCommand } from '../../src/cli/base-command.js'
 import { apiClientFor, apiUrlFlag } from '../../src/cli/api-flags.js'
-import { renderTable } from '../../src/cli/display.js'
+import { columnsFlag, renderTable } from '../../src/cli/display.js'
 import type { ChainCatalogueView } from '../../src/http/routes/chains.js'
 
 export default class ChainList extends BaseCommand<typeof ChainList> {
@@ -11,7 +11,9 @@ export default class ChainList extends BaseCommand<typeof ChainList> {
     '<%= config.bin %> chain list',
     '<%= config.bin %> chain list --json | jq -r ".chains[] | select(.id == \\"devnet\\") | .versions[]"',
   ]
+  static override aliases = ['chain:ls']
   static override flags = {
+    columns: columnsFlag,
     'api-url': apiUrlFlag,
   }
 

@@ -1,6 +1,8 @@
 import { BaseCommand } from '../../src/cli/base-command.js'
 import { databaseFlag, selectedDatabases } from '../../src/cli/database-flag.js'
-import { databaseCommandEnv, loadConfig } from '../../src/config/env.js'
+import { databaseCommandEnv } from '../../src/config/env.js'
+import { createLogger } from '../../src/log.js'
+import { loadSettingsWithSecrets } from '../../src/secrets/load-settings.js'
 import { migrateDatabases, type MigrateReport } from '../../src/db/operations.js'
 
 export default class DbMigrate extends BaseCommand<typeof DbMigrate> {
@@ -14,7 +16,8 @@ export default class DbMigrate extends BaseCommand<typeof DbMigrate> {
   static override flags = { database: databaseFlag }
 
   async run(): Promise<{ databases: MigrateReport[] }> {
-    const config = loadConfig(databaseCommandEnv, this.env())
+    // The database URLs may be files or Vault references (docs/secrets.md); Vault's messages go to stderr, never into --json.
+    const { config } = await loadSettingsWithSecrets(databaseCommandEnv, this.env(), () => createLogger({ level: 'warn', destination: process.stderr }))
     const databases = await migrateDatabases(config, selectedDatabases(this.flags.database))
     if (!this.jsonEnabled()) {
       for (const report of databases) {

@@ -1,5 +1,6 @@
 import * as Flags from '@oclif/core/flags'
 import { BaseCommand } from '../../src/cli/base-command.js'
+import { columnsFlag } from '../../src/cli/display.js'
 import { apiClientFor, apiUrlFlag } from '../../src/cli/api-flags.js'
 import { renderHosts } from '../../src/cli/host-views.js'
 import { listAll } from '../../src/cli/pages.js'
@@ -10,7 +11,9 @@ export default class HostList extends BaseCommand<typeof HostList> {
   static override summary = 'List the fleet\'s hosts by name: state, region, address, capacity, last probe'
   static override description = 'Removed hosts are listed only with --state removed. Needs an admin key.'
   static override examples = ['<%= config.bin %> host list', '<%= config.bin %> host list --state unreachable --json | jq -r ".hosts[].name"']
+  static override aliases = ['host:ls']
   static override flags = {
+    columns: columnsFlag,
     state: Flags.string({ description: 'only hosts in this state', options: [...HOST_STATES] }),
     region: Flags.string({ description: 'only hosts in this region' }),
     'api-url': apiUrlFlag,

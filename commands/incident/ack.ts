@@ -1,5 +1,7 @@
 import * as Flags from '@oclif/core/flags'
 import { BaseCommand } from '../../src/cli/base-command.js'
+import { resolveApiId } from '../../src/cli/id-prefix.js'
+import { subjectArg, subjectsOf } from '../../src/cli/subject.js'
 import { apiClientFor, apiUrlFlag } from '../../src/cli/api-flags.js'
 import { describeFailure } from '../../src/cli/errors.js'
 import { describeMove, incidentNotFound } from '../../src/cli/incident-views.js'
@@ -18,22 +20,27 @@ export interface AckResult {
 export default class IncidentAck extends BaseCommand<typeof IncidentAck> {
   static override summary = 'Acknowledge one or more open incidents (someone is on it)'
   static override description =
-    'Each id is acknowledged on its own: one that fails does not stop the others. Exit 0 when all were acknowledged, else the exit code of the first failure (3 unknown or not yours, 4 not open). An acknowledged incident still auto-resolves when the node recovers. Needs the scope nodes:write.'
+    'Takes the ids as arguments (or --id, repeatable). Each id is acknowledged on its own: one that fails does not stop the others. Exit 0 when all were acknowledged, else the exit code of the first failure (3 unknown or not yours, 4 not open). An acknowledged incident still auto-resolves when the node recovers. Needs the scope nodes:write.'
   static override examples = [
-    '<%= config.bin %> incident ack --id 0193a1b2-…',
-    '<%= config.bin %> incident ack --id "$A" --id "$B" --json | jq ".failed"',
-    'OPEN=$(<%= config.bin %> incident list --status open --json | jq -r \'.incidents[] | "--id " + .id\'); [ -z "$OPEN" ] || <%= config.bin %> incident ack $OPEN',
+    '<%= config.bin %> incident ack 0193a1b2',
+    '<%= config.bin %> incident ack "$A" "$B" --json | jq ".failed"',
+    'OPEN=$(<%= config.bin %> incident list --status open --json | jq -r \'.incidents[].id\'); [ -z "$OPEN" ] || <%= config.bin %> incident ack $OPEN',
   ]
+  static override strict = false
+  static override args = { id: subjectArg('incident (several may follow)') }
   static override flags = {
-    id: Flags.string({ description: 'incident id (repeatable)', required: true, multiple: true }),
+    id: Flags.string({ description: 'incident id (repeatable): the same as the arguments, for scripts', multiple: true }),
     'api-url': apiUrlFlag,
   }
 
   async run(): Promise<AckResult> {
+    const given = subjectsOf('incident', this.positionals, this.flags.id, `${this.usage()} ID…`)
     const api = apiClientFor(this.env(), this.flags['api-url'])
     const result: AckResult = { acknowledged: [], failed: [] }
-    for (const id of new Set(this.flags.id)) {
+    for (const ref of given) {
+      let id = ref
       try {
+        id = await resolveApiId(api, 'incident', ref)
         const incident = await api.post<Incident>(`/incidents/${encodeURIComponent(id)}/acknowledge`, {}).catch(incidentNotFound(id))
         result.acknowledged.push(incident)
         if (!this.jsonEnabled()) this.log(describeMove(incident))

@@ -1,5 +1,6 @@
 import * as Flags from '@oclif/core/flags'
 import { BaseCommand } from '../../src/cli/base-command.js'
+import { columnsFlag } from '../../src/cli/display.js'
 import { apiClientFor, apiUrlFlag } from '../../src/cli/api-flags.js'
 import { noIncidents, renderIncidents } from '../../src/cli/incident-views.js'
 import { listAll } from '../../src/cli/pages.js'
@@ -14,7 +15,9 @@ export default class IncidentList extends BaseCommand<typeof IncidentList> {
     '<%= config.bin %> incident list --status open --severity critical',
     '<%= config.bin %> incident list --node 0193a1b2-… --json | jq -r ".incidents[] | select(.status == \\"open\\") | .id"',
   ]
+  static override aliases = ['incident:ls']
   static override flags = {
+    columns: columnsFlag,
     status: Flags.string({ description: 'only incidents in this status', options: [...INCIDENT_STATUSES] }),
     severity: Flags.string({ description: 'only incidents of this severity', options: [...INCIDENT_SEVERITIES] }),
     category: Flags.string({ description: 'only incidents of this category', options: [...INCIDENT_CATEGORIES] }),

@@ -1,7 +1,7 @@
 import * as Flags from '@oclif/core/flags'
 import { BaseCommand } from '../../src/cli/base-command.js'
 import { apiClientFor, apiUrlFlag } from '../../src/cli/api-flags.js'
-import { renderTable, shortTime } from '../../src/cli/display.js'
+import { columnsFlag, renderTable, shortTime } from '../../src/cli/display.js'
 import { listAll } from '../../src/cli/pages.js'
 import { NODE_STATES } from '../../src/nodes/states.js'
 import type { NodeView } from '../../src/nodes/views.js'
@@ -14,7 +14,9 @@ export default class NodeList extends BaseCommand<typeof NodeList> {
     '<%= config.bin %> node list --state healthy --limit 20',
     '<%= config.bin %> node list --subscription 0193a1b2-… --json | jq -r ".nodes[].display_state"',
   ]
+  static override aliases = ['node:ls']
   static override flags = {
+    columns: columnsFlag,
     subscription: Flags.string({ description: 'only the node(s) of this subscription id' }),
     state: Flags.string({ description: 'only nodes in this infrastructure state', options: [...NODE_STATES] }),
     user: Flags.string({ description: 'admin only: the nodes of this user id' }),

@@ -1,5 +1,7 @@
 import * as Flags from '@oclif/core/flags'
 import { BaseCommand } from '../../src/cli/base-command.js'
+import { subjectArg, subjectFlag } from '../../src/cli/subject.js'
+import { isIdPrefix, resolveApiId, resolveDbId } from '../../src/cli/id-prefix.js'
 import { apiClientFor, apiUrlFlag } from '../../src/cli/api-flags.js'
 import { withControlPlaneDatabase } from '../../src/cli/control-plane-db.js'
 import { shortTime } from '../../src/cli/display.js'
@@ -17,13 +19,14 @@ export default class NodeShow extends BaseCommand<typeof NodeShow> {
   static override description =
     'An unknown id, or a node that is not yours, exits 3. Needs the scope nodes:read. With --wide (operators), the node is read from the control-plane database (DATABASE_URL) instead, with its agent\'s latest report: the chain process\'s pid on the host, the agent version and process state.'
   static override examples = [
-    '<%= config.bin %> node show --id 0193a1b2-…',
-    '<%= config.bin %> node show --id "$NODE_ID" --json | jq -r .display_state',
-    '<%= config.bin %> node show --id "$NODE_ID" --json | jq -r .endpoints.http   # POST JSON-RPC there with X-API-Key (scope nodes:rpc)',
-    '<%= config.bin %> node show --id "$NODE_ID" --wide --json | jq -r .agent.chain_pid',
+    '<%= config.bin %> node show 0193a1b2-…',
+    '<%= config.bin %> node show "$NODE_ID" --json | jq -r .display_state',
+    '<%= config.bin %> node show "$NODE_ID" --json | jq -r .endpoints.http   # POST JSON-RPC there with X-API-Key (scope nodes:rpc)',
+    '<%= config.bin %> node show "$NODE_ID" --wide --json | jq -r .agent.chain_pid',
   ]
+  static override args = { id: subjectArg('node') }
   static override flags = {
-    id: Flags.string({ description: 'node id (`nodeplane node list`)', required: true }),
+    id: subjectFlag('node'),
     'api-url': apiUrlFlag,
     wide: Flags.boolean({ description: "operators: read the control-plane database and add the agent's report (chain pid)", default: false }),
   }
@@ -31,8 +34,9 @@ export default class NodeShow extends BaseCommand<typeof NodeShow> {
   async run(): Promise<ApiNodeView | OperatorNodeView> {
     if (this.flags.wide) return this.showWide()
     const api = apiClientFor(this.env(), this.flags['api-url'])
-    const node = await api.get<ApiNodeView>(`/nodes/${encodeURIComponent(this.flags.id)}`).catch((err: unknown) => {
-      if (err instanceof NotFoundError) throw new NotFoundError(`no node ${this.flags.id} among the nodes you can see`, 'list them with `nodeplane node list`')
+    const id = await resolveApiId(api, 'node', this.subject('node'))
+    const node = await api.get<ApiNodeView>(`/nodes/${encodeURIComponent(id)}`).catch((err: unknown) => {
+      if (err instanceof NotFoundError) throw new NotFoundError(`no node ${id} among the nodes you can see`, 'list them with `nodeplane node list`')
       throw err
     })
     if (!this.jsonEnabled()) this.log(`${describeNode(node)}\n  ${'endpoint (http):'.padEnd(22)}${node.endpoints.http}\n  ${'endpoint (ws):'.padEnd(22)}${node.endpoints.ws}`)
@@ -40,10 +44,13 @@ export default class NodeShow extends BaseCommand<typeof NodeShow> {
   }
 
   private async showWide(): Promise<OperatorNodeView> {
-    const id = this.flags.id
-    if (!isUuid(id)) throw new ValidationError(`"${id.slice(0, 60)}" is not a node id (UUID)`, 'list the nodes with `nodeplane node list`')
-    const node = await withControlPlaneDatabase(this.env(), (db) => findOperatorNodeView(db, id.toLowerCase()))
-    if (!node) throw new NotFoundError(`no node ${id} in the control-plane database`, 'list them with `nodeplane node list`')
+    const given = this.subject('node')
+    if (!isUuid(given) && !isIdPrefix(given)) throw new ValidationError(`"${given.slice(0, 60)}" is not a node id (UUID)`, 'list the nodes with `nodeplane node list`')
+    const node = await withControlPlaneDatabase(this.env(), async (db) => {
+      const id = await resolveDbId(db, 'nodes', 'node', 'node list', given)
+      return findOperatorNodeView(db, id.toLowerCase())
+    })
+    if (!node) throw new NotFoundError(`no node ${given} in the control-plane database`, 'list them with `nodeplane node list`')
     if (!this.jsonEnabled()) this.log(`${describeNode(node)}\n${describeAgent(node)}`)
     return node
   }

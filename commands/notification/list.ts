@@ -1,7 +1,7 @@
 import * as Flags from '@oclif/core/flags'
 import { BaseCommand } from '../../src/cli/base-command.js'
 import { apiClientFor, apiUrlFlag } from '../../src/cli/api-flags.js'
-import { renderTable, shortTime } from '../../src/cli/display.js'
+import { columnsFlag, renderTable, shortTime } from '../../src/cli/display.js'
 import { listAll } from '../../src/cli/pages.js'
 import type { NotificationView } from '../../src/notifications/notifications.js'
 
@@ -14,7 +14,9 @@ export default class NotificationList extends BaseCommand<typeof NotificationLis
     '<%= config.bin %> notification list --unread',
     '<%= config.bin %> notification list --unread --json | jq -r ".notifications[] | .title"',
   ]
+  static override aliases = ['notification:ls']
   static override flags = {
+    columns: columnsFlag,
     unread: Flags.boolean({ description: 'only notifications not read yet' }),
     limit: Flags.integer({ description: 'list at most this many notifications (newest first)', min: 1 }),
     'api-url': apiUrlFlag,

@@ -1,7 +1,7 @@
 import * as Flags from '@oclif/core/flags'
 import { BaseCommand } from '../../src/cli/base-command.js'
 import { apiClientFor, apiUrlFlag } from '../../src/cli/api-flags.js'
-import { renderTable, shortTime } from '../../src/cli/display.js'
+import { columnsFlag, renderTable, shortTime } from '../../src/cli/display.js'
 import { listAll } from '../../src/cli/pages.js'
 import { formatMoney } from '../../src/cli/payments.js'
 import { PAYMENT_STATUSES } from '../../src/payments/states.js'
@@ -11,7 +11,9 @@ export default class PaymentList extends BaseCommand<typeof PaymentList> {
   static override summary = 'List your payments (every one with an admin key), newest first, through the API'
   static override description = 'Statuses follow the payment events; `nodeplane payment show` reads one live. Needs the scope payments:read.'
   static override examples = ['<%= config.bin %> payment list', '<%= config.bin %> payment list --status failed --json | jq -r ".payments[].id"']
+  static override aliases = ['payment:ls']
   static override flags = {
+    columns: columnsFlag,
     status: Flags.string({ description: 'only payments in this status', options: [...PAYMENT_STATUSES] }),
     limit: Flags.integer({ description: 'list at most this many payments (newest first)', min: 1 }),
     'api-url': apiUrlFlag,

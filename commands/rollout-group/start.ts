@@ -1,5 +1,5 @@
-import * as Flags from '@oclif/core/flags'
 import { BaseCommand } from '../../src/cli/base-command.js'
+import { subjectArg, subjectFlag } from '../../src/cli/subject.js'
 import { apiClientFor, apiUrlFlag } from '../../src/cli/api-flags.js'
 import { describeGroupAction, runGroupAction } from '../../src/cli/rollout-group-views.js'
 import type { RolloutGroupView } from '../../src/rollouts/views.js'
@@ -8,16 +8,18 @@ export default class RolloutGroupStart extends BaseCommand<typeof RolloutGroupSt
   static override summary = 'Start a pending rollout group: its components upgrade one after another'
   static override description = 'The group creates and runs one rollout per component, in order, with a health gate between them. Exits 4 unless pending. Needs the scope admin.'
   static override examples = [
-    '<%= config.bin %> rollout-group start --id "$GROUP"',
+    '<%= config.bin %> rollout-group start "$GROUP"',
   ]
+  static override args = { id: subjectArg('rollout group') }
   static override flags = {
-    id: Flags.string({ description: 'rollout group id', required: true }),
+    id: subjectFlag('rollout group'),
     'api-url': apiUrlFlag,
   }
 
   async run(): Promise<RolloutGroupView> {
+    const id = this.subject('rollout group')
     const api = apiClientFor(this.env(), this.flags['api-url'])
-    const group = await runGroupAction(api, 'start', this.flags.id, true)
+    const group = await runGroupAction(api, 'start', id, true)
     if (!this.jsonEnabled()) this.log(describeGroupAction('start', group))
     return group
   }

@@ -1,4 +1,6 @@
 import { BaseCommand } from '../../src/cli/base-command.js'
+import { subjectArg, subjectFlag } from '../../src/cli/subject.js'
+import { resolveApiId } from '../../src/cli/id-prefix.js'
 import { apiClientFor, apiUrlFlag } from '../../src/cli/api-flags.js'
 import { rolloutIdFlag, runRolloutAction, watchFlags } from '../../src/cli/rollout-actions.js'
 import type { RolloutDetailView, RolloutView } from '../../src/rollouts/views.js'
@@ -7,17 +9,19 @@ export default class RolloutApproveCanary extends BaseCommand<typeof RolloutAppr
   static override summary = 'Approve the canary of a breaking migration: the rest of the fleet follows'
   static override description = 'Only while the rollout waits for it (status running, awaiting approve_canary; `rollout status` shows it); otherwise exit 4. Needs the scope admin.'
   static override examples = [
-    '<%= config.bin %> rollout approve-canary --id "$ROLLOUT"',
-    '<%= config.bin %> rollout approve-canary --id "$ROLLOUT" --watch   # then follow it to the end',
+    '<%= config.bin %> rollout approve-canary "$ROLLOUT"',
+    '<%= config.bin %> rollout approve-canary "$ROLLOUT" --watch   # then follow it to the end',
   ]
+  static override args = { id: subjectArg('rollout') }
   static override flags = {
-    id: rolloutIdFlag,
+    id: subjectFlag('rollout'),
     ...watchFlags,
     'api-url': apiUrlFlag,
   }
 
   async run(): Promise<RolloutView | RolloutDetailView> {
     const api = apiClientFor(this.env(), this.flags['api-url'])
-    return runRolloutAction(api, 'approve-canary', this.flags, { json: this.jsonEnabled(), log: (line) => this.log(line) })
+    const id = await resolveApiId(api, 'rollout', this.subject('rollout'))
+    return runRolloutAction(api, 'approve-canary', { ...this.flags, id }, { json: this.jsonEnabled(), log: (line) => this.log(line) })
   }
 }

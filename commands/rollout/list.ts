@@ -1,5 +1,6 @@
 import * as Flags from '@oclif/core/flags'
 import { BaseCommand } from '../../src/cli/base-command.js'
+import { columnsFlag } from '../../src/cli/display.js'
 import { apiClientFor, apiUrlFlag } from '../../src/cli/api-flags.js'
 import { listAll } from '../../src/cli/pages.js'
 import { noRollouts, renderRollouts } from '../../src/cli/rollout-views.js'
@@ -14,7 +15,9 @@ export default class RolloutList extends BaseCommand<typeof RolloutList> {
     '<%= config.bin %> rollout list --status running --chain devnet',
     '<%= config.bin %> rollout list --status paused --json | jq -r ".rollouts[].id"',
   ]
+  static override aliases = ['rollout:ls']
   static override flags = {
+    columns: columnsFlag,
     status: Flags.string({ description: 'only rollouts in this status', options: [...ROLLOUT_STATUSES] }),
     chain: Flags.string({ description: 'only rollouts of this chain profile' }),
     group: Flags.string({ description: 'only the component rollouts of this rollout group id' }),

@@ -1,4 +1,6 @@
 import { BaseCommand } from '../../src/cli/base-command.js'
+import { subjectArg, subjectFlag } from '../../src/cli/subject.js'
+import { resolveApiId } from '../../src/cli/id-prefix.js'
 import { apiClientFor, apiUrlFlag } from '../../src/cli/api-flags.js'
 import { rolloutIdFlag, runRolloutAction, watchFlags } from '../../src/cli/rollout-actions.js'
 import type { RolloutDetailView, RolloutView } from '../../src/rollouts/views.js'
@@ -7,18 +9,20 @@ export default class RolloutStart extends BaseCommand<typeof RolloutStart> {
   static override summary = 'Start a pending rollout (scheduled when its --scheduled-at is ahead); --watch follows it'
   static override description = 'pending -> running: the rollout plans its batches (eligible nodes) and upgrades them batch by batch. With --watch, follows it and exits 0 completed, 1 failed/cancelled/rolled back, 6 waiting for an operator (paused, canary approval). A started rollout exits 4. Needs the scope admin.'
   static override examples = [
-    '<%= config.bin %> rollout start --id "$ROLLOUT"',
-    '<%= config.bin %> rollout start --id "$ROLLOUT" --watch   # in CI: exit 0 completed, 1 failed, 6 waiting for an operator',
-    '<%= config.bin %> rollout start --id "$ROLLOUT" --watch --json | jq -r .status',
+    '<%= config.bin %> rollout start "$ROLLOUT"',
+    '<%= config.bin %> rollout start "$ROLLOUT" --watch   # in CI: exit 0 completed, 1 failed, 6 waiting for an operator',
+    '<%= config.bin %> rollout start "$ROLLOUT" --watch --json | jq -r .status',
   ]
+  static override args = { id: subjectArg('rollout') }
   static override flags = {
-    id: rolloutIdFlag,
+    id: subjectFlag('rollout'),
     ...watchFlags,
     'api-url': apiUrlFlag,
   }
 
   async run(): Promise<RolloutView | RolloutDetailView> {
     const api = apiClientFor(this.env(), this.flags['api-url'])
-    return runRolloutAction(api, 'start', this.flags, { json: this.jsonEnabled(), log: (line) => this.log(line) })
+    const id = await resolveApiId(api, 'rollout', this.subject('rollout'))
+    return runRolloutAction(api, 'start', { ...this.flags, id }, { json: this.jsonEnabled(), log: (line) => this.log(line) })
   }
 }

@@ -1,5 +1,7 @@
 import * as Flags from '@oclif/core/flags'
 import { BaseCommand } from '../../src/cli/base-command.js'
+import { subjectArg, subjectFlag } from '../../src/cli/subject.js'
+import { resolveApiId } from '../../src/cli/id-prefix.js'
 import { apiClientFor, apiUrlFlag } from '../../src/cli/api-flags.js'
 import { followRollout, rolloutIdFlag, watchFlags } from '../../src/cli/rollout-actions.js'
 import { describeRollout, rolloutNotFound } from '../../src/cli/rollout-views.js'
@@ -14,12 +16,13 @@ export default class RolloutStatus extends BaseCommand<typeof RolloutStatus> {
     'Needs the scope admin.',
   ].join('\n')
   static override examples = [
-    '<%= config.bin %> rollout status --id "$ROLLOUT"',
-    '<%= config.bin %> rollout status --id "$ROLLOUT" --watch',
-    '<%= config.bin %> rollout status --id "$ROLLOUT" --watch --json > rollout.json; echo "exit $?"   # 0, 1 or 6',
+    '<%= config.bin %> rollout status "$ROLLOUT"',
+    '<%= config.bin %> rollout status "$ROLLOUT" --watch',
+    '<%= config.bin %> rollout status "$ROLLOUT" --watch --json > rollout.json; echo "exit $?"   # 0, 1 or 6',
   ]
+  static override args = { id: subjectArg('rollout') }
   static override flags = {
-    id: rolloutIdFlag,
+    id: subjectFlag('rollout'),
     watch: Flags.boolean({ description: watchFlags.watch.description }),
     interval: watchFlags.interval,
     'api-url': apiUrlFlag,
@@ -28,8 +31,9 @@ export default class RolloutStatus extends BaseCommand<typeof RolloutStatus> {
   async run(): Promise<RolloutDetailView> {
     if (this.flags.watch) parseInterval(this.flags.interval)
     const api = apiClientFor(this.env(), this.flags['api-url'])
-    if (this.flags.watch) return followRollout(api, this.flags.id, { interval: this.flags.interval, json: this.jsonEnabled(), log: (line) => this.log(line) })
-    const rollout = await api.get<RolloutDetailView>(`/rollouts/${encodeURIComponent(this.flags.id)}`).catch(rolloutNotFound(this.flags.id))
+    const id = await resolveApiId(api, 'rollout', this.subject('rollout'))
+    if (this.flags.watch) return followRollout(api, id, { interval: this.flags.interval, json: this.jsonEnabled(), log: (line) => this.log(line) })
+    const rollout = await api.get<RolloutDetailView>(`/rollouts/${encodeURIComponent(id)}`).catch(rolloutNotFound(id))
     if (!this.jsonEnabled()) this.log(describeRollout(rollout))
     return rollout
   }

@@ -1,4 +1,6 @@
 import { BaseCommand } from '../../src/cli/base-command.js'
+import { yesFlag } from '../../src/cli/api-flags.js'
+import { confirmDestructive } from '../../src/cli/prompt.js'
 import { withControlPlaneDatabase } from '../../src/cli/control-plane-db.js'
 import { loadConfig } from '../../src/config/env.js'
 import { openMasterKey } from '../../src/secrets/master-key.js'
@@ -8,10 +10,12 @@ import { secretsCommandEnv } from '../../src/secrets/setup.js'
 export default class SecretsRotateServerKey extends BaseCommand<typeof SecretsRotateServerKey> {
   static override summary = 'Make a new server X25519 key pair the active one'
   static override description =
-    'Clients seal secret inputs to the new key from now on; the previous pairs are kept (retired), so inputs sealed to them still open. Also creates the first pair when there is none.'
-  static override examples = ['<%= config.bin %> secrets rotate-server-key', '<%= config.bin %> secrets rotate-server-key --json']
+    'Clients seal secret inputs to the new key from now on; the previous pairs are kept (retired), so inputs sealed to them still open. Also creates the first pair when there is none. Asks for confirmation on a terminal unless --yes (without a terminal, --yes is required).'
+  static override examples = ['<%= config.bin %> secrets rotate-server-key', '<%= config.bin %> secrets rotate-server-key --yes --json']
+  static override flags = { yes: yesFlag }
 
   async run(): Promise<ServerPublicKey & { retired: string[] }> {
+    await confirmDestructive(this.flags.yes, () => ({ action: 'make a new server X25519 key pair the active one', consequence: 'Clients seal secret inputs to the new key from now on; the old pairs still open earlier inputs' }))
     const config = loadConfig(secretsCommandEnv, this.env())
     const masterKey = await openMasterKey(config)
     const { publicKey, retired } = await withControlPlaneDatabase(this.env(), (db) => rotateServerKeyPair(db, masterKey))

@@ -1,5 +1,6 @@
-import * as Flags from '@oclif/core/flags'
 import { BaseCommand } from '../../src/cli/base-command.js'
+import { subjectArg, subjectFlag } from '../../src/cli/subject.js'
+import { resolveApiId } from '../../src/cli/id-prefix.js'
 import { apiClientFor, apiUrlFlag } from '../../src/cli/api-flags.js'
 import { renderTable, shortTime } from '../../src/cli/display.js'
 import { NotFoundError } from '../../src/errors.js'
@@ -15,18 +16,20 @@ export default class SubscriptionInputsCommand extends BaseCommand<typeof Subscr
   static override summary = "List a subscription's provisioning inputs (secrets as metadata only) and the required ones still missing"
   static override description = 'Through the API (scope subscriptions:read). An unknown id, or a subscription that is not yours, exits 3.'
   static override examples = [
-    '<%= config.bin %> subscription inputs --subscription 0193a1b2-…',
-    '<%= config.bin %> subscription inputs --subscription "$SUB" --json | jq -r ".missing_required[]"',
+    '<%= config.bin %> subscription inputs 0193a1b2-…',
+    '<%= config.bin %> subscription inputs "$SUB" --json | jq -r ".missing_required[]"',
   ]
+  static override args = { id: subjectArg('subscription') }
   static override flags = {
-    subscription: Flags.string({ description: 'subscription id', required: true }),
+    id: subjectFlag('subscription', ['subscription']),
     'api-url': apiUrlFlag,
   }
 
   async run(): Promise<SubscriptionInputs> {
     const api = apiClientFor(this.env(), this.flags['api-url'])
-    const result = await api.get<SubscriptionInputs>(`/subscriptions/${encodeURIComponent(this.flags.subscription)}/inputs`).catch((err: unknown) => {
-      if (err instanceof NotFoundError) throw new NotFoundError(`no subscription ${this.flags.subscription} among your subscriptions`)
+    const id = await resolveApiId(api, 'subscription', this.subject('subscription'))
+    const result = await api.get<SubscriptionInputs>(`/subscriptions/${encodeURIComponent(id)}/inputs`).catch((err: unknown) => {
+      if (err instanceof NotFoundError) throw new NotFoundError(`no subscription ${id} among your subscriptions`)
       throw err
     })
     if (!this.jsonEnabled()) {

@@ -1,7 +1,7 @@
 import * as Flags from '@oclif/core/flags'
 import { BaseCommand } from '../../src/cli/base-command.js'
 import { apiClientFor, apiUrlFlag } from '../../src/cli/api-flags.js'
-import { renderTable, shortTime } from '../../src/cli/display.js'
+import { columnsFlag, renderTable, shortTime } from '../../src/cli/display.js'
 import { listAll } from '../../src/cli/pages.js'
 import { SUBSCRIPTION_STATUSES, type SubscriptionView } from '../../src/subscriptions/views.js'
 
@@ -13,7 +13,9 @@ export default class SubscriptionList extends BaseCommand<typeof SubscriptionLis
     '<%= config.bin %> subscription list --status pending_payment --limit 20',
     '<%= config.bin %> subscription list --status active --json | jq -r ".subscriptions[].id"',
   ]
+  static override aliases = ['subscription:ls']
   static override flags = {
+    columns: columnsFlag,
     status: Flags.string({ description: 'only subscriptions in this status', options: [...SUBSCRIPTION_STATUSES] }),
     limit: Flags.integer({ description: 'list at most this many subscriptions (newest first)', min: 1 }),
     'api-url': apiUrlFlag,

@@ -1,6 +1,8 @@
 import fs from 'node:fs/promises'
 import * as Flags from '@oclif/core/flags'
 import { BaseCommand } from '../../src/cli/base-command.js'
+import { subjectArg, subjectFlag } from '../../src/cli/subject.js'
+import { resolveApiId } from '../../src/cli/id-prefix.js'
 import { apiClientFor, apiUrlFlag } from '../../src/cli/api-flags.js'
 import type { ApiClient } from '../../src/cli/api-client.js'
 import { isInteractive, promptSecret } from '../../src/cli/prompt.js'
@@ -26,12 +28,13 @@ export default class SubscriptionSetInput extends BaseCommand<typeof Subscriptio
     'Needs the scope subscriptions:write. Exit 2: invalid input; 3: no such subscription of yours; 4: the subscription no longer accepts inputs.',
   ].join('\n')
   static override examples = [
-    '<%= config.bin %> subscription set-input --subscription 0193a1b2-… --name operator_label --value "rack 7"',
-    '<%= config.bin %> subscription set-input --subscription "$SUB" --name fee_recipient_key --secret-file ./fee-key.bin',
-    "pass show chain/fee-key | <%= config.bin %> subscription set-input --subscription \"$SUB\" --name fee_recipient_key --secret-stdin --json",
+    '<%= config.bin %> subscription set-input 0193a1b2-… --name operator_label --value "rack 7"',
+    '<%= config.bin %> subscription set-input "$SUB" --name fee_recipient_key --secret-file ./fee-key.bin',
+    "pass show chain/fee-key | <%= config.bin %> subscription set-input \"$SUB\" --name fee_recipient_key --secret-stdin --json",
   ]
+  static override args = { id: subjectArg('subscription') }
   static override flags = {
-    subscription: Flags.string({ description: 'subscription id', required: true }),
+    id: subjectFlag('subscription', ['subscription']),
     name: Flags.string({ description: "the input's name, as the chain profile declares it", required: true }),
     value: Flags.string({ description: 'text or proof input: the value' }),
     'value-file': Flags.string({ description: 'text or proof input: read the value from this file' }),
@@ -50,6 +53,7 @@ export default class SubscriptionSetInput extends BaseCommand<typeof Subscriptio
       )
     }
     const api = apiClientFor(this.env(), this.flags['api-url'])
+    const id = await resolveApiId(api, 'subscription', this.subject('subscription'))
     const source = given[0] as (typeof SOURCES)[number]
     let sent: { name: string; value: string } | { name: string; sealed: string }
     let sealedTo: string | undefined
@@ -67,9 +71,9 @@ export default class SubscriptionSetInput extends BaseCommand<typeof Subscriptio
         secret.fill(0)
       }
     }
-    const path = `/subscriptions/${encodeURIComponent(this.flags.subscription)}/inputs`
+    const path = `/subscriptions/${encodeURIComponent(id)}/inputs`
     const result = await api.post<SetInputResult>(path, { inputs: [sent] }).catch((err: unknown) => {
-      if (err instanceof NotFoundError) throw new NotFoundError(`no subscription ${this.flags.subscription} among your subscriptions`, 'check the id (and that the API key is the owner\'s)')
+      if (err instanceof NotFoundError) throw new NotFoundError(`no subscription ${id} among your subscriptions`, 'check the id (and that the API key is the owner\'s)')
       throw err
     })
     if (!this.jsonEnabled()) {

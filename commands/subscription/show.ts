@@ -1,5 +1,6 @@
-import * as Flags from '@oclif/core/flags'
 import { BaseCommand } from '../../src/cli/base-command.js'
+import { subjectArg, subjectFlag } from '../../src/cli/subject.js'
+import { resolveApiId } from '../../src/cli/id-prefix.js'
 import { apiClientFor, apiUrlFlag } from '../../src/cli/api-flags.js'
 import { shortTime } from '../../src/cli/display.js'
 import { NotFoundError } from '../../src/errors.js'
@@ -8,17 +9,19 @@ import type { SubscriptionView } from '../../src/subscriptions/views.js'
 export default class SubscriptionShow extends BaseCommand<typeof SubscriptionShow> {
   static override summary = 'Show one subscription through the API: status, term, expiry and payment'
   static override description = 'An unknown id, or a subscription that is not yours, exits 3. Needs the scope subscriptions:read.'
-  static override examples = ['<%= config.bin %> subscription show --id 0193a1b2-…', '<%= config.bin %> subscription show --id "$SUB" --json | jq -r .status']
+  static override examples = ['<%= config.bin %> subscription show 0193a1b2-…', '<%= config.bin %> subscription show "$SUB" --json | jq -r .status']
+  static override args = { id: subjectArg('subscription') }
   static override flags = {
-    id: Flags.string({ description: 'subscription id (`nodeplane subscription list`)', required: true }),
+    id: subjectFlag('subscription'),
     'api-url': apiUrlFlag,
   }
 
   async run(): Promise<SubscriptionView> {
     const api = apiClientFor(this.env(), this.flags['api-url'])
-    const subscription = await api.get<SubscriptionView>(`/subscriptions/${encodeURIComponent(this.flags.id)}`).catch((err: unknown) => {
+    const id = await resolveApiId(api, 'subscription', this.subject('subscription'))
+    const subscription = await api.get<SubscriptionView>(`/subscriptions/${encodeURIComponent(id)}`).catch((err: unknown) => {
       if (err instanceof NotFoundError) {
-        throw new NotFoundError(`no subscription ${this.flags.id} among the subscriptions you can see`, 'list them with `nodeplane subscription list`')
+        throw new NotFoundError(`no subscription ${id} among the subscriptions you can see`, 'list them with `nodeplane subscription list`')
       }
       throw err
     })

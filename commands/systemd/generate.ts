@@ -7,6 +7,7 @@ import {
   DEFAULT_DATA_DIR,
   DEFAULT_ENV_FILE,
   DEFAULT_NATS_DIR,
+  DEFAULT_SECRETS_DIR,
   DEFAULT_STOP_TIMEOUT_SECONDS,
   DEFAULT_USER,
   generateSystemdUnits,
@@ -29,6 +30,8 @@ export default class SystemdGenerate extends BaseCommand<typeof SystemdGenerate>
     'sudo <%= config.bin %> systemd generate --out /etc/systemd/system',
     '<%= config.bin %> systemd generate --out ./units --bin /opt/nodeplane/bin/run.js --environment-file /etc/nodeplane/nodeplane.env --user nodeplane --json',
     '<%= config.bin %> systemd generate --out ./units --daemons api-server,orchestrator --instances api-server=2,orchestrator=2',
+    '<%= config.bin %> systemd generate --out ./units --secret DATABASE_URL,PAYMENTS_DATABASE_URL,CARD_PROVIDER_SECRET_KEY,CARD_PROVIDER_WEBHOOK_SECRET,AUTH_IDP_WEBHOOK_SIGNING_SECRET,SECRETS_MASTER_KEY_FILE',
+    '<%= config.bin %> systemd generate --out ./units --vault   # VAULT_ADDR and vault: references in the environment file',
   ]
   static override baseFlags = {
     ...BaseCommand.baseFlags,
@@ -48,6 +51,12 @@ export default class SystemdGenerate extends BaseCommand<typeof SystemdGenerate>
     instances: Flags.string({ description: 'DAEMON=N: run N instances of a daemon through a templated unit (repeatable or comma-separated)', multiple: true }),
     'stop-timeout': Flags.integer({ description: `seconds systemd waits after SIGTERM before SIGKILL (default ${DEFAULT_STOP_TIMEOUT_SECONDS}; keep above SHUTDOWN_TIMEOUT)`, min: 1 }),
     'nats-dir': Flags.string({ description: `directory of the NATS certificates and nkey seeds from \`nodeplane certs nats\`, handed to each unit with LoadCredential= (default ${DEFAULT_NATS_DIR})` }),
+    secret: Flags.string({
+      description: `a secret setting (DATABASE_URL, CARD_PROVIDER_SECRET_KEY, SECRETS_MASTER_KEY_FILE, …) handed to the units that read it with LoadCredential= from --secrets-dir, file named like the setting in kebab case (database-url); repeatable or comma-separated`,
+      multiple: true,
+    }),
+    'secrets-dir': Flags.string({ description: `directory of the --secret files, readable by root only (default ${DEFAULT_SECRETS_DIR})` }),
+    vault: Flags.boolean({ description: 'Vault is the secrets manager: every unit gets SECRETS_PROVIDER=vault and the AppRole ids (vault-role-id, vault-secret-id in --secrets-dir) as credentials', default: false }),
     force: Flags.boolean({ description: 'overwrite existing files', default: false }),
   }
 
@@ -60,6 +69,9 @@ export default class SystemdGenerate extends BaseCommand<typeof SystemdGenerate>
       ...(this.flags['environment-file'] ? { envFile: this.flags['environment-file'] } : {}),
       ...(this.flags.user ? { user: this.flags.user } : {}),
       ...(this.flags['nats-dir'] ? { natsDir: this.flags['nats-dir'] } : {}),
+      ...(this.flags.secret ? { secrets: this.flags.secret } : {}),
+      ...(this.flags['secrets-dir'] ? { secretsDir: this.flags['secrets-dir'] } : {}),
+      vault: this.flags.vault,
       ...(this.flags.group ? { group: this.flags.group } : {}),
       ...(this.flags['data-dir'] ? { dataDir: this.flags['data-dir'] } : {}),
       ...(this.flags.daemons ? { daemons: this.flags.daemons } : {}),

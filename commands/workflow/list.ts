@@ -1,7 +1,7 @@
 import * as Flags from '@oclif/core/flags'
 import { BaseCommand } from '../../src/cli/base-command.js'
 import { withControlPlaneDatabase } from '../../src/cli/control-plane-db.js'
-import { renderTable, shortTime } from '../../src/cli/display.js'
+import { columnsFlag, renderTable, shortTime } from '../../src/cli/display.js'
 import { currentSteps, listRuns, RUN_STATUSES, toRunView, type RunStatus, type WorkflowRunView } from '../../src/workflows/index.js'
 
 export default class WorkflowList extends BaseCommand<typeof WorkflowList> {
@@ -11,7 +11,9 @@ export default class WorkflowList extends BaseCommand<typeof WorkflowList> {
     '<%= config.bin %> workflow list --status failed --json | jq -r ".runs[].id"',
     '<%= config.bin %> workflow list --name provision --limit 10',
   ]
+  static override aliases = ['workflow:ls']
   static override flags = {
+    columns: columnsFlag,
     status: Flags.string({ description: 'only runs in this status', options: [...RUN_STATUSES] }),
     name: Flags.string({ description: 'only runs of this workflow' }),
     limit: Flags.integer({ description: 'at most this many runs', default: 50, min: 1, max: 1000 }),

@@ -1,21 +1,25 @@
-import * as Flags from '@oclif/core/flags'
 import { BaseCommand } from '../../src/cli/base-command.js'
+import { subjectArg, subjectFlag } from '../../src/cli/subject.js'
 import { withControlPlaneDatabase } from '../../src/cli/control-plane-db.js'
+import { resolveDbId } from '../../src/cli/id-prefix.js'
 import { renderTable, shortTime } from '../../src/cli/display.js'
 import { NotFoundError } from '../../src/errors.js'
 import { getRun, listSteps, toRunView, toStepView, type WorkflowRunDetail } from '../../src/workflows/index.js'
 
 export default class WorkflowShow extends BaseCommand<typeof WorkflowShow> {
   static override summary = 'Show one workflow run: status, current step, attempts, last error, and every step'
-  static override examples = ['<%= config.bin %> workflow show --id 0190f1c2-…', '<%= config.bin %> workflow show --id ID --json | jq ".steps[] | select(.status == \\"failed\\")"']
+  static override examples = ['<%= config.bin %> workflow show 0190f1c2-…', '<%= config.bin %> workflow show ID --json | jq ".steps[] | select(.status == \\"failed\\")"']
+  static override args = { id: subjectArg('workflow run') }
   static override flags = {
-    id: Flags.string({ description: 'run id (from `nodeplane workflow list`)', required: true }),
+    id: subjectFlag('workflow run'),
   }
 
   async run(): Promise<WorkflowRunDetail> {
+    const id = this.subject('workflow run')
     const detail = await withControlPlaneDatabase(this.env(), async (db) => {
-      const run = await getRun(db, this.flags.id)
-      if (!run) throw new NotFoundError(`no workflow run ${this.flags.id}`, 'list runs with `nodeplane workflow list`')
+      const runId = await resolveDbId(db, 'workflow_runs', 'workflow run', 'workflow list', id)
+      const run = await getRun(db, runId)
+      if (!run) throw new NotFoundError(`no workflow run ${id}`, 'list runs with `nodeplane workflow list`')
       const steps = await listSteps(db, run.id)
       const current = steps.find((s) => s.stepKey === run.currentStep) ?? null
       return { ...toRunView(run, current), input: run.input, result: run.result, steps: steps.map(toStepView) }

@@ -9,7 +9,7 @@ export const apiUrlFlag = Flags.string({
   helpGroup: 'API',
 })
 
-export const yesFlag = Flags.boolean({ char: 'y', description: 'do not ask for confirmation (never asked without a terminal)' })
+export const yesFlag = Flags.boolean({ char: 'y', description: 'confirm without being asked (required without a terminal)' })
 
 /**
  * The client for a command: credentials resolved as docs/cli.md describes; there is

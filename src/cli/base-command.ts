@@ -2,7 +2,9 @@
 import type { Interfaces } from '@oclif/core'
 import { Command } from '@oclif/core/command'
 import * as Flags from '@oclif/core/flags'
+import { selectColumns } from './display.js'
 import { describeFailure } from './errors.js'
+import { subjectOf } from './subject.js'
 import type { Env } from '../config/env.js'
 
 export type CommandFlags<T extends typeof Command> = Interfaces.InferredFlags<(typeof BaseCommand)['baseFlags'] & T['flags']>
@@ -25,10 +27,12 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
 
   protected flags!: CommandFlags<T>
   protected args!: CommandArgs<T>
+  /** Every positional argument, for commands that take several (`static strict = false`). */
+  protected positionals: string[] = []
 
   public override async init(): Promise<void> {
     await super.init()
-    const { args, flags } = await this.parse({
+    const { args, argv, flags } = await this.parse({
       flags: this.ctor.flags,
       baseFlags: (this.ctor as typeof BaseCommand).baseFlags,
       enableJsonFlag: this.ctor.enableJsonFlag,
@@ -37,6 +41,22 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
     })
     this.flags = flags as CommandFlags<T>
     this.args = args as CommandArgs<T>
+    this.positionals = argv.map(String)
+    const columns = (flags as { columns?: unknown }).columns
+    if (typeof columns === 'string') selectColumns(columns)
+    // A command with a subject: a missing or doubly given one is a usage error before anything else.
+    const subject = this.ctor.args?.id
+    if (subject !== undefined && this.ctor.strict !== false) this.subject(subject.description?.replace(/ \(a unique prefix.*$/, '') ?? 'id')
+  }
+
+  /** The command's subject: its first argument or `--id`, not both differing (src/cli/subject.ts). */
+  protected subject(what: string): string {
+    return subjectOf(what, (this.args as { id?: string }).id, (this.flags as { id?: string }).id, `${this.usage()} ID`)
+  }
+
+  /** `nodeplane node show`, as a person types it. */
+  protected usage(): string {
+    return `${this.config.bin} ${(this.id ?? '').replaceAll(':', ' ')}`
   }
 
   /** The environment the command's config is read from, with `--data-dir` applied. */
@@ -47,6 +67,8 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
 
   protected override async catch(err: Error & { exitCode?: number }): Promise<unknown> {
     const failure = describeFailure(err)
+    // oclif's parse errors: say where the usage is.
+    if (failure.name === 'UsageError' && failure.details === undefined) failure.details = `see \`${this.usage()} --help\``
     if (this.jsonEnabled()) {
       this.logJson({ error: { name: failure.name, message: failure.message, details: failure.details, exit_code: failure.exitCode } })
     } else {

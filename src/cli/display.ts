@@ -2,6 +2,8 @@
  * Human output of the user and API key commands (the `--json` output is the commands' return
  * value, src/cli/views.ts). Functions return text; the command prints it.
  */
+import * as Flags from '@oclif/core/flags'
+import { ValidationError } from '../errors.js'
 import { apiKeyStatus, type ApiKeyItem, type Me, type UserView } from './views.js'
 
 export interface Column<T> {
@@ -9,8 +11,34 @@ export interface Column<T> {
   value: (row: T) => string
 }
 
+/** `--columns`: the columns a table shows, by header (case, spaces, '-' and '_' alike), in this order. */
+let selectedColumns: string[] | undefined
+
+export const columnsFlag = Flags.string({
+  description: 'the table\'s columns, comma-separated, in this order (headers as printed: id,state,last-heartbeat); --json prints every field',
+})
+
+export function selectColumns(list: string): void {
+  const names = list.split(',').map(columnKey).filter((n) => n.length > 0)
+  if (names.length === 0) throw new ValidationError('--columns: name at least one column', 'e.g. --columns id,state')
+  selectedColumns = names
+}
+
+function columnKey(header: string): string {
+  return header.trim().toLowerCase().replace(/[\s_-]+/g, '-')
+}
+
+function pickColumns<T>(columns: readonly Column<T>[]): readonly Column<T>[] {
+  if (selectedColumns === undefined) return columns
+  const byKey = new Map(columns.map((c) => [columnKey(c.header), c]))
+  const unknown = selectedColumns.filter((n) => !byKey.has(n))
+  if (unknown.length > 0) throw new ValidationError(`--columns: no column ${unknown.join(', ')}`, `the columns are ${[...byKey.keys()].join(', ')}`)
+  return selectedColumns.map((n) => byKey.get(n) as Column<T>)
+}
+
 /** A plain aligned table: header, rule, rows; the last column is not padded. */
-export function renderTable<T>(rows: readonly T[], columns: readonly Column<T>[]): string {
+export function renderTable<T>(rows: readonly T[], allColumns: readonly Column<T>[]): string {
+  const columns = pickColumns(allColumns)
   const cells = rows.map((row) => columns.map((c) => c.value(row)))
   const widths = columns.map((c, i) => Math.max(c.header.length, ...cells.map((r) => (r[i] ?? '').length)))
   const line = (values: readonly string[]) =>

@@ -1,6 +1,7 @@
 import { isConnectionFailure } from '../db/errors.js'
 import { ConfigError, ConflictError, ForbiddenError, NotFoundError, UnauthorizedError, UnavailableError, ValidationError, isDomainError } from '../errors.js'
 import { EXIT } from './exit-codes.js'
+import { usageMessage } from './usage-errors.js'
 
 export interface CliFailure {
   name: string
@@ -36,10 +37,6 @@ export function describeFailure(err: unknown): CliFailure {
     }
   }
   const message = err instanceof Error ? err.message : String(err)
-  if (typeof oclifExit === 'number') return { name: 'UsageError', message: firstLine(message), exitCode: oclifExit }
+  if (typeof oclifExit === 'number') return { name: 'UsageError', message: usageMessage(message), exitCode: oclifExit }
   return { name: err instanceof Error ? err.name : 'Error', message, exitCode: EXIT.failure }
-}
-
-function firstLine(text: string): string {
-  return text.split('\n').find((l) => l.trim().length > 0)?.trim() ?? text
 }

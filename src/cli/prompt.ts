@@ -59,11 +59,26 @@ export async function readStdin(limitBytes = 64 * 1024): Promise<string> {
   return Buffer.concat(chunks).toString('utf8').trim()
 }
 
+/** What a destructive command is about to do, naming the object: "terminate node 0193… (devnet full, healthy)". */
+export interface Confirmation {
+  action: string
+  /** What follows from it, said after the question. */
+  consequence?: string
+}
+
 /**
- * Destructive commands: ask on a terminal unless `--yes`; in scripts (no TTY) go ahead, as
- * STYLE.md says. A "no" throws AbortedError.
+ * Every destructive command confirms through this: with --yes it goes ahead; otherwise `describe`
+ * names the object (it may fetch it, so an unknown id or a refused key fails first, and it
+ * answers undefined when the action cannot apply and the server will refuse it anyway); on a
+ * terminal the person is asked [y/N] (a "no" throws AbortedError), without one the command
+ * refuses with a usage error (exit 2) saying to add --yes. A script never changes things for good
+ * by accident, and never hangs on a question.
  */
-export async function confirmDestructive(question: string, yes: boolean): Promise<void> {
-  if (yes || !isInteractive()) return
+export async function confirmDestructive(yes: boolean, describe: () => Confirmation | undefined | Promise<Confirmation | undefined>): Promise<void> {
+  if (yes) return
+  const what = await describe()
+  if (what === undefined) return
+  if (!isInteractive()) throw new ValidationError(`refusing to ${what.action} without --yes: there is no terminal to ask on`, 'add --yes (-y) to confirm')
+  const question = `${what.action.charAt(0).toUpperCase()}${what.action.slice(1)}?${what.consequence ? ` ${what.consequence}.` : ''}`
   if (!(await confirm(question))) throw new AbortedError('cancelled; nothing was changed')
 }

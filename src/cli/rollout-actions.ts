@@ -6,12 +6,23 @@
 import * as Flags from '@oclif/core/flags'
 import type { RolloutDetailView, RolloutView } from '../rollouts/views.js'
 import type { ApiClient } from './api-client.js'
-import { confirmDestructive, isInteractive } from './prompt.js'
+import { ACTIVE_ROLLOUT_STATUSES } from '../rollouts/states.js'
+import { confirmDestructive } from './prompt.js'
 import { describeSignal, outcomeExitCode, rolloutNotFound, rolloutOutcome, statusText } from './rollout-views.js'
 import { changeLines, finalLines, parseInterval, watchRollout, type RolloutSnapshot } from './rollout-watch.js'
 
 export const ROLLOUT_ACTIONS = ['start', 'pause', 'resume', 'cancel', 'rollback', 'approve-canary', 'force'] as const
 export type RolloutAction = (typeof ROLLOUT_ACTIONS)[number]
+
+const ACTION_WORDS: Record<RolloutAction, string> = {
+  start: 'start',
+  pause: 'pause',
+  resume: 'resume',
+  cancel: 'cancel',
+  rollback: 'roll back',
+  'approve-canary': 'approve the canary of',
+  force: 'force',
+}
 
 export const rolloutIdFlag = Flags.string({ description: 'rollout id (`nodeplane rollout list` shows them)', required: true })
 
@@ -22,13 +33,20 @@ export const watchFlags = {
   interval: Flags.string({ description: 'with --watch: how often to ask the API (a duration: 500ms, 1s, 5s)', default: '1s' }),
 }
 
-/** On a terminal, unless --yes: names the rollout and what the action does to it. */
+/**
+ * Unless --yes: names the rollout and what the action does to it, asked on a terminal, refused
+ * without one (exit 2). A rollout that has ended, or an approval nothing waits for, is not asked
+ * about: the API refuses the action (exit 4).
+ */
 export async function confirmRolloutAction(api: ApiClient, id: string, action: RolloutAction, consequence: string, yes: boolean): Promise<void> {
-  if (yes || !isInteractive()) return
-  // Only on a terminal: one more request, so the question names the rollout (and a wrong id fails here).
-  const r = await api.get<RolloutDetailView>(`/rollouts/${encodeURIComponent(id)}`).catch(rolloutNotFound(id))
-  const what = `${r.chain_profile_id}/${r.node_type} ${r.binary_name} ${r.source_version} -> ${r.target_version}, ${statusText(r)}, ${r.succeeded_nodes}/${r.total_nodes} succeeded`
-  await confirmDestructive(`${action[0]?.toUpperCase()}${action.slice(1)} rollout ${r.id} (${what})? ${consequence}.`, false)
+  await confirmDestructive(yes, async () => {
+    const r = await api.get<RolloutDetailView>(`/rollouts/${encodeURIComponent(id)}`).catch(rolloutNotFound(id))
+    if (!ACTIVE_ROLLOUT_STATUSES.includes(r.status)) return undefined
+    // Only a breaking migration's canary gate is confirmed: approving it lets the migration reach every node.
+    if (action === 'approve-canary' && !(r.awaiting === 'approve_canary' && r.migration_type === 'breaking')) return undefined
+    const what = `${r.chain_profile_id}/${r.node_type} ${r.binary_name} ${r.source_version} -> ${r.target_version}, ${statusText(r)}, ${r.succeeded_nodes}/${r.total_nodes} succeeded`
+    return { action: `${ACTION_WORDS[action]} rollout ${r.id} (${what})`, consequence }
+  })
 }
 
 export async function sendRolloutAction(api: ApiClient, id: string, action: RolloutAction): Promise<RolloutView> {

@@ -3,7 +3,7 @@ import type { RolloutGroupStatusView, RolloutGroupView } from '../rollouts/views
 import { NotFoundError } from '../errors.js'
 import type { ApiClient } from './api-client.js'
 import { renderTable, shortTime } from './display.js'
-import { confirmDestructive, isInteractive } from './prompt.js'
+import { confirmDestructive } from './prompt.js'
 
 export const GROUP_ACTIONS = ['start', 'pause', 'resume', 'cancel', 'skip'] as const
 export type GroupAction = (typeof GROUP_ACTIONS)[number]
@@ -85,11 +85,15 @@ const CONSEQUENCES: Partial<Record<GroupAction, string>> = {
 export async function runGroupAction(api: ApiClient, action: GroupAction, id: string, yes: boolean): Promise<RolloutGroupView> {
   const path = `/rollout-groups/${encodeURIComponent(id)}`
   const consequence = CONSEQUENCES[action]
-  if (consequence !== undefined && !yes && isInteractive()) {
-    const g = await api.get<RolloutGroupStatusView>(`${path}/status`).catch(groupNotFound(id))
-    const current = g.current_component_index !== null ? g.components[g.current_component_index] : undefined
-    const what = `${g.chain_profile_id}/${g.node_type}, ${g.status}${current ? `, component ${current.binary_name} ${current.version} ${current.status}` : ''}`
-    await confirmDestructive(`${action === 'cancel' ? 'Cancel' : 'Skip the current component of'} rollout group ${g.id} (${what})? ${consequence}.`, false)
+  if (consequence !== undefined) {
+    await confirmDestructive(yes, async () => {
+      const g = await api.get<RolloutGroupStatusView>(`${path}/status`).catch(groupNotFound(id))
+      // An ended group is not asked about: the API refuses the action (exit 4).
+      if (g.status !== 'running' && g.status !== 'paused') return undefined
+      const current = g.current_component_index !== null ? g.components[g.current_component_index] : undefined
+      const what = `${g.chain_profile_id}/${g.node_type}, ${g.status}${current ? `, component ${current.binary_name} ${current.version} ${current.status}` : ''}`
+      return { action: `${action === 'cancel' ? 'cancel' : 'skip the current component of'} rollout group ${g.id} (${what})`, consequence }
+    })
   }
   return api.post<RolloutGroupView>(`${path}/${action}`, {}).catch(groupNotFound(id))
 }
