@@ -10,7 +10,8 @@
  * nodes, host B one. A user's two nodes are spread over both; a third node fills A; a fourth finds
  * no room and fails with "no host with capacity in region test-1" (a provision_failed incident and
  * a notification), with nothing made for it anywhere; terminating a node removes its directory and
- * every process of it from its host and frees its room.
+ * every process of it from its host and frees its room; migrating a node moves it to the other
+ * host, never back onto its own.
  */
 import { execFile, execFileSync } from 'node:child_process'
 import crypto from 'node:crypto'
@@ -38,7 +39,7 @@ import type { Host as FleetHost } from '../../../src/hosts/store.js'
 import { createLogger } from '../../../src/log.js'
 import { healthEventSubject } from '../../../src/nodes/health-state-machine.js'
 import { findNode, insertNode, type NodeRecord } from '../../../src/nodes/node-store.js'
-import { requestProvision, requestTermination, type LifecycleDeps } from '../../../src/provisioning/index.js'
+import { requestMigration, requestProvision, requestTermination, type LifecycleDeps } from '../../../src/provisioning/index.js'
 import { parseHostId, SshInfrastructureProvider } from '../../../src/provisioning/infrastructure/ssh.js'
 import { LocalFileMasterKey } from '../../../src/secrets/master-key.js'
 import { ensureServerKeyPair } from '../../../src/secrets/server-key.js'
@@ -124,7 +125,7 @@ describe.each(DIALECTS)('the ssh provider on a fleet of namespace hosts, on %s',
       fleet.set(record.id, { record, netns })
     }
 
-    gateway = new AgentGateway({ db, logger: quiet, heartbeatIntervalSeconds: 1, progressCheckIntervalSeconds: 30, heartbeatFlushIntervalMs: 50, commandPollIntervalMs: 50 })
+    gateway = new AgentGateway({ db, logger: quiet, heartbeatIntervalSeconds: 1, progressCheckIntervalSeconds: 30, heartbeatFlushIntervalMs: 50, commandPollIntervalMs: 50, tokenRecheckMs: 250 })
     const gatewayAddress = (hosts[0] as NetnsHost).gatewayAddress
     const port = await gateway.listen(gatewayAddress, 0, grpc.ServerCredentials.createSsl(null, [{ private_key: tls.key, cert_chain: tls.cert }], false))
     // Whatever the provider logs goes here, to be searched for the tokens it must never contain.
@@ -161,6 +162,7 @@ describe.each(DIALECTS)('the ssh provider on a fleet of namespace hosts, on %s',
       backupStoreUrl: pathToFileURL(tempDir('nodeplane-ssh-backups-')).href,
       migrationCooldownMs: 3_600_000,
       fenceTimeoutMs: 3_000,
+      streamTokenRecheckMs: 250,
       agentReadyWaitMs: 60_000,
       commandTimeoutMs: 60_000,
       pollIntervalMs: 50,
@@ -290,4 +292,26 @@ describe.each(DIALECTS)('the ssh provider on a fleet of namespace hosts, on %s',
     // The other nodes kept running.
     for (const other of provisioned.slice(1)) expect(await provider.hostStatus(other.host_id as string)).toBe('running')
   }, 180_000)
+
+  it('migrating a node places it on the other host (never its own), healthy there, and removes it from the old one', async () => {
+    const live = provisioned.slice(1)
+    const used = new Map<string, number>()
+    for (const n of live) used.set(whereIs(n).record.id, (used.get(whereIs(n).record.id) ?? 0) + 1)
+    // The host with room left (A holds two, B one); the node to move is one on the other host.
+    const roomy = [...fleet.values()].find(({ record }) => (used.get(record.id) ?? 0) < record.capacity.cpu)?.record
+    const moving = live.find((n) => whereIs(n).record.id !== roomy?.id) as NodeRecord
+    const from = whereIs(moving)
+
+    const done = await untilRunFinished(db, (await requestMigration(db, moving.id, { reason: 'test', force: true })).run.id, 150_000)
+    expect(done.status, JSON.stringify(done.error)).toBe('completed')
+    expect(done.result).toMatchObject({ outcome: 'migrated', old_host_id: moving.host_id })
+    const moved = await untilHealthy(moving.id)
+    const to = whereIs(moved)
+    expect(to.record.id).toBe(roomy?.id)
+    expect(to.record.id).not.toBe(from.record.id)
+    expect(await provider.hostStatus(moved.host_id as string)).toBe('running')
+    expect(fs.existsSync(from.dir)).toBe(false)
+    expect(processesOf(from.netns, from.hostKey)).toEqual([])
+    expect((await db('host_reservations').where({ node_id: moving.id }).pluck('host_key'))).toEqual([to.hostKey])
+  }, 240_000)
 })
