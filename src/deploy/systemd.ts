@@ -4,6 +4,9 @@
  * wants them all. Pure: builds the file contents; the command writes them.
  */
 import path from 'node:path'
+import type { z } from 'zod'
+import { agentGatewayEnv, apiServerEnv, authServerEnv, databaseCommandEnv, healthEvaluatorEnv, orchestratorEnv, paymentServiceEnv } from '../config/env.js'
+import { SECRET_FILE_SETTINGS, SECRET_SETTINGS } from '../config/secret-settings.js'
 import { ValidationError } from '../errors.js'
 
 /** Daemons of the control-plane host (node-agent runs on node hosts). */
@@ -67,9 +70,18 @@ export interface SystemdOptions {
    * LoadCredential=, readable only by that unit.
    */
   natsDir?: string
+  /**
+   * Secret settings whose values systemd hands over as credentials (LoadCredential=) from
+   * `secretsDir`, one file per setting, each only to the units that read it (docs/deploy.md).
+   */
+  secrets?: readonly string[]
+  secretsDir?: string
+  /** Vault is the secrets manager: SECRETS_PROVIDER=vault and the AppRole ids as credentials in every unit. */
+  vault?: boolean
 }
 
 export const DEFAULT_NATS_DIR = '/etc/nodeplane/nats'
+export const DEFAULT_SECRETS_DIR = '/etc/nodeplane/secrets'
 
 /** The NATS identity each daemon connects as; the auth-server does not use NATS. */
 const NATS_IDENTITY: Record<ControlPlaneDaemon, 'payment-service' | 'control-plane' | null> = {
@@ -95,6 +107,58 @@ export function natsCredentialLines(daemon: ControlPlaneDaemon, natsDir: string)
     `# NATS as ${identity}: mutual TLS and its nkey (nodeplane certs nats); systemd copies them for this unit only.`,
     ...credentials.map(([, id, file]) => `LoadCredential=${id}:${path.join(natsDir, file)}`),
     ...credentials.map(([variable, id]) => `Environment=${variable}=%d/${id}`),
+  ]
+}
+
+/** The settings each unit reads (its daemon's schema), so a secret goes only where it is used. */
+const UNIT_SETTINGS: Record<ControlPlaneDaemon | 'migrate', z.AnyZodObject> = {
+  migrate: databaseCommandEnv,
+  'api-server': apiServerEnv,
+  'auth-server': authServerEnv,
+  orchestrator: orchestratorEnv,
+  'health-evaluator': healthEvaluatorEnv,
+  'agent-gateway': agentGatewayEnv,
+  'payment-service': paymentServiceEnv,
+}
+
+/** NATS credentials come from --nats-dir; the Vault ids from --vault (which every unit gets). */
+const NOT_BY_SECRET_FLAG = new Set(['NATS_NKEY_SEED', 'NATS_KEY_FILE', 'NATS_NKEY_SEED_FILE'])
+const VAULT_IDS = ['VAULT_ROLE_ID', 'VAULT_SECRET_ID']
+
+/** The credential id and file name of a secret setting: DATABASE_URL -> database-url, AUTH_SIGNING_KEY_FILE -> auth-signing-key. */
+export function credentialId(setting: string): string {
+  return setting.replace(/_FILE$/, '').toLowerCase().replaceAll('_', '-')
+}
+
+export function parseSecretSettings(values: readonly string[]): string[] {
+  const names = [...new Set(values.flatMap((v) => v.split(',')).map((v) => v.trim()).filter((v) => v.length > 0))]
+  const known: readonly string[] = [...SECRET_SETTINGS, ...SECRET_FILE_SETTINGS]
+  for (const name of names) {
+    if (NOT_BY_SECRET_FLAG.has(name)) throw new ValidationError(`--secret ${name}: the NATS credentials come from --nats-dir (nodeplane certs nats)`)
+    if (!known.includes(name)) {
+      throw new ValidationError(`--secret ${name.slice(0, 60)}: not a secret setting; one of ${known.filter((n) => !NOT_BY_SECRET_FLAG.has(n)).join(', ')}`)
+    }
+  }
+  return names
+}
+
+/**
+ * LoadCredential= for each secret the unit reads, and the variable pointing into the unit's
+ * credentials directory (%d): `<NAME>_FILE=%d/<id>` for a value, `<NAME>=%d/<id>` for a setting
+ * that already names a file.
+ */
+export function secretCredentialLines(unit: ControlPlaneDaemon | 'migrate', secrets: readonly string[], secretsDir: string, vault: boolean): string[] {
+  const reads = new Set(Object.keys(UNIT_SETTINGS[unit].shape))
+  // Every schema shares both database URLs; each daemon opens only its own database.
+  if (unit !== 'migrate') reads.delete(unit === 'payment-service' ? 'DATABASE_URL' : 'PAYMENTS_DATABASE_URL')
+  const mine = secrets.filter((name) => reads.has(name) && !VAULT_IDS.includes(name))
+  const all = vault || secrets.some((n) => VAULT_IDS.includes(n)) ? [...VAULT_IDS, ...mine] : mine
+  if (all.length === 0 && !vault) return []
+  return [
+    `# Secrets as credentials from ${secretsDir} (docs/deploy.md): none is in the environment; systemd copies each for this unit only.`,
+    ...(vault ? ['Environment=SECRETS_PROVIDER=vault'] : []),
+    ...all.map((name) => `LoadCredential=${credentialId(name)}:${path.join(secretsDir, credentialId(name))}`),
+    ...all.map((name) => `Environment=${name.endsWith('_FILE') ? name : `${name}_FILE`}=%d/${credentialId(name)}`),
   ]
 }
 
@@ -155,6 +219,9 @@ export function generateSystemdUnits(options: SystemdOptions): GeneratedFile[] {
   const envFile = checkPath('environment-file', options.envFile ?? DEFAULT_ENV_FILE)
   const dataDir = checkPath('data-dir', options.dataDir ?? DEFAULT_DATA_DIR)
   const natsDir = checkPath('nats-dir', options.natsDir ?? DEFAULT_NATS_DIR)
+  const secretsDir = checkPath('secrets-dir', options.secretsDir ?? DEFAULT_SECRETS_DIR)
+  const secrets = parseSecretSettings(options.secrets ?? [])
+  const vault = options.vault ?? false
   if (dataDir === '/') throw new ValidationError('--data-dir cannot be /')
   const user = options.user ?? DEFAULT_USER
   const group = options.group ?? user
@@ -230,6 +297,7 @@ export function generateSystemdUnits(options: SystemdOptions): GeneratedFile[] {
         'Type=oneshot',
         'RemainAfterExit=yes',
         ...serviceCommon(),
+        ...secretCredentialLines('migrate', secrets, secretsDir, vault),
         `ExecStart=${bin} db migrate --database all`,
         'TimeoutStartSec=30min',
         ...hardening(),
@@ -277,6 +345,7 @@ export function generateSystemdUnits(options: SystemdOptions): GeneratedFile[] {
           'Type=simple',
           ...common,
           ...natsCredentialLines(daemon, natsDir),
+          ...secretCredentialLines(daemon, secrets, secretsDir, vault),
           `ExecStart=${bin} daemon ${daemon}`,
           'Restart=on-failure',
           `RestartSec=${RESTART_SEC}s`,
