@@ -1,7 +1,7 @@
 import { healthEvaluatorEnv, startHealthEvaluator } from '../../daemons/health-evaluator.js'
 import { openDatabase, startRelay } from '../../daemons/runtime.js'
 import { BaseCommand } from '../../src/cli/base-command.js'
-import { loadConfig } from '../../src/config/env.js'
+import { loadSettingsWithSecrets } from '../../src/secrets/load-settings.js'
 import { Resources } from '../../src/daemon/resources.js'
 import { installShutdown } from '../../src/daemon/shutdown.js'
 import { assertSchemaCurrent } from '../../src/db/schema-check.js'
@@ -17,9 +17,8 @@ export default class DaemonHealthEvaluator extends BaseCommand<typeof DaemonHeal
   static override examples = ['NATS_URL=nats://127.0.0.1:4222 DATABASE_URL=postgres://nodeplane@db/nodeplane <%= config.bin %> daemon health-evaluator']
 
   async run(): Promise<{ daemon: string }> {
-    const config = loadConfig(healthEvaluatorEnv, this.env())
+    const { config, logger } = await loadSettingsWithSecrets(healthEvaluatorEnv, this.env(), (level) => createLogger({ level, daemon: 'health-evaluator' }))
     assertFencing(config)
-    const logger = createLogger({ level: config.LOG_LEVEL, daemon: 'health-evaluator' })
     const resources = new Resources(logger)
     await resources.starting(async () => {
       const bus = resources.add(

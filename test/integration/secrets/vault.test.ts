@@ -213,13 +213,14 @@ describe('Vault settings at start', () => {
     const base = vaultEnv(v, 'sqlite:///tmp/never-used.db')
     const load = (env: Record<string, string>) => loadSettingsWithSecrets(apiServerEnv, env, (level) => createLogger({ level, destination: new LogCapture() }))
     const messages: string[] = []
-    for (const env of [
+    const cases: Array<Record<string, string>> = [
       { ...base, DATABASE_URL: `vault:${DB_SECRET}#no_such_field` },
       { ...base, DATABASE_URL: 'vault:secret/nodeplane/nothing-here#database_url' },
       { ...base, DATABASE_URL: 'vault:not a reference' },
       { ...base, VAULT_ROLE_ID_FILE: '/nonexistent/role-id' },
       { NODEPLANE_DATA_DIR: base.NODEPLANE_DATA_DIR as string, SECRETS_PROVIDER: 'vault' },
-    ]) {
+    ]
+    for (const env of cases) {
       const err = await load(env).catch((e: unknown) => e)
       expect(err).toBeInstanceOf(ConfigError)
       messages.push((err as ConfigError).message)
