@@ -27,7 +27,7 @@ import { PROVISION_WORKFLOW } from '../../src/provisioning/provision.js'
 import { TERMINATE_WORKFLOW } from '../../src/provisioning/terminate.js'
 import { count, payBody, PAY_ITEM } from '../helpers/payment-stack.js'
 import { waitFor } from '../helpers/ports.js'
-import { startSplitStack, type SplitStack } from '../helpers/split-stack.js'
+import { startSplitStack, type SplitStack, type SplitStackUser } from '../helpers/split-stack.js'
 
 interface Subscription {
   id: string
@@ -94,7 +94,8 @@ describe('the whole journey on the split stack (separate daemon processes, Postg
 
   beforeAll(async () => {
     const t = Date.now()
-    stack = await startSplitStack()
+    // The journey's user is made by the bootstrap commands while the daemons start.
+    stack = await startSplitStack({ users: 1 })
     process.stderr.write(`[split-stack journey] stack started in ${((Date.now() - t) / 1000).toFixed(1)}s\n`)
   }, 180_000)
   afterAll(async () => {
@@ -126,8 +127,9 @@ describe('the whole journey on the split stack (separate daemon processes, Postg
     const started = Date.now()
     const mark = (step: string) => process.stderr.write(`[split-stack journey] ${((Date.now() - started) / 1000).toFixed(1)}s ${step}\n`)
 
-    // A user with a key (users come from the identity provider in production; here the bootstrap commands).
-    const user = await stack.createUser()
+    // A user with a key (users come from the identity provider in production; here the bootstrap
+    // commands, `user create` and `api-key issue`, run by startSplitStack).
+    const user = stack.users[0] as SplitStackUser
     const me = await ok<{ user_id: string; is_admin: boolean }>(user.key, 'GET', '/api/v1/me')
     expect(me).toMatchObject({ user_id: user.userId, is_admin: false })
     const key = user.key

@@ -1,9 +1,8 @@
 /**
  * The production shape in a test: every daemon a separate `nodeplane daemon …` child process of
  * the real binary (bin/run.js over dist/), on one real Postgres (the run's server from
- * global-setup: a fresh control-plane and payments database, migrated by `nodeplane db migrate
- * --database all`) and one real nats-server (`startNats`). Two api-servers, two orchestrators,
- * two health-evaluators, two agent-gateways, one auth-server and one payment-service (the test
+ * global-setup: a fresh control-plane and payments database) and one real nats-server
+ * (`startNats`). Two api-servers, two orchestrators, two health-evaluators, two agent-gateways, one auth-server and one payment-service (the test
  * provider), each on its own free ports, all sharing one data dir whose master key
  * (`nodeplane secrets init`), payment mTLS set (`nodeplane certs dev`) and agent development CA
  * exist before any daemon starts, so the two gateways serve the same CA instead of racing to
@@ -11,7 +10,9 @@
  * terminate a host the other created); orchestrator N tells its new agents to dial gateway N
  * (with `agentGateways: 'all'`, every gateway, so an agent moves on when its gateway dies).
  * With `ownPostgres` the two databases live on a Postgres server of the stack's own
- * (`stack.postgres`, to restart or pause under the stack), stopped by `stop()`.
+ * (`stack.postgres`, to restart or pause under the stack), stopped by `stop()`, and are migrated
+ * by `nodeplane db migrate --database all`; on the run's server they are clones of its migrated
+ * templates.
  *
  * Every process writes its stdout and stderr to its own file in a temp dir; `printLogs()` shows
  * the tail of each (call it from `onTestFailed`). `kill(name, signal)` / `restart(name)` act on
@@ -231,9 +232,8 @@ export async function startSplitStack(options: SplitStackOptions = {}): Promise<
     // The node agents are detached (the local provider's hosts outlive an orchestrator): stop them here.
     if (fs.existsSync(hostsDir)) {
       const provider = new LocalInfrastructureProvider({ root: hostsDir, logger: createLogger({ level: 'silent' }), stopGraceMs: 3_000 })
-      for (const host of fs.readdirSync(hostsDir)) {
-        await provider.destroyHost(host).catch((err: unknown) => failures.push(err))
-      }
+      // All at once: each may wait out its agent's stop grace.
+      await Promise.all(fs.readdirSync(hostsDir).map((host) => provider.destroyHost(host).catch((err: unknown) => failures.push(err))))
     }
     for (const pid of agentPids(hostsDir)) signalGroup(pid, 'SIGKILL')
     while (cleanups.length > 0) await (cleanups.pop() as () => Promise<unknown>)().catch((err: unknown) => failures.push(err))
@@ -254,8 +254,10 @@ export async function startSplitStack(options: SplitStackOptions = {}): Promise<
     // One nats-server and one Postgres server (two fresh, empty databases on the run's server,
     // or on a server of the stack's own with `ownPostgres`).
     const twoDatabases = async (): Promise<[TestDatabase, TestDatabase]> => {
+      // On the run's server: clones of its migrated templates (the same migrations `db migrate`
+      // applies; a stack of its own runs `nodeplane db migrate` below).
       if (!options.ownPostgres) {
-        return Promise.all([createTestDatabase('postgres', { migrated: false }), createTestDatabase('postgres', { database: 'payments', migrated: false })])
+        return Promise.all([createTestDatabase('postgres'), createTestDatabase('postgres', { database: 'payments' })])
       }
       ownPostgres = await startPostgres()
       return [await ownDatabase(ownPostgres.url, 'np_split_cp'), await ownDatabase(ownPostgres.url, 'np_split_payments')]
@@ -282,7 +284,7 @@ export async function startSplitStack(options: SplitStackOptions = {}): Promise<
     const t0 = Date.now()
     const progress = (what: string) => process.stderr.write(`[split-stack] ${((Date.now() - t0) / 1000).toFixed(1)}s ${what}\n`)
     // Before any daemon: schema, master key and server key pair, payment mTLS set, agent CA.
-    await Promise.all([must(['db', 'migrate', '--database', 'all', '--json']), must(['certs', 'dev', '--json'])])
+    await Promise.all([...(options.ownPostgres ? [must(['db', 'migrate', '--database', 'all', '--json'])] : []), must(['certs', 'dev', '--json'])])
     ensureDevCertificates(devCaDir(dataDir))
 
     const createUser = async (opts: { email?: string; admin?: boolean } = {}): Promise<SplitStackUser> => {
@@ -355,7 +357,10 @@ export async function startSplitStack(options: SplitStackOptions = {}): Promise<
     // The default outbox poll (500 ms): every daemon relays its own rows the moment they commit;
     // the poll only finds rows a killed daemon left, and ten daemons polling every 100 ms kept
     // Postgres and the cores busy for nothing.
-    const common: Record<string, string> = { ...base, SHUTDOWN_TIMEOUT: '5s', ...options.env }
+    // Fencing (orchestrators and health-evaluators check it): a cut-off agent stops its chain
+    // before its node can be migrated, HEARTBEAT_TIMEOUT + MIGRATION_GRACE (7 s) after its last
+    // heartbeat; as long as that allows, so a slow acknowledgement on a loaded machine fences nothing.
+    const common: Record<string, string> = { ...base, SHUTDOWN_TIMEOUT: '5s', AGENT_FENCE_TIMEOUT: '6s', ...options.env }
     const add = (kind: DaemonKind, index: number | undefined, own: Record<string, string>) => {
       const name = index === undefined ? kind : `${kind}-${index + 1}`
       instances.set(name, {
