@@ -83,8 +83,9 @@ export class Fence {
   /** Checks a few times per grace period, so the stop begins on time. */
   start(): void {
     const every = Math.max(20, Math.min(1_000, Math.floor(this.graceMs / 2)))
+    // Not unref'd: with the chain fenced and the stream dropped, between two connection
+    // attempts (their timers are unref'd) this is what keeps the agent process alive.
     this.timer = setInterval(() => void this.check(), every)
-    this.timer.unref()
   }
 
   stop(): void {

@@ -46,6 +46,8 @@ export async function lifecycleSetting(
     devnetBlockTimeMs?: number
     /** More environment for the hosts' node agents (e.g. ARTIFACT_RELEASE_PUBLIC_KEYS). */
     agentEnv?: Record<string, string>
+    /** The agent program the local provider starts (default: this package's node agent). */
+    agentCommand?: readonly string[]
     /** The artifact store the gateway serves to agents (FetchArtifact). */
     artifacts?: ArtifactBlobStore
     /** Changes the repo's catalogue (e.g. signed releases). */
@@ -69,6 +71,7 @@ export async function lifecycleSetting(
   const provider = new LocalInfrastructureProvider({
     root,
     logger: quiet,
+    ...(options.agentCommand ? { agentCommand: options.agentCommand } : {}),
     agentEnv: { LOG_LEVEL: 'info', NODE_AGENT_HEARTBEAT_INTERVAL: '200ms', NODE_AGENT_FENCE_TIMEOUT: `${fenceTimeoutMs}ms`, ...options.agentEnv },
   })
   const deps: LifecycleDeps = {
