@@ -79,7 +79,16 @@ export async function startFleet(db: Db, size: number, options: FleetOptions = {
       const failed = rows.filter((r) => r.state === 'failed').map((r) => r.id)
       if (failed.length > 0) return { failed }
       return rows.length === nodes.length && rows.every((r) => r.state === 'healthy') && { failed }
-    }, 'the fleet to be provisioned and healthy', 120_000, 100)
+    }, 'the fleet to be provisioned and healthy', 120_000, 100).catch(async (err: unknown) => {
+      // Where each node stood when the wait gave up: a timeout under load is otherwise undiagnosable.
+      const states = (await db('nodes').whereIn('id', nodes).select('id', 'state', 'sync_status', 'application_health')) as Array<Record<string, string>>
+      const steps = (await db('workflow_steps')
+        .join('workflow_runs', 'workflow_runs.id', 'workflow_steps.run_id')
+        .whereIn('workflow_runs.workflow_key', nodes)
+        .whereNot('workflow_steps.status', 'completed')
+        .select('workflow_runs.workflow_key', 'workflow_steps.step_key', 'workflow_steps.status', 'workflow_steps.error')) as Array<Record<string, string | null>>
+      throw new Error(`${String(err)}; nodes: ${JSON.stringify(states)}; steps not completed: ${JSON.stringify(steps)}`)
+    })
     if (provisioned.failed.length > 0) {
       // Say why, at once (a throw in waitFor's probe would only be retried until its deadline):
       // a flake here under load is otherwise undiagnosable.
