@@ -22,6 +22,7 @@ import { createRpcRateLimiter, purgeIdleBuckets } from '../src/rpc-gateway/rate-
 import { followBusHealthEvents, followNatsHealthEvents, type RouteEvents } from '../src/rpc-gateway/route-events.js'
 import { RouteTable } from '../src/rpc-gateway/route-table.js'
 import { createUpstreamClient } from '../src/rpc-gateway/upstream.js'
+import { createUpstreamHealthRecorder } from '../src/rpc-gateway/upstream-health.js'
 import { createUsageRecorder, pruneUsage, USAGE_RETENTION_MS } from '../src/rpc-gateway/usage.js'
 import { createWebSocketProxy } from '../src/rpc-gateway/websocket.js'
 
@@ -46,7 +47,7 @@ export interface RpcGatewayDeps {
   chains: ChainSource
   /** How the route table hears of node moves: the in-process bus (`up`), NATS (a daemon of its own), or neither (the TTL alone). */
   events?: { bus: EventBus } | { natsUrl: string; connection?: ConnectionOptions }
-  /** How often usage counted in memory is written to rpc_usage (default 5 s). */
+  /** How often usage counted in memory is written to rpc_usage and rpc_upstream_health (default 5 s). */
   usageFlushMs?: number
   now?: () => Date
 }
@@ -79,6 +80,7 @@ export async function startRpcGateway(config: RpcGatewaySettings, deps: RpcGatew
   const upstream = createUpstreamClient({ timeoutMs: config.RPC_GATEWAY_UPSTREAM_TIMEOUT })
   const chainIds = new ChainIdCache()
   const usage = createUsageRecorder({ db, logger, flushMs: deps.usageFlushMs ?? DEFAULT_USAGE_FLUSH_MS })
+  const upstreamHealth = createUpstreamHealthRecorder({ db, logger, flushMs: deps.usageFlushMs ?? DEFAULT_USAGE_FLUSH_MS, now: () => now().getTime() })
   const handler = createRpcHandler({
     db,
     routes,
@@ -90,6 +92,7 @@ export async function startRpcGateway(config: RpcGatewaySettings, deps: RpcGatew
     maxBatch: config.RPC_GATEWAY_MAX_BATCH,
     chainIds,
     usage,
+    upstreamHealth,
     now,
   })
 
@@ -140,6 +143,7 @@ export async function startRpcGateway(config: RpcGatewaySettings, deps: RpcGatew
     await housekeeping.stop()
     await events?.close()
     await usage.close()
+    await upstreamHealth.close()
     upstream.close()
     if (err.code !== 'EADDRINUSE' && err.code !== 'EACCES') throw err
     const why = err.code === 'EADDRINUSE' ? 'is already in use' : 'needs privileges this user lacks'
@@ -155,6 +159,7 @@ export async function startRpcGateway(config: RpcGatewaySettings, deps: RpcGatew
       await events?.close()
       await housekeeping.stop()
       await usage.close()
+      await upstreamHealth.close()
       upstream.close()
     },
   }

@@ -6,7 +6,7 @@
 import { z } from 'zod'
 
 /** Metrics the evaluator derives instead of reading them from the agent's report. */
-export const DERIVED_METRICS = ['block_lag'] as const
+export const DERIVED_METRICS = ['block_lag', 'rpc_upstream_failure_ratio'] as const
 
 const threshold = z.number().finite()
 
@@ -29,6 +29,8 @@ export const healthRuleSchema = z
     if (da !== undefined && ca !== undefined && ca < da) problem('critical_above must not be below degraded_above')
   })
 
+export const DEFAULT_RPC_UPSTREAM_FAILURES = { degraded_above: 0.2, critical_above: 0.5 }
+
 export const healthPolicySchema = z
   .object({
     rules: z.array(healthRuleSchema).max(50).default([]),
@@ -41,6 +43,16 @@ export const healthPolicySchema = z
      * nodes are each a network of their own, like the local devnet.
      */
     block_lag_reference: z.enum(['fleet', 'node']).default('fleet'),
+    /**
+     * What callers of the node's endpoint see: the share of calls the rpc-gateways sent to it in
+     * the last minute that timed out or found it unreachable (`rpc_upstream_failure_ratio`, judged
+     * from 5 calls on). A node whose agent reports it fine while callers time out is not fine.
+     */
+    rpc_upstream_failures: z
+      .object({ degraded_above: z.number().min(0).max(1), critical_above: z.number().min(0).max(1) })
+      .strict()
+      .refine((t) => t.critical_above >= t.degraded_above, 'critical_above must not be below degraded_above')
+      .default(DEFAULT_RPC_UPSTREAM_FAILURES),
   })
   .strict()
 
@@ -48,4 +60,4 @@ export type HealthRule = z.infer<typeof healthRuleSchema>
 export type HealthPolicy = z.infer<typeof healthPolicySchema>
 
 /** For a profile without `health_policy`: a fresh report is ok unless the chain crash-loops. */
-export const DEFAULT_HEALTH_POLICY: HealthPolicy = { rules: [], crash_loop: 'critical', block_lag_reference: 'fleet' }
+export const DEFAULT_HEALTH_POLICY: HealthPolicy = { rules: [], crash_loop: 'critical', block_lag_reference: 'fleet', rpc_upstream_failures: DEFAULT_RPC_UPSTREAM_FAILURES }

@@ -28,9 +28,13 @@ import { fromJson, toDateOrNull } from '../db/dialect.js'
 import type { Db, Queryable } from '../db/knex.js'
 import { ConflictError } from '../errors.js'
 import type { Logger } from '../log.js'
+import { upstreamFailureRatio } from '../rpc-gateway/upstream-health.js'
 import { applyHealthChanges, type HealthChangesResult, type NodeHealthChange } from '../nodes/health-state-machine.js'
 import { findNodes } from '../nodes/node-store.js'
 import type { ApplicationHealth, NodeState } from '../nodes/states.js'
+
+/** Derived from the rpc-gateways' counts (rpc_upstream_health), judged by the policy's rpc_upstream_failures. */
+export const UPSTREAM_FAILURE_METRIC = 'rpc_upstream_failure_ratio'
 
 /** Changes written per transaction (one set-based write each). */
 const CHANGES_PER_TRANSACTION = 1_000
@@ -74,8 +78,9 @@ export function applicationHealthFor(report: AgentReport, policy: HealthPolicy, 
     health = policy.crash_loop
     findings?.push('chain process crash-looping')
   }
-  for (const rule of policy.rules) {
-    const value = derived[rule.metric] ?? report.metrics[rule.metric]
+  for (const rule of [...policy.rules, { metric: UPSTREAM_FAILURE_METRIC, ...policy.rpc_upstream_failures }]) {
+    // What callers see comes only from the gateways' counts, never from the agent's own report.
+    const value = rule.metric === UPSTREAM_FAILURE_METRIC ? derived[rule.metric] : (derived[rule.metric] ?? report.metrics[rule.metric])
     const result = ruleResult(rule, value)
     if (result === 'ok') continue
     health = worst(health, result)
@@ -167,6 +172,8 @@ interface EvaluatedNode {
   version: number
   state_changed_at: Date
   report: AgentReport | undefined
+  /** rpc_upstream_failure_ratio from what the gateways saw; undefined: too few calls, or none lately. */
+  upstreamFailureRatio: number | undefined
 }
 
 interface Row {
@@ -178,6 +185,9 @@ interface Row {
   report_at: unknown
   report_metrics: unknown
   report_process_state: unknown
+  upstream_window_start_ms: unknown
+  upstream_answered: unknown
+  upstream_failed: unknown
 }
 
 export async function evaluatePolicies(db: Db, options: PolicyEvaluationOptions): Promise<PolicyEvaluationResult> {
@@ -185,6 +195,7 @@ export async function evaluatePolicies(db: Db, options: PolicyEvaluationOptions)
   // Only what the judgement needs: reading whole node rows for the fleet costs more than the judging.
   const rows = (await db('nodes')
     .leftJoin('agent_status', 'agent_status.node_id', 'nodes.id')
+    .leftJoin('rpc_upstream_health', 'rpc_upstream_health.node_id', 'nodes.id')
     .whereIn('nodes.state', POLICY_EVALUATED_STATES)
     .select(
       'nodes.id',
@@ -195,6 +206,9 @@ export async function evaluatePolicies(db: Db, options: PolicyEvaluationOptions)
       'agent_status.reported_at as report_at',
       'agent_status.metrics as report_metrics',
       'agent_status.process_state as report_process_state',
+      'rpc_upstream_health.window_start_ms as upstream_window_start_ms',
+      'rpc_upstream_health.answered as upstream_answered',
+      'rpc_upstream_health.failed as upstream_failed',
     )) as Row[]
 
   const fleet: EvaluatedNode[] = rows.map((row) => {
@@ -210,6 +224,7 @@ export async function evaluatePolicies(db: Db, options: PolicyEvaluationOptions)
       version: Number(row.version),
       state_changed_at: toDateOrNull(row.state_changed_at) ?? new Date(0),
       report,
+      upstreamFailureRatio: upstreamFailureRatio({ window_start_ms: row.upstream_window_start_ms, answered: row.upstream_answered, failed: row.upstream_failed }, options.now.getTime()),
     }
   })
 
@@ -229,7 +244,7 @@ export async function evaluatePolicies(db: Db, options: PolicyEvaluationOptions)
     const { report } = node
     if (report && report.reported_at.getTime() < node.state_changed_at.getTime()) continue
     const policy = policyOf(options.catalogue, node.chain_profile_id)
-    const derived = report ? derivedMetrics(report, policy, heads.get(node.chain_profile_id)?.referenceFor(reportedHead(report))) : {}
+    const derived = report ? derivedMetrics(report, policy, heads.get(node.chain_profile_id)?.referenceFor(reportedHead(report)), node.upstreamFailureRatio) : {}
     const to = report ? applicationHealthFor(report, policy, derived) : 'unknown'
     if (to === node.application_health) continue
     const findings: string[] = []
@@ -285,8 +300,10 @@ function policyOf(catalogue: ChainCatalogue, chainProfileId: string): HealthPoli
  * head: for a synced node both judge the same, but a syncing node whose client omits
  * highestBlock does not know how far behind it is, and a lag of 0 would claim it is at the head.
  */
-export function derivedMetrics(report: AgentReport, policy: HealthPolicy, fleetHead: number | undefined): Record<string, number> {
+export function derivedMetrics(report: AgentReport, policy: HealthPolicy, fleetHead: number | undefined, upstreamFailureRatio?: number): Record<string, number> {
   const height = report.metrics.block_height
   const head = policy.block_lag_reference === 'node' ? report.metrics.highest_block : fleetHead
-  return head !== undefined && height !== undefined ? { block_lag: Math.max(0, head - height) } : {}
+  const derived: Record<string, number> = head !== undefined && height !== undefined ? { block_lag: Math.max(0, head - height) } : {}
+  if (upstreamFailureRatio !== undefined) derived[UPSTREAM_FAILURE_METRIC] = upstreamFailureRatio
+  return derived
 }

@@ -27,6 +27,7 @@ import type { RpcRateLimiter } from './rate-limit.js'
 import { CACHED_METHODS, createInFlightReads, mergeKey, resultOf, type ChainIdCache } from './merge.js'
 import { SERVING_STATES, upstreamAuthorization, type NodeRoute, type RouteTable } from './route-table.js'
 import { UpstreamError, type UpstreamClient, type UpstreamResponse } from './upstream.js'
+import type { UpstreamHealthRecorder } from './upstream-health.js'
 import type { UsageRecorder } from './usage.js'
 
 export interface RpcGatewayDeps {
@@ -42,6 +43,8 @@ export interface RpcGatewayDeps {
   chainIds: ChainIdCache
   /** Durable usage (rpc_usage); none: only /metrics counts. */
   usage?: UsageRecorder
+  /** Calls to each node answered or failed (rpc_upstream_health), a health signal; none: not recorded. */
+  upstreamHealth?: UpstreamHealthRecorder
   now?: () => Date
 }
 
@@ -211,13 +214,21 @@ export function createRpcHandler(deps: RpcGatewayDeps): (req: http.IncomingMessa
     for (let attempt = 0; ; attempt++) {
       if (!current.upstream) throw refuse(503, RPC_ERROR.nodeNotServing, `node ${route.nodeId} has no RPC address yet; retry shortly`, { 'Retry-After': String(NOT_SERVING_RETRY_AFTER_SECONDS) })
       try {
-        return await deps.upstream.post(current.upstream.url, body, await upstreamAuthorization(current.upstream))
+        const answer = await deps.upstream.post(current.upstream.url, body, await upstreamAuthorization(current.upstream))
+        deps.upstreamHealth?.record(route.nodeId, true)
+        return answer
       } catch (err) {
-        if (!(err instanceof UpstreamError) || err.kind !== 'unreachable' || attempt > 0) throw err
+        if (!(err instanceof UpstreamError)) throw err
         // The route may be stale (the node moved before the event reached us): read it again, once.
-        deps.routes.invalidate(route.nodeId)
-        const fresh = await deps.routes.get(route.nodeId)
-        if (!fresh || fresh.upstream?.url === current.upstream.url || !SERVING_STATES.includes(fresh.state)) throw err
+        let fresh: NodeRoute | undefined
+        if (err.kind === 'unreachable' && attempt === 0) {
+          deps.routes.invalidate(route.nodeId)
+          fresh = await deps.routes.get(route.nodeId)
+        }
+        if (!fresh || fresh.upstream?.url === current.upstream.url || !SERVING_STATES.includes(fresh.state)) {
+          deps.upstreamHealth?.record(route.nodeId, false)
+          throw err
+        }
         current = fresh
       }
     }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { healthPolicySchema, type HealthPolicy } from '../../../src/config/health-policy.js'
+import { DEFAULT_HEALTH_POLICY, healthPolicySchema, type HealthPolicy } from '../../../src/config/health-policy.js'
 import { applicationHealthFor, derivedMetrics, FleetHeads, referenceHead, reportedHead, ruleResult } from '../../../src/health/policy-evaluation.js'
 
 const policy: HealthPolicy = healthPolicySchema.parse({
@@ -25,11 +25,26 @@ describe('application health policy', () => {
     expect(applicationHealthFor(report({ peer_count: 3, block_lag: 0 }), policy, { block_lag: 40 })).toBe('critical')
     expect(applicationHealthFor(report({ peer_count: 3 }, 'crash_loop'), policy)).toBe('critical')
     expect(applicationHealthFor(report({ peer_count: 3 }, 'crash_loop'), { ...policy, crash_loop: 'degraded' })).toBe('degraded')
-    expect(applicationHealthFor(report({}), { rules: [], crash_loop: 'critical', block_lag_reference: 'fleet' })).toBe('ok')
+    expect(applicationHealthFor(report({}), DEFAULT_HEALTH_POLICY)).toBe('ok')
+  })
+
+  it("judges what the gateways saw of the node's endpoint, never an agent's own claim of it", () => {
+    // Defaults: degraded above 0.2 of calls failing, critical above 0.5.
+    expect(applicationHealthFor(report({ peer_count: 3 }), policy, { rpc_upstream_failure_ratio: 0.2 })).toBe('ok')
+    expect(applicationHealthFor(report({ peer_count: 3 }), policy, { rpc_upstream_failure_ratio: 0.25 })).toBe('degraded')
+    const findings: string[] = []
+    expect(applicationHealthFor(report({ peer_count: 3 }), policy, { rpc_upstream_failure_ratio: 1 }, findings)).toBe('critical')
+    expect(findings).toEqual(['rpc_upstream_failure_ratio 1 (critical above 0.5)'])
+    // An agent reporting the ratio itself moves nothing.
+    expect(applicationHealthFor(report({ peer_count: 3, rpc_upstream_failure_ratio: 1 }), policy)).toBe('ok')
+    const strict = healthPolicySchema.parse({ rpc_upstream_failures: { degraded_above: 0, critical_above: 0.1 } })
+    expect(applicationHealthFor(report({}), strict, { rpc_upstream_failure_ratio: 0.05 })).toBe('degraded')
+    expect(healthPolicySchema.safeParse({ rpc_upstream_failures: { degraded_above: 0.5, critical_above: 0.2 } }).success).toBe(false)
+    expect(healthPolicySchema.safeParse({ rpc_upstream_failures: { degraded_above: 2, critical_above: 3 } }).success).toBe(false)
   })
 
   it('a chain process that is not running is critical whatever its (missing) metrics', () => {
-    for (const state of ['stopped', 'unconfigured']) expect(applicationHealthFor(report({}, state), { rules: [], crash_loop: 'degraded', block_lag_reference: 'fleet' }), state).toBe('critical')
+    for (const state of ['stopped', 'unconfigured']) expect(applicationHealthFor(report({}, state), { ...DEFAULT_HEALTH_POLICY, crash_loop: 'degraded' }), state).toBe('critical')
   })
 
   it('does not judge a process the agent reports as still starting', () => {

@@ -4,7 +4,7 @@
  * report fails at once; never coming up, a stall, a restart, down or failed fail.
  */
 import { describe, expect, it } from 'vitest'
-import type { HealthPolicy } from '../../../src/config/health-policy.js'
+import { DEFAULT_RPC_UPSTREAM_FAILURES, type HealthPolicy } from '../../../src/config/health-policy.js'
 import { HealthJudge, type Observation } from '../../../src/rollouts/health-validation.js'
 
 const since = new Date('2026-11-25T12:00:00Z')
@@ -12,6 +12,7 @@ const policy: HealthPolicy = {
   block_lag_reference: 'node',
   crash_loop: 'critical',
   rules: [{ metric: 'rpc_up', critical_below: 1 }, { metric: 'peer_count', degraded_below: 2, critical_below: 1 }],
+  rpc_upstream_failures: DEFAULT_RPC_UPSTREAM_FAILURES,
 }
 const up = { rpc_up: 1, peer_count: 3 }
 const starting = { rpc_up: 0 }
