@@ -15,9 +15,9 @@ export default class SecretsRotateServerKey extends BaseCommand<typeof SecretsRo
   static override flags = { yes: yesFlag }
 
   async run(): Promise<ServerPublicKey & { retired: string[] }> {
-    await confirmDestructive(this.flags.yes, () => ({ action: 'make a new server X25519 key pair the active one', consequence: 'Clients seal secret inputs to the new key from now on; the old pairs still open earlier inputs' }))
     const config = loadConfig(secretsCommandEnv, this.env())
     const masterKey = await openMasterKey(config)
+    await confirmDestructive(this.flags.yes, () => ({ action: 'make a new server X25519 key pair the active one', consequence: 'Clients seal secret inputs to the new key from now on; the old pairs still open earlier inputs' }))
     const { publicKey, retired } = await withControlPlaneDatabase(this.env(), (db) => rotateServerKeyPair(db, masterKey))
     if (!this.jsonEnabled()) {
       this.log(`Server key ${publicKey.key_id} is now active: ${publicKey.public_key}`)

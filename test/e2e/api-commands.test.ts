@@ -66,7 +66,7 @@ describe('commands over the API (against nodeplane up)', () => {
     outputs.push(listed.stdout, table.stdout)
 
     // Not a TTY: no prompt, rotation happens at once.
-    const rotated = await run(['api-key', 'rotate', '--id', ci.id, '--json'])
+    const rotated = await run(['api-key', 'rotate', '--id', ci.id, '--yes', '--json'])
     expect(rotated.exitCode).toBe(0)
     const next = json<{ id: string; key: string; rotated_from_id: string }>(rotated)
     expect(next).toMatchObject({ rotated_from_id: ci.id, scopes: ['nodes:read', 'api-keys:manage'], expires_at: ci.expires_at })
@@ -77,7 +77,7 @@ describe('commands over the API (against nodeplane up)', () => {
     expect(json(withNew)).toMatchObject({ api_key_id: next.id, scopes: ['nodes:read', 'api-keys:manage'], credentials_from: 'env' })
     outputs.push(withNew.stdout)
 
-    const revoked = await run(['api-key', 'revoke', '--id', next.id, '--json'])
+    const revoked = await run(['api-key', 'revoke', '--id', next.id, '--yes', '--json'])
     expect(revoked.exitCode).toBe(0)
     expect(json(revoked)).toMatchObject({ id: next.id, status: 'revoked', revoked_at: expect.any(String) })
     const refused = await run(['whoami'], { env: { NODEPLANE_API_KEY: next.key } })
@@ -87,7 +87,7 @@ describe('commands over the API (against nodeplane up)', () => {
     expect(lines.length).toBeLessThanOrEqual(2)
     expect(refused.stderr).not.toContain(next.key)
 
-    const deleted = await run(['api-key', 'delete', '--id', next.id, '--json'])
+    const deleted = await run(['api-key', 'delete', '--id', next.id, '--yes', '--json'])
     expect(json(deleted)).toEqual({ id: next.id, deleted: true })
     const again = await run(['api-key', 'delete', '--id', next.id])
     expect(again.exitCode).toBe(3)
@@ -142,7 +142,7 @@ describe('commands over the API (against nodeplane up)', () => {
     keys.push(mallory.key)
     const asMallory = { env: { NODEPLANE_API_KEY: mallory.key } }
 
-    const disabled = await run(['user', 'disable', '--user', 'mallory@example.test', '--json'])
+    const disabled = await run(['user', 'disable', '--user', 'mallory@example.test', '--yes', '--json'])
     expect(disabled.exitCode).toBe(0)
     expect(json(disabled)).toMatchObject({ email: 'mallory@example.test', disabled_at: expect.any(String), changed: true })
     const refused = await run(['whoami'], asMallory)
@@ -153,12 +153,12 @@ describe('commands over the API (against nodeplane up)', () => {
     expect(enabled.stdout).toContain('mallory@example.test is enabled')
     expect((await run(['whoami'], asMallory)).exitCode).toBe(0)
 
-    const revoked = await run(['user', 'revoke-key', '--id', mallory.id, '--json'])
+    const revoked = await run(['user', 'revoke-key', '--id', mallory.id, '--yes', '--json'])
     expect(json(revoked)).toMatchObject({ id: mallory.id, revoked_at: expect.any(String) })
     expect((await run(['whoami'], asMallory)).exitCode).toBe(77)
 
     // An unknown user: exit 3, one line; the caller's own key lacks admin: exit 77.
-    const unknown = await run(['user', 'disable', '--user', 'nobody@example.test'])
+    const unknown = await run(['user', 'disable', '--user', 'nobody@example.test', '--yes'])
     expect(unknown.exitCode).toBe(3)
     const notAdmin = await run(['user', 'enable', '--user', 'mallory@example.test'], asMallory)
     expect(notAdmin.exitCode).toBe(77)

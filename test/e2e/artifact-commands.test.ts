@@ -121,8 +121,12 @@ describeEachDialectConcurrently('artifact commands on %s', (dialect) => {
     expect(first.exitCode, first.stderr).toBe(0)
     expect(json<ArtifactView>(first)).toMatchObject({ version: '1.0.0-dev' })
     expect(fs.existsSync(blob(hex))).toBe(true)
-    // Not a terminal: nothing is asked.
-    const last = await run(['artifact', 'remove', '--binary', 'devnet-node', '--version', '1.0.0'])
+    // Not a terminal and no --yes: refused (exit 2), nothing removed; with --yes it goes.
+    const unconfirmed = await run(['artifact', 'remove', '--binary', 'devnet-node', '--version', '1.0.0'])
+    expect(unconfirmed.exitCode).toBe(2)
+    expect(unconfirmed.stderr).toMatch(/^Error: refusing to remove devnet-node 1\.0\.0 from the artifact store without --yes/)
+    expect(fs.existsSync(blob(hex))).toBe(true)
+    const last = await run(['artifact', 'remove', '--binary', 'devnet-node', '--version', '1.0.0', '--yes'])
     expect(last.exitCode, last.stderr).toBe(0)
     expect(fs.existsSync(blob(hex))).toBe(false)
     const gone = await run(['artifact', 'remove', '--binary', 'devnet-node', '--version', '1.0.0', '--yes'])

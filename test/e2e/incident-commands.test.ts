@@ -156,16 +156,16 @@ describe('incident commands (against nodeplane up)', () => {
     expect(human.exitCode).toBe(3)
     expect(human.stderr.trim()).toBe(`Error: no incident ${unknown} among the incidents you can see`)
 
-    const resolved = await run(['incident', 'resolve', '--id', alice.down.id, '--json'], aliceEnv)
+    const resolved = await run(['incident', 'resolve', '--id', alice.down.id, '--yes', '--json'], aliceEnv)
     expect(resolved.exitCode, resolved.stderr).toBe(0)
     expect(json<Incident>(resolved)).toMatchObject({ id: alice.down.id, status: 'resolved', resolved_by: expect.any(String) })
-    const text = await run(['incident', 'resolve', '--id', alice.other.id], aliceEnv)
+    const text = await run(['incident', 'resolve', '--id', alice.other.id, '--yes'], aliceEnv)
     expect(text.stdout.trim()).toBe(`Resolved incident ${alice.other.id}: ${alice.other.title}`)
 
     const again = await run(['incident', 'resolve', '--id', alice.down.id], aliceEnv)
     expect(again.exitCode).toBe(4)
     expect(again.stderr.split('\n')[0]).toBe(`Error: incident ${alice.down.id} is resolved; it cannot be resolved: resolved is final`)
-    const againJson = await run(['incident', 'resolve', '--id', alice.down.id, '--json'], aliceEnv)
+    const againJson = await run(['incident', 'resolve', '--id', alice.down.id, '--yes', '--json'], aliceEnv)
     expect(json<ErrorOutput>(againJson).error).toMatchObject({ name: 'ConflictError', exit_code: 4 })
     expect((await run(['incident', 'ack', '--id', alice.down.id], aliceEnv)).exitCode).toBe(4)
 

@@ -66,7 +66,7 @@ describe.each(DIALECTS)('operator node commands on %s', (dialect) => {
     expect(refused.stderr).toContain(`nodeplane node migrate --node ${node.id}`)
     expect(await db('workflow_runs').where({ workflow_key: node.id })).toEqual([])
 
-    const ended = await run(['node', 'terminate', '--node', node.id, '--reason', 'abuse report 1234', '--end-subscription', '--json'])
+    const ended = await run(['node', 'terminate', '--node', node.id, '--reason', 'abuse report 1234', '--end-subscription', '--yes', '--json'])
     expect(ended.exitCode, ended.stderr).toBe(0)
     expect(json<Record<string, unknown>>(ended)).toMatchObject({
       node_id: node.id,

@@ -30,7 +30,7 @@ describe.each(DIALECTS)('operator commands on %s (user *, api-key issue)', (dial
     expect((await run(['user', 'create', '--email', 'dev@example.com'])).exitCode).toBe(0)
     const granted = await run(['user', 'grant-admin', '--user', 'dev@example.com', '--json'])
     expect(JSON.parse(granted.stdout)).toMatchObject({ email: 'dev@example.com', is_admin: true, changed: true })
-    const revoked = await run(['user', 'revoke-admin', '--user', ops.id, '--json'])
+    const revoked = await run(['user', 'revoke-admin', '--user', ops.id, '--yes', '--json'])
     expect(JSON.parse(revoked.stdout)).toMatchObject({ id: ops.id, is_admin: false, changed: true, revoked_api_keys: [] })
 
     const list = await run(['user', 'list', '--json'])
@@ -73,7 +73,7 @@ describe.each(DIALECTS)('operator commands on %s (user *, api-key issue)', (dial
     const check = await checkApiKey(db, adminKey)
     expect(check.ok && check.apiKey.scopes).toEqual(['*', 'admin'])
 
-    const demoted = await run(['user', 'revoke-admin', '--user', 'ops@example.com', '--json'])
+    const demoted = await run(['user', 'revoke-admin', '--user', 'ops@example.com', '--yes', '--json'])
     expect(JSON.parse(demoted.stdout).revoked_api_keys).toEqual([check.ok ? check.apiKey.id : ''])
     expect(await checkApiKey(db, adminKey)).toEqual({ ok: false, reason: 'revoked' })
   })

@@ -179,10 +179,10 @@ describe('payment commands (against nodeplane up)', () => {
     const again = await run(['payment', 'create', '--subscription', subscriptionId, '--method', 'card'], aliceEnv)
     expect(again.exitCode).toBe(4)
     expect(again.stderr).toContain(`subscription ${subscriptionId} is active`)
-    const cancel = await run(['payment', 'cancel', '--id', payment.id], aliceEnv)
+    const cancel = await run(['payment', 'cancel', '--id', payment.id, '--yes'], aliceEnv)
     expect(cancel.exitCode).toBe(4)
     expect(cancel.stderr.split('\n')[0]).toBe(`Error: payment ${payment.id} is completed; only a pending payment can be canceled`)
-    const cancelJson = await run(['payment', 'cancel', '--id', payment.id, '--json'], aliceEnv)
+    const cancelJson = await run(['payment', 'cancel', '--id', payment.id, '--yes', '--json'], aliceEnv)
     expect(json<ErrorOutput>(cancelJson).error).toMatchObject({ name: 'ConflictError', exit_code: 4 })
   })
 

@@ -154,7 +154,7 @@ describe('subscription commands (against nodeplane up)', () => {
     // The new node is real (the local provider's agent runs detached): let it finish, then terminate it.
     const state = async () => ((await db('nodes').where({ id: result.node_id }).first('state')) as { state: string }).state
     await waitFor(async () => ['syncing', 'healthy', 'failed'].includes(await state()), 'the new node to finish provisioning', 150_000, 500)
-    expect((await run(['node', 'terminate', '--node', result.node_id, '--end-subscription'])).exitCode).toBe(0)
+    expect((await run(['node', 'terminate', '--node', result.node_id, '--end-subscription', '--yes'])).exitCode).toBe(0)
     await waitFor(async () => (await state()) === 'terminated' || (await state()) === 'failed', 'the new node to be terminated', 90_000, 500)
   })
 })

@@ -123,7 +123,7 @@ describe('a node on nodeplane up (local provider, real agent and devnet-node)', 
     expect(resolved[0]).toMatchObject({ category: 'node_down', severity: 'critical', node_id: node.id })
 
     // Its subscription is active: the operator ends it with the node (alone it is refused, exit 4).
-    const terminate = await run(['node', 'terminate', '--node', node.id, '--end-subscription', '--json'])
+    const terminate = await run(['node', 'terminate', '--node', node.id, '--end-subscription', '--yes', '--json'])
     expect(terminate.exitCode, terminate.stderr).toBe(0)
     await waitFor(async () => json<{ state: string }>(await run(['node', 'show', '--id', node.id, '--json'])).state === 'terminated', 'terminated', 60_000, 500)
     expect(fs.readdirSync(hosts)).toEqual([])
