@@ -13,17 +13,13 @@
  * every process of it from its host and frees its room; migrating a node moves it to the other
  * host, never back onto its own.
  */
-import { execFile, execFileSync } from 'node:child_process'
 import crypto from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'
-import { fileURLToPath, pathToFileURL } from 'node:url'
 import { Writable } from 'node:stream'
-import { promisify } from 'node:util'
-import * as grpc from '@grpc/grpc-js'
+import { pathToFileURL } from 'node:url'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { AgentGateway } from '../../../src/agent-gateway/gateway.js'
-import { ensureDevCertificates, readTlsMaterial } from '../../../src/agent-gateway/tls.js'
+import type { AgentGateway } from '../../../src/agent-gateway/gateway.js'
 import { staticChainSource } from '../../../src/config/chain-source.js'
 import { defaultConfigDir, getProfile, loadChainCatalogue, resolvePlacement, type ChainCatalogue } from '../../../src/config/chains.js'
 import type { Db } from '../../../src/db/knex.js'
@@ -50,28 +46,20 @@ import { insertSubscriptionOf, insertUser } from '../../helpers/fixtures.js'
 import { startNetnsHost, type NetnsHost } from '../../helpers/netns.js'
 import { waitFor } from '../../helpers/ports.js'
 import { startLifecycleWorker, untilRunFinished } from '../provisioning/harness.js'
+import { prepareFleet, processesOf, quiet, startFleetGateway, type FleetFiles } from './fleet-harness.js'
 
-const run = promisify(execFile)
-const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..')
-const quiet = createLogger({ level: 'silent' })
 const REGION = 'test-1'
 const INSTANCE_TYPE = 'test.anvil'
 const NEEDS = { cpu: 1, memory_bytes: 2 ** 30, disk_bytes: 2 ** 30 }
 
 let hosts: NetnsHost[] = []
-let bundle: string
-let tls: { ca: Buffer; cert: Buffer; key: Buffer }
+let files: FleetFiles
 let catalogue: ChainCatalogue
 
 beforeAll(async () => {
   hosts = [await startNetnsHost(), await startNetnsHost()]
-  // Agents dial the gateway on the first host's link; the others reach it through their own.
-  const gatewayAddress = (hosts[0] as NetnsHost).gatewayAddress
-  for (const host of hosts.slice(1)) await run('ip', ['-n', host.namespace, 'route', 'add', `${gatewayAddress}/32`, 'via', host.gatewayAddress])
-  const dir = tempDir('nodeplane-ssh-fleet-')
-  bundle = path.join(dir, 'node-agent.mjs')
-  await run(process.execPath, [path.join(root, 'scripts', 'agent-bundle.js'), path.join(root, 'daemons', 'node-agent-main.ts'), bundle])
-  tls = readTlsMaterial(ensureDevCertificates(path.join(dir, 'ca'), ['localhost', '127.0.0.1', gatewayAddress]))
+  // Agents dial the gateway on the first host's link; the other reaches it through its own.
+  files = await prepareFleet(hosts, (hosts[0] as NetnsHost).gatewayAddress)
   // ethereum-anvil sold on the fleet: every duration on provider ssh in region test-1.
   const repo = await loadChainCatalogue(defaultConfigDir())
   const anvil = getProfile(repo, 'ethereum-anvil')
@@ -81,18 +69,6 @@ beforeAll(async () => {
 afterAll(async () => {
   for (const host of hosts) await host.stop()
 })
-
-/** Every process in the host's namespace whose command line or working directory names `needle`. */
-function processesOf(host: NetnsHost, needle: string): number[] {
-  const pids = execFileSync('ip', ['netns', 'pids', host.namespace], { encoding: 'utf8' }).split(/\s+/).filter(Boolean).map(Number)
-  return pids.filter((pid) => {
-    try {
-      return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes(needle) || fs.readlinkSync(`/proc/${pid}/cwd`).includes(needle)
-    } catch {
-      return false
-    }
-  })
-}
 
 describe.each(DIALECTS)('the ssh provider on a fleet of namespace hosts, on %s', (dialect) => {
   let t: TestDatabase
@@ -110,8 +86,7 @@ describe.each(DIALECTS)('the ssh provider on a fleet of namespace hosts, on %s',
     t = await createTestDatabase(dialect)
     db = t.db
     pool = createSshPool({ connectTimeoutMs: 5_000, execTimeoutMs: 60_000 })
-    const keyDir = tempDir('nodeplane-ssh-keys-')
-    const keys = fileSshKeyStore(keyDir)
+    const keys = fileSshKeyStore(tempDir('nodeplane-ssh-keys-'))
     const capacities = [
       { ...NEEDS, cpu: 2, memory_bytes: 4 * 2 ** 30, disk_bytes: 4 * 2 ** 30 },
       { ...NEEDS, memory_bytes: 4 * 2 ** 30, disk_bytes: 4 * 2 ** 30 },
@@ -125,9 +100,8 @@ describe.each(DIALECTS)('the ssh provider on a fleet of namespace hosts, on %s',
       fleet.set(record.id, { record, netns })
     }
 
-    gateway = new AgentGateway({ db, logger: quiet, heartbeatIntervalSeconds: 1, progressCheckIntervalSeconds: 30, heartbeatFlushIntervalMs: 50, commandPollIntervalMs: 50, tokenRecheckMs: 250 })
-    const gatewayAddress = (hosts[0] as NetnsHost).gatewayAddress
-    const port = await gateway.listen(gatewayAddress, 0, grpc.ServerCredentials.createSsl(null, [{ private_key: tls.key, cert_chain: tls.cert }], false))
+    const started = await startFleetGateway(db, (hosts[0] as NetnsHost).gatewayAddress, files.tls)
+    gateway = started.gateway
     // Whatever the provider logs goes here, to be searched for the tokens it must never contain.
     const logger = createLogger({
       level: 'debug',
@@ -146,7 +120,7 @@ describe.each(DIALECTS)('the ssh provider on a fleet of namespace hosts, on %s',
       instanceTypes: { ...DEFAULT_INSTANCE_TYPES, [INSTANCE_TYPE]: NEEDS },
       placementWaitMs: 1_000,
       placementRetryIntervalMs: 200,
-      agentBundle: bundle,
+      agentBundle: files.bundle,
       agentEnv: { LOG_LEVEL: 'info', NODE_AGENT_HEARTBEAT_INTERVAL: '200ms' },
       stopGraceMs: 10_000,
     })
@@ -158,7 +132,7 @@ describe.each(DIALECTS)('the ssh provider on a fleet of namespace hosts, on %s',
       chains: staticChainSource(catalogue),
       masterKey,
       providers: new Map([[provider.name, provider]]),
-      agentBootstrap: { gatewayTarget: `${gatewayAddress}:${port}`, caPem: tls.ca.toString() },
+      agentBootstrap: { gatewayTarget: started.target, caPem: files.tls.ca.toString() },
       backupStoreUrl: pathToFileURL(tempDir('nodeplane-ssh-backups-')).href,
       migrationCooldownMs: 3_600_000,
       fenceTimeoutMs: 3_000,
