@@ -2,7 +2,9 @@ import * as Flags from '@oclif/core/flags'
 import { BaseCommand } from '../../src/cli/base-command.js'
 import { withControlPlaneDatabase } from '../../src/cli/control-plane-db.js'
 import { EXIT } from '../../src/cli/exit-codes.js'
-import { loadConfig } from '../../src/config/env.js'
+import { createLogger } from '../../src/log.js'
+import { loadSettingsWithSecrets } from '../../src/secrets/load-settings.js'
+import { openMasterKey } from '../../src/secrets/master-key.js'
 import { secretsCommandEnv, secretsStatus, type SecretsStatus } from '../../src/secrets/setup.js'
 
 export default class SecretsStatusCommand extends BaseCommand<typeof SecretsStatusCommand> {
@@ -14,8 +16,15 @@ export default class SecretsStatusCommand extends BaseCommand<typeof SecretsStat
   }
 
   async run(): Promise<SecretsStatus> {
-    const config = loadConfig(secretsCommandEnv, this.env())
-    const status = await withControlPlaneDatabase(this.env(), (db) => secretsStatus(db, config))
+    // With Vault: the same login and transit check as the daemons (its messages on stderr, never in --json).
+    const { config, secrets } = await loadSettingsWithSecrets(secretsCommandEnv, this.env(), () => createLogger({ level: 'warn', destination: process.stderr }))
+    let status: SecretsStatus
+    try {
+      const vaultKey = config.SECRETS_PROVIDER === 'vault' ? await openMasterKey(config, secrets).catch((err: unknown) => (err instanceof Error ? err : new Error(String(err)))) : undefined
+      status = await withControlPlaneDatabase(this.env(), (db) => secretsStatus(db, config, vaultKey))
+    } finally {
+      secrets.close()
+    }
     if (!this.jsonEnabled()) {
       this.log(`master key file: ${status.master_key_file} (${status.master_key_ok ? 'ok' : status.master_key_file_present ? 'unusable' : 'missing'})`)
       this.log(`master key id:   ${status.master_key_id ?? '-'}`)

@@ -5,6 +5,7 @@
 import { z } from 'zod'
 import { secretsEnv, sharedEnv, type ResolvedPaths } from '../config/env.js'
 import type { Queryable } from '../db/knex.js'
+import { ConfigError } from '../errors.js'
 import type { Logger } from '../log.js'
 import { checkMasterKeyFile, createLocalMasterKey, ensureLocalMasterKey, masterKeyFile, type MasterKey, type MasterKeyFileCheck, type SecretsSettings } from './master-key.js'
 import { ensureServerKeyPair, listServerKeys, rotateServerKeyPair, type ServerPublicKey } from './server-key.js'
@@ -25,6 +26,9 @@ export interface SecretsInitResult {
  * unwrapped by the new one, so a new pair replaces it.
  */
 export async function initSecrets(db: Queryable, settings: SecretsSettings, now: Date = new Date()): Promise<SecretsInitResult> {
+  if (settings.SECRETS_PROVIDER !== 'local') {
+    throw new ConfigError(['SECRETS_PROVIDER=vault: the master key is the Vault transit key, there is no key file to create; the orchestrator creates the server key pair when it starts'])
+  }
   const file = masterKeyFile(settings)
   const masterKey = await createLocalMasterKey(file)
   const active = (await listServerKeys(db)).find((k) => k.retired_at === null)
@@ -69,14 +73,14 @@ export interface SecretsStatus {
   ready: boolean
 }
 
-/** With SECRETS_PROVIDER=vault, `vaultKey` is the opened transit key (undefined: Vault could not be used). */
-export async function secretsStatus(db: Queryable, settings: SecretsSettings, vaultKey?: MasterKey): Promise<SecretsStatus> {
+/** With SECRETS_PROVIDER=vault, `vaultKey` is the opened transit key, or why it could not be opened. */
+export async function secretsStatus(db: Queryable, settings: SecretsSettings, vaultKey?: MasterKey | Error): Promise<SecretsStatus> {
   const check: MasterKeyFileCheck =
     settings.SECRETS_PROVIDER === 'local'
       ? checkMasterKeyFile(masterKeyFile(settings))
-      : vaultKey
+      : vaultKey && !(vaultKey instanceof Error)
         ? { ok: true, file: vaultKey.id, masterKeyId: vaultKey.id }
-        : { ok: false, file: 'vault', present: false, problem: 'Vault transit is not usable (see the error above)' }
+        : { ok: false, file: 'vault', present: false, problem: vaultKey?.message ?? 'Vault was not opened' }
   const keys = await listServerKeys(db)
   const active = keys.find((k) => k.retired_at === null)
   const masterKeyId = check.ok ? check.masterKeyId : null

@@ -20,6 +20,8 @@ import { KeyMaterialError } from '../../../src/secrets/errors.js'
 import { loadSettingsWithSecrets, type SecretsRuntime } from '../../../src/secrets/load-settings.js'
 import { LocalFileMasterKey, openMasterKey, type MasterKey } from '../../../src/secrets/master-key.js'
 import { decryptNodeKey, generateNodeKey } from '../../../src/secrets/node-keys.js'
+import { ensureServerKeyPair } from '../../../src/secrets/server-key.js'
+import { initSecrets, secretsStatus } from '../../../src/secrets/setup.js'
 import { createTestDatabase, DIALECTS, type Dialect } from '../../helpers/db.js'
 import { startFakeVault, type FakeVault } from '../../helpers/fake-vault.js'
 import { insertTestNode } from '../../helpers/fixtures.js'
@@ -116,6 +118,19 @@ describe.each(DIALECTS)('Vault as the secrets manager, on %s', (dialect: Dialect
     await expect(loadDataKey(t.db, second.masterKey, node.id)).rejects.toBeInstanceOf(KeyMaterialError)
 
     expectNoSecretIn(first.logs.text() + second.logs.text(), v, t.url, plaintext.toString('hex'), plaintext.toString('base64'))
+  })
+
+  it('secrets status reports the transit key and the server key pair it wrapped; secrets init refuses (there is no key file with Vault)', async () => {
+    const t = await database()
+    const v = await vault()
+    const loaded = await loadLikeTheApiServer(vaultEnv(v, t.url))
+    const settings = { NODEPLANE_DATA_DIR: tempDir(), SECRETS_PROVIDER: 'vault' as const }
+    expect((await secretsStatus(t.db, settings, loaded.masterKey)).problem).toContain('no active server key pair')
+    await ensureServerKeyPair(t.db, loaded.masterKey)
+    expect(await secretsStatus(t.db, settings, loaded.masterKey)).toMatchObject({ provider: 'vault', master_key_id: 'vault-transit:transit/nodeplane-master', ready: true })
+    expect(await secretsStatus(t.db, settings, new Error('VAULT_ADDR: Vault at x is unreachable'))).toMatchObject({ ready: false, problem: 'VAULT_ADDR: Vault at x is unreachable' })
+    await expect(initSecrets(t.db, settings)).rejects.toThrow(/no key file to create/)
+    expect(fs.readdirSync(settings.NODEPLANE_DATA_DIR)).toEqual([])
   })
 
   it('a token that expires mid-run is replaced transparently: by renewal before expiry, and by a new login when Vault refuses it', async () => {
