@@ -97,8 +97,10 @@ describe('upgrade manifests', () => {
         const words = (line as string).split(/\s+/)
         const file = [2, 1].map((n) => path.join(commandsDir, ...words.slice(0, n)) + '.ts').find((f) => fs.existsSync(f))
         expect(file, `${id}: nodeplane ${line}`).toBeDefined()
-        const command = ((await import(file as string)) as { default: { flags: Record<string, { required?: boolean }> } }).default
-        const given = words.filter((w) => w.startsWith('--')).map((w) => w.slice(2))
+        const command = ((await import(file as string)) as { default: { flags: Record<string, { required?: boolean; aliases?: string[] }> } }).default
+        // A flag's aliases (the older subject flags, docs/cli.md "Ids") are its name too.
+        const aliases = Object.fromEntries(Object.entries(command.flags).flatMap(([name, flag]) => (flag.aliases ?? []).map((alias) => [alias, name])))
+        const given = words.filter((w) => w.startsWith('--')).map((w) => aliases[w.slice(2)] ?? w.slice(2))
         const required = Object.entries(command.flags).filter(([, flag]) => flag.required).map(([name]) => name)
         expect(required.filter((f) => !given.includes(f)), `${id}: nodeplane ${line}`).toEqual([])
         expect(given.filter((f) => !(f in command.flags)), `${id}: nodeplane ${line}`).toEqual([])
