@@ -3,11 +3,12 @@
  * 1.0.0, provisioned through the provision workflow and made healthy by the heartbeat
  * evaluation, and a worker that runs the lifecycle and rollout workflows. Agents heartbeat
  * every 200 ms (the provisioning harness's agent environment) so health validation has reports
- * to judge, and devnet-node makes a block every 100 ms instead of 500 (its sync of 3 blocks,
- * after the provision and after every upgrade and revert, takes 0.3 s instead of 1.5 s).
+ * to judge.
  *
- * `fleetTests` gives each test a database and a fleet of its own, and runs a few of a file's
- * tests at once (docs/development.md, "Test run time").
+ * `fleetTests` gives each test a database and a fleet of its own, runs a few of a file's tests at
+ * once, and has devnet-node make a block every 100 ms instead of 500 (its sync of 3 blocks, after
+ * the provision and after every upgrade and revert, takes 0.3 s instead of 1.5 s); see
+ * docs/development.md.
  */
 import crypto from 'node:crypto'
 import fs from 'node:fs'
@@ -44,7 +45,7 @@ export interface Fleet {
 export type FleetOptions = Pick<Parameters<typeof lifecycleSetting>[1] & object, 'agentEnv' | 'artifacts' | 'catalogue' | 'devnetBlockTimeMs'>
 
 export async function startFleet(db: Db, size: number, options: FleetOptions = {}): Promise<Fleet> {
-  const setting = await lifecycleSetting(db, { logger, heartbeatIntervalSeconds: 1, devnetBlockTimeMs: 100, ...options })
+  const setting = await lifecycleSetting(db, { logger, heartbeatIntervalSeconds: 1, ...options })
   const worker = startLifecycleWorker(db, setting.deps, 8, { rollouts: true })
   // The heartbeat evaluation, as the health-evaluator runs it: upgraded nodes become healthy again.
   let evaluating = Promise.resolve()
@@ -146,7 +147,7 @@ export function fleetTests(dialect: Dialect, lanes = FLEET_LANES): (context: Pic
       }
     })
     database = await createTestDatabase(dialect)
-    fleet = await startFleet(database.db, size, options)
+    fleet = await startFleet(database.db, size, { devnetBlockTimeMs: 100, ...options })
     const dir = (): string => {
       const d = tempDir()
       dirs.push(d)
@@ -173,7 +174,7 @@ export async function devnetRollout(db: Db, by: Pick<Fleet, 'operatorId'>, field
       canary_size: null,
       failure_threshold: 0.5,
       // Long enough for several heartbeats (every 200 ms) after the upgrade, and for devnet's sync
-      // (3 blocks, of 100 ms in startFleet's fleets) to end within it, so the node is healthy
+      // (3 blocks, of 100 ms in fleetTests' fleets) to end within it, so the node is healthy
       // right after the window; 2 s rather than 1.5 s, for the new binary's first reports on a
       // machine loaded by a few fleets at once (a canary once failed its 1.5 s window so).
       health_wait_duration_ms: 2_000,
