@@ -22,7 +22,9 @@ const FAST_INTERVALS = {
   HEALTH_EVALUATION_INTERVAL: '1s',
   WORKFLOW_POLL_INTERVAL: '250ms',
   HEARTBEAT_TIMEOUT: '5s',
-  MIGRATION_GRACE: '1s',
+  MIGRATION_GRACE: '2s',
+  // Fencing: below HEARTBEAT_TIMEOUT + MIGRATION_GRACE (`up` checks it), as long as that allows.
+  AGENT_FENCE_TIMEOUT: '6s',
   // The operator's migration and the automatic one after a host dies follow each other within seconds.
   MIGRATION_COOLDOWN: '1s',
   // A test card payment settles this long after it is made.

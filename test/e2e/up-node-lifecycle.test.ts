@@ -30,7 +30,7 @@ describe('a node on nodeplane up (local provider, real agent and devnet-node)', 
     dir = fs.realpathSync(tempDir())
     up = spawnNodeplane(['up'], {
       cwd: dir,
-      env: { ...(await upPorts()), AGENT_HEARTBEAT_INTERVAL: '1s', HEALTH_EVALUATION_INTERVAL: '1s', HEARTBEAT_TIMEOUT: '5s', MIGRATION_GRACE: '2s' },
+      env: { ...(await upPorts()), AGENT_HEARTBEAT_INTERVAL: '1s', HEALTH_EVALUATION_INTERVAL: '1s', HEARTBEAT_TIMEOUT: '5s', MIGRATION_GRACE: '2s', AGENT_FENCE_TIMEOUT: '6s' },
     })
     stack = await waitForFile<StackFile>(path.join(dir, '.nodeplane', 'stack.json'), 'stack.json', 60_000)
     db = createDatabase(stack.database_url)
