@@ -104,6 +104,8 @@ export async function startRpcGateway(config: RpcGatewaySettings, deps: RpcGatew
     maxBatch: config.RPC_GATEWAY_MAX_BATCH,
     maxSubscriptions: config.RPC_GATEWAY_MAX_SUBSCRIPTIONS,
     keyRecheckMs: config.RPC_GATEWAY_KEY_RECHECK,
+    limiter,
+    usage,
     now,
   })
 

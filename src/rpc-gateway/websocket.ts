@@ -4,6 +4,11 @@
  * `eth_subscribe` (newHeads, logs) notifications flow straight back. Each frame the client sends
  * goes through the method policy and the per-connection subscription limit first.
  *
+ * Every call in a frame takes a token from the key's rate limit, the same bucket as its HTTP
+ * calls (a call over the limit is answered with the limit error and not sent on), and is counted
+ * in the key's usage when the node answers it (latency from the frame to the answer with its id).
+ * Frames of one connection are handled in order.
+ *
  * A connection is closed by the gateway (code 1012, "service restart": clients reconnect) when
  * the node's route changes (a health event: moved, or no longer serving), and with 4401 when its
  * key stops being valid (checked every `keyRecheckMs` and at the next frame after that).
@@ -14,8 +19,10 @@ import WebSocket, { WebSocketServer, type RawData } from 'ws'
 import type { Db } from '../db/knex.js'
 import type { Logger } from '../log.js'
 import { identifyCaller } from './caller.js'
-import { errorResponse, isErrorResponse, parseBody, RPC_ERROR } from './json-rpc.js'
+import { errorResponse, isErrorResponse, parseBody, RPC_ERROR, type JsonRpcCall, type JsonRpcId } from './json-rpc.js'
+import type { RpcRateLimiter } from './rate-limit.js'
 import { SERVING_STATES, upstreamAuthorization, type RouteTable } from './route-table.js'
+import type { UsageRecorder } from './usage.js'
 
 export const CLOSE_NODE_CHANGED = 1012
 export const CLOSE_KEY_INVALID = 4401
@@ -28,8 +35,15 @@ export interface WebSocketProxyOptions {
   maxBatch: number
   maxSubscriptions: number
   keyRecheckMs: number
+  /** The keys' rate limit, shared with the HTTP calls; none: frames are not limited. */
+  limiter?: RpcRateLimiter
+  /** Durable usage (rpc_usage); none: frames are not counted. */
+  usage?: UsageRecorder
   now?: () => Date
 }
+
+/** Calls sent on and not answered yet, per connection, at most (a client that never reads its answers cannot grow it). */
+const MAX_PENDING_CALLS = 1_000
 
 interface Connection {
   nodeId: string
@@ -114,27 +128,77 @@ export function createWebSocketProxy(options: WebSocketProxyOptions) {
       upstream.on('error', closeBoth)
       client.on('close', closeBoth)
       client.on('error', closeBoth)
-      client.on('message', (data: RawData) => {
-        void (async () => {
-          if (Date.now() - keyCheckedAt >= options.keyRecheckMs && !(await recheckKey())) return
-          const body = Buffer.isBuffer(data) ? data : Buffer.concat(Array.isArray(data) ? data : [Buffer.from(data)])
-          const parsed = parseBody(body, options.maxBatch)
-          if (parsed.kind === 'invalid') return client.send(JSON.stringify(parsed.response))
-          const calls = parsed.kind === 'single' ? [parsed.call] : parsed.calls
-          for (const call of calls) {
-            if (isErrorResponse(call)) return client.send(JSON.stringify(call))
-            const reason = route.policy.check(call.method)
-            if (reason) return client.send(JSON.stringify(errorResponse(call.id, RPC_ERROR.methodNotAllowed, reason)))
-            if (call.method === 'eth_subscribe') {
-              if (subscriptions >= options.maxSubscriptions) {
-                return client.send(JSON.stringify(errorResponse(call.id, RPC_ERROR.limitExceeded, `at most ${options.maxSubscriptions} subscriptions per connection`)))
-              }
-              subscriptions++
-            }
-            if (call.method === 'eth_unsubscribe') subscriptions = Math.max(0, subscriptions - 1)
+      const apiKeyId = who.caller.apiKeyId
+      // Calls sent on, by id, until the node answers them: their method and when they were sent.
+      const pending = new Map<string, { method: string; at: number }>()
+      const count = (method: string, error: boolean, latencyMs: number) =>
+        options.usage?.record({ nodeId: route.nodeId, apiKeyId, method, error, latencyMs, at: now().getTime() })
+      upstream.on('message', (data: RawData) => {
+        if (pending.size === 0) return
+        let answers: unknown
+        try {
+          answers = JSON.parse(rawText(data))
+        } catch {
+          return
+        }
+        for (const answer of Array.isArray(answers) ? answers : [answers]) {
+          if (typeof answer !== 'object' || answer === null || !('id' in answer)) continue
+          const idKey = JSON.stringify((answer as { id: unknown }).id)
+          const sent = pending.get(idKey)
+          if (!sent) continue
+          pending.delete(idKey)
+          count(sent.method, 'error' in answer, Date.now() - sent.at)
+        }
+      })
+      client.once('close', () => {
+        for (const sent of pending.values()) count(sent.method, true, Date.now() - sent.at)
+        pending.clear()
+      })
+      const answerRefused = (parsed: { kind: 'single' | 'batch' }, calls: ReadonlyArray<{ id: JsonRpcId }>, code: number, message: string) => {
+        const refusals = calls.map((call) => errorResponse(call.id, code, message))
+        client.send(JSON.stringify(parsed.kind === 'single' ? refusals[0] : refusals))
+      }
+      const handle = async (data: RawData) => {
+        if (Date.now() - keyCheckedAt >= options.keyRecheckMs && !(await recheckKey())) return
+        const body = Buffer.isBuffer(data) ? data : Buffer.concat(Array.isArray(data) ? data : [Buffer.from(data)])
+        const parsed = parseBody(body, options.maxBatch)
+        if (parsed.kind === 'invalid') return client.send(JSON.stringify(parsed.response))
+        const calls = parsed.kind === 'single' ? [parsed.call] : parsed.calls
+        if (options.limiter) {
+          const decision = await options.limiter.take(`key:${apiKeyId}`, calls.length)
+          if (!decision.allowed) {
+            return answerRefused(parsed, calls, RPC_ERROR.limitExceeded, `rate limit exceeded: too many requests for this API key; retry in ${decision.retryAfterSeconds} s`)
           }
-          if (upstream.readyState === WebSocket.OPEN) upstream.send(body)
-        })().catch((err: unknown) => options.logger.warn({ err }, 'rpc gateway: WebSocket frame failed'))
+        }
+        const passing: JsonRpcCall[] = []
+        for (const call of calls) {
+          if (isErrorResponse(call)) return client.send(JSON.stringify(call))
+          passing.push(call)
+          const reason = route.policy.check(call.method)
+          if (reason) {
+            count(call.method, true, 0)
+            return client.send(JSON.stringify(errorResponse(call.id, RPC_ERROR.methodNotAllowed, reason)))
+          }
+          if (call.method === 'eth_subscribe') {
+            if (subscriptions >= options.maxSubscriptions) {
+              return client.send(JSON.stringify(errorResponse(call.id, RPC_ERROR.limitExceeded, `at most ${options.maxSubscriptions} subscriptions per connection`)))
+            }
+            subscriptions++
+          }
+          if (call.method === 'eth_unsubscribe') subscriptions = Math.max(0, subscriptions - 1)
+        }
+        if (upstream.readyState !== WebSocket.OPEN) return
+        const at = Date.now()
+        for (const call of passing) {
+          if (call.id === null || call.id === undefined) count(call.method, false, 0)
+          else if (pending.size < MAX_PENDING_CALLS) pending.set(JSON.stringify(call.id), { method: call.method, at })
+        }
+        upstream.send(body)
+      }
+      // One frame at a time, in the order they came: eth_subscribe before its eth_unsubscribe.
+      let queue = Promise.resolve()
+      client.on('message', (data: RawData) => {
+        queue = queue.then(() => handle(data)).catch((err: unknown) => options.logger.warn({ err }, 'rpc gateway: WebSocket frame failed'))
       })
     })
   }
@@ -169,3 +233,9 @@ export function createWebSocketProxy(options: WebSocketProxyOptions) {
 }
 
 export type WebSocketProxy = ReturnType<typeof createWebSocketProxy>
+
+function rawText(data: RawData): string {
+  if (Buffer.isBuffer(data)) return data.toString('utf8')
+  if (Array.isArray(data)) return Buffer.concat(data).toString('utf8')
+  return Buffer.from(data).toString('utf8')
+}

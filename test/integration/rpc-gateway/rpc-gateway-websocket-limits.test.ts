@@ -1,0 +1,97 @@
+/**
+ * WebSocket frames against the key's rate limit and in its usage, on both databases: a real
+ * gateway in front of a real anvil, the gateway's clock held still so no token comes back during
+ * the test. Every call in a frame takes a token from the same bucket as the key's HTTP calls; a
+ * call over the limit gets the limit error and never reaches the node; answered calls, and calls
+ * the method policy refuses, are counted per method.
+ */
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import WebSocket from 'ws'
+import { startRpcGateway, type RunningRpcGateway } from '../../../daemons/rpc-gateway.js'
+import { staticChainSource } from '../../../src/config/chain-source.js'
+import { defaultConfigDir, loadChainCatalogue } from '../../../src/config/chains.js'
+import { createLogger } from '../../../src/log.js'
+import { RPC_ERROR } from '../../../src/rpc-gateway/json-rpc.js'
+import { DIALECTS, type TestDatabase } from '../../helpers/db.js'
+import { waitFor } from '../../helpers/ports.js'
+import { gatewaySettings, insertServingNode, rpc, rpcError, startAnvil, type RunningAnvil } from '../../helpers/rpc-gateway-fixtures.js'
+import { newKey, newUser } from '../auth/api-harness.js'
+import { Resources } from '../http/harness.js'
+
+const BURST = 5
+const FROZEN = new Date('2026-11-27T12:00:00Z')
+
+describe.each(DIALECTS)('rpc-gateway WebSocket frames, rate limit and usage on %s', (dialect) => {
+  const resources = new Resources()
+  let t: TestDatabase
+  let anvil: RunningAnvil
+  let gateway: RunningRpcGateway
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'nodeplane-rpc-ws-limits-'))
+
+  beforeAll(async () => {
+    t = await resources.database(dialect)
+    anvil = await startAnvil(31337)
+    resources.add(() => anvil.stop())
+    resources.add(async () => fs.rmSync(tmp, { recursive: true, force: true }))
+    gateway = await startRpcGateway(gatewaySettings(tmp, { RPC_GATEWAY_RATE_LIMIT_PER_SECOND: 1, RPC_GATEWAY_RATE_LIMIT_BURST: BURST }), {
+      db: t.db,
+      logger: createLogger({ level: 'silent' }),
+      chains: staticChainSource(await loadChainCatalogue(defaultConfigDir())),
+      usageFlushMs: 50,
+      now: () => FROZEN,
+    })
+    resources.add(() => gateway.stop())
+  }, 60_000)
+
+  afterAll(() => resources.cleanup())
+
+  it('takes a token per call in each frame from the key’s bucket, shared with HTTP, and counts what the node answered', async () => {
+    const owner = await newUser(t.db)
+    const { id: keyId, key } = await newKey(t.db, owner.id, { scopes: ['nodes:rpc'] })
+    const nodeId = await insertServingNode(t.db, owner.id, 'ethereum-anvil', 'full', `local-ws-limits-${dialect}`, anvil.port)
+    const ws = new WebSocket(`${gateway.url.replace(/^http/, 'ws')}/v1/${nodeId}`, { headers: { 'X-API-Key': key } })
+    resources.add(async () => ws.terminate())
+    const frames: unknown[] = []
+    ws.on('message', (data) => frames.push(JSON.parse(String(data))))
+    await new Promise<void>((resolve, reject) => ws.once('open', () => resolve()).once('error', reject))
+
+    // Six frames at once, seven calls: five tokens.
+    ws.send(JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'eth_blockNumber', params: [] }))
+    ws.send(JSON.stringify([{ jsonrpc: '2.0', id: 2, method: 'eth_chainId', params: [] }, { jsonrpc: '2.0', id: 3, method: 'eth_blockNumber', params: [] }]))
+    ws.send(JSON.stringify({ jsonrpc: '2.0', id: 4, method: 'anvil_mine', params: [] }))
+    ws.send(JSON.stringify({ jsonrpc: '2.0', id: 5, method: 'eth_blockNumber', params: [] }))
+    ws.send(JSON.stringify({ jsonrpc: '2.0', id: 6, method: 'eth_blockNumber', params: [] }))
+    ws.send(JSON.stringify([{ jsonrpc: '2.0', id: 7, method: 'eth_blockNumber', params: [] }]))
+    await waitFor(() => Promise.resolve(frames.length === 6), 'six answers', 20_000, 25)
+
+    const byId = new Map<unknown, Record<string, unknown>>()
+    for (const frame of frames) for (const answer of Array.isArray(frame) ? frame : [frame]) byId.set((answer as { id: unknown }).id, answer as Record<string, unknown>)
+    for (const id of [1, 3, 5]) expect(byId.get(id)).toMatchObject({ id, result: expect.stringMatching(/^0x/) })
+    expect(byId.get(2)).toMatchObject({ id: 2, result: '0x7a69' })
+    expect(byId.get(4)).toMatchObject({ id: 4, error: { code: RPC_ERROR.methodNotAllowed } })
+    for (const id of [6, 7]) expect(byId.get(id)).toMatchObject({ id, error: { code: RPC_ERROR.limitExceeded, message: expect.stringContaining('rate limit exceeded') } })
+    // A batch refused whole is answered as a batch.
+    expect(frames.find((f) => Array.isArray(f) && (f[0] as { id: unknown }).id === 7)).toBeDefined()
+
+    // The same key over HTTP finds its bucket empty.
+    const http = await rpc(`${gateway.url}/v1/${nodeId}`, 'eth_blockNumber', [], { 'X-API-Key': key })
+    expect(http.status).toBe(429)
+    expect(rpcError(http).code).toBe(RPC_ERROR.limitExceeded)
+
+    // Usage: what reached the node, and the policy's refusal; nothing for the calls over the limit.
+    type UsageRow = { method: string; requests: number | string; errors: number | string }
+    const usage = async () =>
+      Object.fromEntries(
+        ((await t.db('rpc_usage').where({ node_id: nodeId, api_key_id: keyId }).orderBy('method').select('method', 'requests', 'errors')) as UsageRow[]).map((r) => [
+          r.method,
+          [Number(r.requests), Number(r.errors)],
+        ]),
+      )
+    await waitFor(async () => JSON.stringify(await usage()) === JSON.stringify({ anvil_mine: [1, 1], eth_blockNumber: [3, 0], eth_chainId: [1, 0] }), 'usage written', 10_000, 25).catch(async (err: unknown) => {
+      throw new Error(`${(err as Error).message}: ${JSON.stringify(await usage())}`)
+    })
+  })
+})
