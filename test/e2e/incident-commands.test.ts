@@ -145,7 +145,7 @@ describe('incident commands (against nodeplane up)', () => {
     // One already acknowledged, one unknown, one open: the open one is still acknowledged.
     const unknown = '00000000-0000-4000-8000-000000000000'
     const mixed = await run(['incident', 'ack', '--id', alice.down.id, '--id', unknown, '--id', alice.failed.id, '--json'], aliceEnv)
-    expect(mixed.exitCode).toBe(4)
+    expect(mixed.exitCode, mixed.stdout + mixed.stderr).toBe(4)
     const mixedResult = json<{ acknowledged: Incident[]; failed: Array<{ id: string; error: { name: string; exit_code: number } }> }>(mixed)
     expect(mixedResult.acknowledged.map((i) => i.id)).toEqual([alice.failed.id])
     expect(mixedResult.failed).toEqual([
