@@ -22,6 +22,7 @@ import { packageRoot } from '../../../src/package-root.js'
 import { findNode } from '../../../src/nodes/node-store.js'
 import { requestMigration, requestProvision, type LifecycleDeps, type MigrateResult } from '../../../src/provisioning/index.js'
 import type { LocalInfrastructureProvider } from '../../../src/provisioning/infrastructure/local.js'
+import type { InfrastructureProvider } from '../../../src/provisioning/infrastructure/types.js'
 import { listSteps, type WorkflowWorker } from '../../../src/workflows/index.js'
 import { tempDir } from '../../helpers/cli.js'
 import { createTestDatabase, describeEachDialectConcurrently, type TestDatabase } from '../../helpers/db.js'
@@ -118,22 +119,32 @@ describeEachDialectConcurrently('fencing with real agents and chains on %s', (di
       devnetBlockTimeMs: 100,
       agentCommand: [process.execPath, agentWrapper()],
     }))
-    worker = startLifecycleWorker(db, deps)
-    // Each node's agent dials the gateway through a proxy of its own: one at a time, as the
-    // provider hands new hosts the bootstrap's target.
-    const direct = deps.agentBootstrap.gatewayTarget
-    for (let i = 0; i < 3; i++) {
-      const proxy = await startTcpProxy(direct)
-      deps.agentBootstrap.gatewayTarget = proxy.target
-      const node = await insertTestNode(db)
-      const run = await untilRunFinished(db, (await requestProvision(db, node.id)).run.id)
-      expect(run.status, run.error ?? '').toBe('completed')
-      const hostId = String((await findNode(db, node.id))?.host_id)
-      proxies.set(node.id, proxy)
-      nodes.push({ id: node.id, hostId, proxy })
+    // Each node's first host dials the gateway through a proxy of its own (the real local provider
+    // creates it, told that target); its replacement (the migration below) dials the gateway.
+    const local = provider
+    const throughProxy: InfrastructureProvider = {
+      name: local.name,
+      createHost: (spec) => {
+        // Provisioning's host key is the node id; a migration's has a suffix.
+        const proxy = spec.hostKey === spec.nodeId ? proxies.get(spec.nodeId) : undefined
+        return local.createHost(proxy ? { ...spec, agent: { ...spec.agent, gatewayTarget: proxy.target } } : spec)
+      },
+      destroyHost: (hostId) => local.destroyHost(hostId),
+      hostStatus: (hostId) => local.hostStatus(hostId),
     }
-    // Replacements (the migration below) dial the gateway directly.
-    deps.agentBootstrap.gatewayTarget = direct
+    deps = { ...deps, providers: new Map([[local.name, throughProxy]]) }
+    worker = startLifecycleWorker(db, deps)
+    const provisioned = await Promise.all(
+      [0, 1, 2].map(async () => {
+        const node = await insertTestNode(db)
+        const proxy = await startTcpProxy(gateway.target)
+        proxies.set(node.id, proxy)
+        const run = await untilRunFinished(db, (await requestProvision(db, node.id)).run.id)
+        expect(run.status, run.error ?? '').toBe('completed')
+        return { id: node.id, hostId: String((await findNode(db, node.id))?.host_id), proxy }
+      }),
+    )
+    nodes.push(...provisioned)
   }, 120_000)
 
   afterAll(async () => {
@@ -206,7 +217,8 @@ describeEachDialectConcurrently('fencing with real agents and chains on %s', (di
     expect(isAlive(agent)).toBe(true)
     expect(fs.existsSync(path.join(stateDir(node.hostId), 'fence.json'))).toBe(false)
     await waitFor(async () => (await lastHeartbeat(node.id)) > cutBeat, 'heartbeats again', 20_000, 50)
-    expect(agentLog(node.hostId)).toContain('the chain process was started again after the fence')
+    // Logged once the start has settled.
+    await waitFor(async () => agentLog(node.hostId).includes('the chain process was started again after the fence'), 'the restart logged', 20_000, 50)
     expect(processesUnder(hostDir(node.hostId))).toEqual([after])
   })
 
