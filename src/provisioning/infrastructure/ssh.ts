@@ -174,7 +174,11 @@ export class SshInfrastructureProvider implements InfrastructureProvider {
     if (facts.get('bundle') !== 'present') await writeRemoteFile(pool, target, bundleFile, bundle.bytes, 0o644, 120_000)
 
     // Same key again (a retried step): the agent there is stopped and started with this token.
+    // Its predecessor may have been refused meanwhile (this attempt's token replaced its own) and
+    // marked the directory superseded; with the new token this directory is the node's again.
     await this.stopAgent(target, dir, hostKey)
+    const cleared = await pool.exec(target, `rm -f '${dir}/state/superseded.json'`)
+    if (cleared.code !== 0) throw new Error(`could not reset ${dir} on ${host.name}: ${cleared.stderr.trim() || `exit ${cleared.code}`}`)
     const mode = this.options.agentSupervisor === 'systemd' || (this.options.agentSupervisor !== 'detached' && facts.get('systemd') === 'yes') ? 'systemd' : 'detached'
     await writeRemoteFile(pool, target, `${dir}/agent-token`, spec.agent.token, 0o600)
     await writeRemoteFile(pool, target, `${dir}/gateway-ca.pem`, spec.agent.caPem, 0o644)

@@ -2,13 +2,14 @@
  * The `ssh` provider's own contract on a real host (a network namespace running sshd), on both
  * databases at once (each its own database, gateway and key directory; node directories are
  * named by node ids, so the two share the host safely): creating again with the same host key is
- * the same host with one agent and the latest token; status over SSH; destroying twice; an agent
+ * the same host with one agent and the latest token, also after the first agent was refused; status over SSH; destroying twice; an agent
  * the gateway refused is never restarted; an unknown instance type and a failed bootstrap leave
  * nothing placed or written. The workflows on a fleet are in ssh-fleet.test.ts.
  */
 import fs from 'node:fs'
 import path from 'node:path'
 import { afterAll, beforeAll, expect, it } from 'vitest'
+import { findRegistration } from '../../../src/agent-gateway/registrations.js'
 import { createAgentToken } from '../../../src/agent-gateway/tokens.js'
 import type { AgentGateway } from '../../../src/agent-gateway/gateway.js'
 import type { Db } from '../../../src/db/knex.js'
@@ -90,16 +91,30 @@ describeEachDialectConcurrently('the ssh provider on a namespace host, on %s', (
     const nodeId = await newNode()
     const first = await provider.createHost(spec(nodeId, `${nodeId}-idem`, await createAgentToken(db, nodeId)))
     expect(first).toMatchObject({ provider: 'ssh', host_ip: host.address, region: REGION, instance_type: INSTANCE_TYPE })
-    const latest = await createAgentToken(db, nodeId)
-    expect(await provider.createHost(spec(nodeId, `${nodeId}-idem`, latest))).toEqual(first)
     const dir = dirOf(first.host_id)
+    // A retry's new token replaces the first: the first agent is refused, marks its directory
+    // superseded and stops for good. Creating again makes the directory the node's again.
+    const latest = await createAgentToken(db, nodeId)
+    await waitFor(async () => (await provider.hostStatus(first.host_id)) === 'stopped', 'the first agent to be refused', 30_000, 100)
+    expect(fs.existsSync(path.join(dir, 'state', 'superseded.json'))).toBe(true)
+    const recreatedAt = new Date()
+    expect(await provider.createHost(spec(nodeId, `${nodeId}-idem`, latest))).toEqual(first)
     expect(fs.readFileSync(path.join(dir, 'agent-token'), 'utf8')).toBe(latest)
     expect(fs.statSync(path.join(dir, 'agent-token')).mode & 0o777).toBe(0o600)
     expect(supervisionLoopsIn(host, dir)).toHaveLength(1)
     expect(await db('host_reservations').where({ node_id: nodeId })).toHaveLength(1)
     expect(await provider.hostStatus(first.host_id)).toBe('running')
-    // The agent registers with the gateway over the namespace's link, with the latest token.
-    await waitFor(async () => (await db('agent_registrations').where({ node_id: nodeId }).first())?.connected_at, 'the agent to register', 30_000, 100)
+    // The new agent registers with the gateway over the namespace's link, with the latest token.
+    await waitFor(
+      async () => {
+        const registration = await findRegistration(db, nodeId)
+        return registration && registration.registered_at >= recreatedAt && registration.connected_at && !registration.disconnected_at
+      },
+      'the new agent to register',
+      30_000,
+      100,
+    )
+    expect(await provider.hostStatus(first.host_id)).toBe('running')
 
     await provider.destroyHost(first.host_id)
     expect(fs.existsSync(dir)).toBe(false)
