@@ -53,6 +53,9 @@ export class LocalInfrastructureProvider implements InfrastructureProvider {
     // Same key again (a retried step): the same host, re-bootstrapped with this token — the
     // previous attempt's token was replaced when this one was created.
     await this.stopAgents(hostId)
+    // The previous agent may have been refused meanwhile (this attempt's token replaced its own)
+    // and marked the directory superseded; with the new token it is the node's again.
+    fs.rmSync(path.join(dir, 'state', 'superseded.json'), { force: true })
 
     fs.mkdirSync(path.join(dir, 'state'), { recursive: true, mode: 0o700 })
     const tokenFile = path.join(dir, 'agent-token')

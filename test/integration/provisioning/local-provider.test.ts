@@ -181,4 +181,23 @@ describeEachDialectConcurrently('local infrastructure provider with a real node 
     expect(log).not.toContain('xxxxxxxx')
     expect(await findRegistration(db, node.id)).toBeUndefined()
   })
+
+  it('creating again after this attempt’s token replaced the first agent’s (refused, superseded) starts an agent that registers', async () => {
+    const node = await insertTestNode(db)
+    const host = await createHost(node.id, `npt_${'y'.repeat(43)}`)
+    await waitFor(async () => (await provider.hostStatus(host.host_id)) === 'stopped', 'the first agent to be refused', 30_000, 100)
+    expect(fs.existsSync(path.join(provider.hostDir(host.host_id), 'state', 'superseded.json'))).toBe(true)
+    const recreatedAt = new Date()
+    await createHost(node.id, await createAgentToken(db, node.id))
+    await waitFor(
+      async () => {
+        const registration = await findRegistration(db, node.id)
+        return registration && registration.registered_at >= recreatedAt && registration.connected_at && !registration.disconnected_at
+      },
+      'the new agent to register',
+      30_000,
+      100,
+    )
+    expect(await provider.hostStatus(host.host_id)).toBe('running')
+  })
 })
