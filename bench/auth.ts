@@ -13,7 +13,7 @@
  * process's user + system time over the round, /proc), which a busy machine disturbs less.
  * Any non-2xx answer or socket error fails the run.
  */
-import { execFile, spawn, type ChildProcess } from 'node:child_process'
+import { execFile } from 'node:child_process'
 import crypto from 'node:crypto'
 import fs from 'node:fs'
 import http from 'node:http'
@@ -29,7 +29,8 @@ import { createTokenIssuer, type JsonWebKeySet } from '../src/auth/token-issuer.
 import { createUser } from '../src/auth/users.js'
 import { insertNode } from '../src/nodes/node-store.js'
 import { insertSubscriptionOf } from '../test/helpers/fixtures.js'
-import { freePort, waitFor } from '../test/helpers/ports.js'
+import { freePort } from '../test/helpers/ports.js'
+import { startBenchDaemon, type BenchDaemon } from './daemon.js'
 import { benchDatabase, type Dialect } from './databases.js'
 import { figure, type Bench, type BenchFigure } from './lib.js'
 
@@ -37,7 +38,6 @@ const CONNECTIONS = 16
 const NODES = 50
 const ROUNDS = 5
 const ROOT = path.join(path.dirname(fileURLToPath(import.meta.url)), '..')
-const BIN = path.join(ROOT, 'bin', 'run.js')
 const AUTOCANNON = path.join(ROOT, 'node_modules', 'autocannon', 'autocannon.js')
 const CLOCK_TICKS_PER_SECOND = 100
 const run = promisify(execFile)
@@ -100,32 +100,6 @@ function median(values: number[]): number {
   return sorted[Math.floor(sorted.length / 2)]!
 }
 
-async function startDaemon(env: Record<string, string>): Promise<{ child: ChildProcess; stop(): Promise<void> }> {
-  const child = spawn(process.execPath, [BIN, 'daemon', 'api-server'], { env: { ...process.env, ...env }, cwd: os.tmpdir(), stdio: ['ignore', 'ignore', 'pipe'] })
-  let stderr = ''
-  child.stderr!.on('data', (chunk: Buffer) => (stderr = (stderr + chunk.toString('utf8')).slice(-4000)))
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()))
-  const stop = async () => {
-    if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM')
-    await exited
-  }
-  try {
-    await waitFor(
-      async () => {
-        if (child.exitCode !== null) throw new Error(`api-server exited ${child.exitCode}: ${stderr}`)
-        return (await fetch(`http://127.0.0.1:${env.API_SERVER_PORT}/readyz`).catch(() => undefined))?.ok === true
-      },
-      'the api-server to be ready',
-      30_000,
-      100,
-    )
-  } catch (err) {
-    await stop()
-    throw err
-  }
-  return { child, stop }
-}
-
 export const benchAuth: Bench = async (ctx) => {
   const figures: BenchFigure[] = []
   const seconds = Math.max(1, Math.round(3 * ctx.scale))
@@ -137,7 +111,7 @@ export const benchAuth: Bench = async (ctx) => {
     for (const dialect of ['sqlite', 'postgres'] as Dialect[]) {
       const database = await benchDatabase(dialect, ctx.postgresUrl)
       const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'nodeplane-bench-auth-'))
-      let daemon: Awaited<ReturnType<typeof startDaemon>> | undefined
+      let daemon: BenchDaemon | undefined
       try {
         const { db } = database
         const user = await createUser(db, { email: `bench-${crypto.randomBytes(4).toString('hex')}@example.test` })
@@ -149,7 +123,7 @@ export const benchAuth: Bench = async (ctx) => {
         }
 
         const port = await freePort()
-        daemon = await startDaemon({
+        daemon = await startBenchDaemon('api-server', {
           DATABASE_URL: database.url,
           NATS_URL: ctx.natsUrl,
           API_SERVER_PORT: String(port),
@@ -157,7 +131,7 @@ export const benchAuth: Bench = async (ctx) => {
           AUTH_LEGACY_JWKS_URL: jwks.url,
           API_RATE_LIMIT_PER_MINUTE: '1000000',
           NODEPLANE_DATA_DIR: dataDir,
-        })
+        }, port)
         const base = `http://127.0.0.1:${port}`
         const targets: Record<'health' | 'apiKey' | 'jwt' | 'nodes', Target> = {
           health: { path: '/health', headers: {} },

@@ -9,7 +9,7 @@
  * - merged reads: 100 concurrent identical `eth_getBalance` calls from another process, and how
  *   many of them the gateway sent on to the node (its merge counter on /metrics).
  */
-import { execFile, spawn, type ChildProcess } from 'node:child_process'
+import { execFile } from 'node:child_process'
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
@@ -17,8 +17,9 @@ import { fileURLToPath } from 'node:url'
 import { promisify } from 'node:util'
 import { createApiKey } from '../src/auth/api-keys.js'
 import { createUser } from '../src/auth/users.js'
-import { freePort, waitFor } from '../test/helpers/ports.js'
+import { freePort } from '../test/helpers/ports.js'
 import { insertServingNode, startAnvil } from '../test/helpers/rpc-gateway-fixtures.js'
+import { startBenchDaemon, type BenchDaemon } from './daemon.js'
 import { benchDatabase, type Dialect } from './databases.js'
 import { figure, type Bench, type BenchFigure } from './lib.js'
 
@@ -27,7 +28,6 @@ const ROUNDS = 5
 const FIXED_RATE = 1_000
 const CONCURRENT_READS = 100
 const ROOT = path.join(path.dirname(fileURLToPath(import.meta.url)), '..')
-const BIN = path.join(ROOT, 'bin', 'run.js')
 const AUTOCANNON = path.join(ROOT, 'node_modules', 'autocannon', 'autocannon.js')
 const BLOCK_NUMBER = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'eth_blockNumber', params: [] })
 const run = promisify(execFile)
@@ -72,32 +72,6 @@ async function mergedCalls(gatewayUrl: string, nodeId: string): Promise<number> 
   return line ? Number(line.split(' ').pop()) : 0
 }
 
-async function startGateway(env: Record<string, string>): Promise<{ child: ChildProcess; stop(): Promise<void> }> {
-  const child = spawn(process.execPath, [BIN, 'daemon', 'rpc-gateway'], { env: { ...process.env, ...env }, cwd: os.tmpdir(), stdio: ['ignore', 'ignore', 'pipe'] })
-  let stderr = ''
-  child.stderr!.on('data', (chunk: Buffer) => (stderr = (stderr + chunk.toString('utf8')).slice(-4000)))
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()))
-  const stop = async () => {
-    if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM')
-    await exited
-  }
-  try {
-    await waitFor(
-      async () => {
-        if (child.exitCode !== null) throw new Error(`rpc-gateway exited ${child.exitCode}: ${stderr}`)
-        return (await fetch(`http://127.0.0.1:${env.RPC_GATEWAY_PORT}/readyz`).catch(() => undefined))?.ok === true
-      },
-      'the rpc-gateway to be ready',
-      30_000,
-      100,
-    )
-  } catch (err) {
-    await stop()
-    throw err
-  }
-  return { child, stop }
-}
-
 export const benchRpcGateway: Bench = async (ctx) => {
   const figures: BenchFigure[] = []
   const seconds = Math.max(1, Math.round(3 * ctx.scale))
@@ -106,21 +80,21 @@ export const benchRpcGateway: Bench = async (ctx) => {
     for (const dialect of ['sqlite', 'postgres'] as Dialect[]) {
       const database = await benchDatabase(dialect, ctx.postgresUrl)
       const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'nodeplane-bench-rpc-'))
-      let gateway: Awaited<ReturnType<typeof startGateway>> | undefined
+      let gateway: BenchDaemon | undefined
       try {
         const { db } = database
         const user = await createUser(db, { email: `bench-rpc-${dialect}@example.test` })
         const { key } = await db.transaction((trx) => createApiKey(trx, { userId: user.id, name: 'bench', scopes: ['nodes:rpc'] }))
         const nodeId = await insertServingNode(db, user.id, 'ethereum-anvil', 'full', 'local-bench-rpc', anvil.port)
         const port = await freePort()
-        gateway = await startGateway({
+        gateway = await startBenchDaemon('rpc-gateway', {
           DATABASE_URL: database.url,
           NATS_URL: ctx.natsUrl,
           NODEPLANE_DATA_DIR: dataDir,
           RPC_GATEWAY_PORT: String(port),
           RPC_GATEWAY_RATE_LIMIT_PER_SECOND: '1000000',
           RPC_GATEWAY_RATE_LIMIT_BURST: '1000000',
-        })
+        }, port)
         const gatewayUrl = `http://127.0.0.1:${port}`
         const endpoint = `${gatewayUrl}/v1/${nodeId}`
         const through = { 'X-API-Key': key }

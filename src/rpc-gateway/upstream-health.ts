@@ -11,6 +11,7 @@
  */
 import type { Db, Queryable } from '../db/knex.js'
 import type { Logger } from '../log.js'
+import { periodicFlush } from './periodic-flush.js'
 
 export const UPSTREAM_HEALTH_WINDOW_MS = 60_000
 /** Fewer calls than this in a window: too few to judge the node by. */
@@ -71,7 +72,6 @@ export function createUpstreamHealthRecorder(options: { db: Db; logger: Logger; 
   const now = options.now ?? Date.now
   // Keyed by node and window: counts of a window that ended before a flush are still written (and dropped there if a newer window is in).
   let pending = new Map<string, Pending>()
-  let flushing: Promise<void> | undefined
 
   function record(nodeId: string, answered: boolean): void {
     const at = windowStart(now())
@@ -108,22 +108,5 @@ export function createUpstreamHealthRecorder(options: { db: Db; logger: Logger; 
     }
   }
 
-  function flush(): Promise<void> {
-    const run = (flushing ?? Promise.resolve()).then(flushOnce)
-    flushing = run.finally(() => {
-      if (flushing === run) flushing = undefined
-    })
-    return run
-  }
-
-  const timer = setInterval(() => void flush(), options.flushMs)
-  timer.unref()
-  return {
-    record,
-    flush,
-    async close() {
-      clearInterval(timer)
-      await flush()
-    },
-  }
+  return { record, ...periodicFlush(flushOnce, options.flushMs) }
 }

@@ -8,6 +8,7 @@
  */
 import type { Db, Queryable } from '../db/knex.js'
 import type { Logger } from '../log.js'
+import { periodicFlush } from './periodic-flush.js'
 
 export const USAGE_BUCKET_MS = 3_600_000
 export const USAGE_RETENTION_MS = 8 * 86_400_000
@@ -69,7 +70,6 @@ export function createUsageRecorder(options: { db: Db; logger: Logger; flushMs: 
   let pending = new Map<string, PendingRow>()
   // node|key|hour -> distinct methods seen in this process (for the `other` cap).
   const methodsSeen = new Map<string, Set<string>>()
-  let flushing: Promise<void> | undefined
   let droppedLogged = false
 
   function methodName(call: UsageCall, bucketStartMs: number): string {
@@ -156,29 +156,9 @@ export function createUsageRecorder(options: { db: Db; logger: Logger; flushMs: 
     }
   }
 
-  function flush(): Promise<void> {
-    // One flush at a time: a second caller waits for the running one, then writes what is left.
-    const run = (flushing ?? Promise.resolve()).then(flushOnce)
-    flushing = run.finally(() => {
-      if (flushing === run) flushing = undefined
-    })
-    return run
-  }
-
-  const timer = setInterval(() => void flush(), options.flushMs)
-  timer.unref()
-
-  return {
-    record,
-    flush,
-    async close() {
-      clearInterval(timer)
-      await flush()
-    },
-  }
+  return { record, ...periodicFlush(flushOnce, options.flushMs) }
 }
 
-/** Housekeeping: buckets that started before `before` (epoch ms). */
 export async function pruneUsage(db: Queryable, before: number): Promise<number> {
   return Number(await db('rpc_usage').where('bucket_start_ms', '<', before).del())
 }
