@@ -54,7 +54,7 @@ describe.each(DIALECTS)('nodeplane secrets on %s', (dialect) => {
     expect(status.exitCode).toBe(0)
     expect(JSON.parse(status.stdout)).toMatchObject({ master_key_ok: true, master_key_id: masterKey.id, active_server_key_id: result.server_key.key_id, ready: true, problem: null })
 
-    const rotated = await nodeplane(['secrets', 'rotate-server-key', '--json'], { env })
+    const rotated = await nodeplane(['secrets', 'rotate-server-key', '--yes', '--json'], { env })
     expect(rotated.exitCode).toBe(0)
     expect(JSON.parse(rotated.stdout)).toMatchObject({ retired: [result.server_key.key_id] })
 
