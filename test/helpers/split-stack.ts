@@ -349,7 +349,7 @@ export async function startSplitStack(options: SplitStackOptions = {}): Promise<
         // Not shorter: ten daemons and the agents share two cores, and a heartbeat can be seconds late.
         HEARTBEAT_TIMEOUT: '5s',
         // Room for a fence (AGENT_FENCE_TIMEOUT below) longer than scenario 1g's gateway outage.
-        MIGRATION_GRACE: '10s',
+        MIGRATION_GRACE: '13s',
         SUBSCRIPTION_CLEANUP_INTERVAL: '1s',
         UPTIME_ROLLUP_INTERVAL: '5s',
       },
@@ -359,11 +359,12 @@ export async function startSplitStack(options: SplitStackOptions = {}): Promise<
     // the poll only finds rows a killed daemon left, and ten daemons polling every 100 ms kept
     // Postgres and the cores busy for nothing.
     // Fencing (orchestrators and health-evaluators check it): a cut-off agent stops its chain
-    // before its node can be migrated, HEARTBEAT_TIMEOUT + MIGRATION_GRACE (15 s) after its last
-    // heartbeat; longer than split-stack-faults 1g's outage of every gateway (8 s, plus their
-    // restart and the agents' reconnection), which must not fence: its agents come back to a
-    // running chain. A slow acknowledgement on a loaded machine fences nothing either.
-    const common: Record<string, string> = { ...base, SHUTDOWN_TIMEOUT: '5s', AGENT_FENCE_TIMEOUT: '13s', ...options.env }
+    // before its node can be migrated, HEARTBEAT_TIMEOUT + MIGRATION_GRACE (18 s) after its last
+    // heartbeat. The stop begins a quarter of the timeout early (12.75 s): longer than
+    // split-stack-faults 1g's outage of every gateway (8 s, plus their restart and the agents'
+    // reconnection), which must not fence: its agents come back to a running chain. A slow
+    // acknowledgement on a loaded machine fences nothing either.
+    const common: Record<string, string> = { ...base, SHUTDOWN_TIMEOUT: '5s', AGENT_FENCE_TIMEOUT: '17s', ...options.env }
     const add = (kind: DaemonKind, index: number | undefined, own: Record<string, string>) => {
       const name = index === undefined ? kind : `${kind}-${index + 1}`
       instances.set(name, {
