@@ -2,8 +2,9 @@ import { BaseCommand } from '../../src/cli/base-command.js'
 import { yesFlag } from '../../src/cli/api-flags.js'
 import { confirmDestructive } from '../../src/cli/prompt.js'
 import { withControlPlaneDatabase } from '../../src/cli/control-plane-db.js'
-import { loadConfig } from '../../src/config/env.js'
-import { openMasterKey } from '../../src/secrets/master-key.js'
+import { createLogger } from '../../src/log.js'
+import { loadSettingsWithSecrets } from '../../src/secrets/load-settings.js'
+import { openMasterKey, type MasterKey } from '../../src/secrets/master-key.js'
 import { rotateServerKeyPair, type ServerPublicKey } from '../../src/secrets/server-key.js'
 import { secretsCommandEnv } from '../../src/secrets/setup.js'
 
@@ -15,8 +16,16 @@ export default class SecretsRotateServerKey extends BaseCommand<typeof SecretsRo
   static override flags = { yes: yesFlag }
 
   async run(): Promise<ServerPublicKey & { retired: string[] }> {
-    const config = loadConfig(secretsCommandEnv, this.env())
-    const masterKey = await openMasterKey(config)
+    // With Vault, the new pair is wrapped by the transit key (Vault's messages on stderr, never in --json).
+    const { config, secrets } = await loadSettingsWithSecrets(secretsCommandEnv, this.env(), () => createLogger({ level: 'warn', destination: process.stderr }))
+    try {
+      return await this.rotate(await openMasterKey(config, secrets))
+    } finally {
+      secrets.close()
+    }
+  }
+
+  private async rotate(masterKey: MasterKey): Promise<ServerPublicKey & { retired: string[] }> {
     await confirmDestructive(this.flags.yes, () => ({ action: 'make a new server X25519 key pair the active one', consequence: 'Clients seal secret inputs to the new key from now on; the old pairs still open earlier inputs' }))
     const { publicKey, retired } = await withControlPlaneDatabase(this.env(), (db) => rotateServerKeyPair(db, masterKey))
     if (!this.jsonEnabled()) {

@@ -73,6 +73,18 @@ describe('nodeplane daemon api-server with SECRETS_PROVIDER=vault', () => {
     for (const secret of [vault.roleId, vault.secretId, database.url, ...vault.issuedTokens()]) expect(String(result.all)).not.toContain(secret)
   })
 
+  it('secrets rotate-server-key wraps the new pair with transit, and secrets status --check finds it ready', async () => {
+    const rotated = await nodeplane(['secrets', 'rotate-server-key', '--yes', '--json'], { env })
+    expect(rotated.exitCode, rotated.stderr).toBe(0)
+    const keyId = (JSON.parse(rotated.stdout) as { key_id: string }).key_id
+    const row = (await database.db('server_key_pairs').where({ id: keyId }).first()) as { master_key_id: string; wrapped_secret_key: string }
+    expect(row.master_key_id).toBe('vault-transit:transit/nodeplane-master')
+    expect(row.wrapped_secret_key).toMatch(/^vault:v1:/)
+    const status = await nodeplane(['secrets', 'status', '--check', '--json'], { env })
+    expect(status.exitCode, status.stderr).toBe(0)
+    expect(JSON.parse(status.stdout)).toMatchObject({ provider: 'vault', ready: true, active_server_key_id: keyId })
+  })
+
   it('Vault unreachable at start: exit 78 with one line naming Vault; a secret given both ways: exit 78 naming the variables', async () => {
     const closedPort = await freePort()
     const unreachable = await nodeplane(['daemon', 'api-server'], { env: { ...env, VAULT_ADDR: `http://127.0.0.1:${closedPort}` } })
