@@ -66,7 +66,17 @@ describe.each(DIALECTS)('operator node commands on %s', (dialect) => {
     expect(refused.stderr).toContain(`nodeplane node migrate --node ${node.id}`)
     expect(await db('workflow_runs').where({ workflow_key: node.id })).toEqual([])
 
-    const ended = await run(['node', 'terminate', '--node', node.id, '--reason', 'abuse report 1234', '--end-subscription', '--yes', '--json'])
+    // Issue 20: without a terminal and without --yes a termination that would happen is refused
+    // (exit 2, naming the node), nothing is started and the subscription stays; the id may be given
+    // as the first argument, by a unique prefix (the database's prefix lookup).
+    const unconfirmed = await run(['node', 'terminate', node.id.slice(0, 23), '--end-subscription'])
+    expect(unconfirmed.exitCode).toBe(2)
+    expect(unconfirmed.stderr).toContain(`Error: refusing to terminate node ${node.id} (devnet full, healthy; subscription ${node.subscription_id} active) without --yes`)
+    expect(unconfirmed.stderr).toContain('add --yes (-y) to confirm')
+    expect(await db('workflow_runs').where({ workflow_key: node.id })).toEqual([])
+    expect((await db('subscriptions').where({ id: node.subscription_id }).first('status')).status).toBe('active')
+
+    const ended = await run(['node', 'terminate', node.id.slice(0, 23), '--reason', 'abuse report 1234', '--end-subscription', '--yes', '--json'])
     expect(ended.exitCode, ended.stderr).toBe(0)
     expect(json<Record<string, unknown>>(ended)).toMatchObject({
       node_id: node.id,
