@@ -87,6 +87,7 @@ export async function lifecycleDeps(settings: LifecycleSettings, deps: { db: Db;
     placementRetryIntervalMs: settings.HOSTS_PLACEMENT_RETRY_INTERVAL ?? 15_000,
     agentSupervisor: settings.HOSTS_AGENT_SUPERVISOR ?? 'auto',
     ...(settings.HOSTS_AGENT_BUNDLE ? { agentBundle: settings.HOSTS_AGENT_BUNDLE } : {}),
+    ...(settings.HOSTS_RPC_PORTS ? { rpcPorts: settings.HOSTS_RPC_PORTS } : {}),
     agentEnv,
     ...(deps.now ? { now: deps.now } : {}),
   })

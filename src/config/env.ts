@@ -462,6 +462,20 @@ export const hostsEnv = {
   HOSTS_AGENT_SUPERVISOR: z.enum(['auto', 'systemd', 'detached']).default('auto'),
   /** The node-agent bundle uploaded to hosts; default the package's dist/agent/node-agent.mjs (npm run build). */
   HOSTS_AGENT_BUNDLE: z.string().min(1).optional(),
+  /** The ports nodes' chains take on a fleet host, `first-last`; each node on a host gets its own. */
+  HOSTS_RPC_PORTS: z
+    .string()
+    .default('10000-19999')
+    .transform((text, ctx) => {
+      const match = /^(\d{1,5})-(\d{1,5})$/.exec(text.trim())
+      const first = Number(match?.[1])
+      const last = Number(match?.[2])
+      if (!match || first < 1024 || last > 65_535 || first > last) {
+        ctx.addIssue({ code: z.ZodIssueCode.custom, message: `"${text}" is not a port range such as 10000-19999 (from 1024 up)` })
+        return z.NEVER
+      }
+      return { first, last }
+    }),
 }
 
 export const healthEvaluatorEnv = z.object({

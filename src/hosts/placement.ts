@@ -10,7 +10,7 @@
  *    the node already has another placement (a migration's new host is never its old one).
  * 4. Spread, then pack: fewest nodes of the same user and chain first; among equals the fullest
  *    host (so a fleet fills as few hosts as it can); then by name.
- * 5. The reservation row is written with the lowest free RPC port of the host's range.
+ * 5. The reservation row is written with the lowest free RPC port of the hosts' range.
  *
  * The row is the placement and the reservation at once, so a process killed before commit left
  * neither, and one killed after commit left both (the retry finds it by host key). Placements in
@@ -22,8 +22,13 @@ import type { Db, Queryable } from '../db/knex.js'
 import type { InstanceTypeNeeds } from './instance-types.js'
 import { hostFromRow, type Host, type HostRow } from './store.js'
 
-/** RPC ports of nodes on a fleet host: below Linux's ephemeral range (32768 up), as local chains. */
+/** RPC ports of nodes on a fleet host by default: below Linux's ephemeral range (32768 up), as local chains. */
 export const HOST_RPC_PORTS = { first: 10_000, last: 19_999 } as const
+
+export interface PortRange {
+  first: number
+  last: number
+}
 
 export interface PlacementRequest {
   /** Names the placement: the provider's host key. */
@@ -32,6 +37,8 @@ export interface PlacementRequest {
   region: string
   instanceType: string
   needs: InstanceTypeNeeds
+  /** The ports nodes' chains may take on a host (HOSTS_RPC_PORTS); default HOST_RPC_PORTS. */
+  rpcPorts?: PortRange
 }
 
 export interface Reservation {
@@ -156,9 +163,10 @@ export async function placeNode(db: Db, request: PlacementRequest, now: Date = n
     if (!host) return undefined
 
     const taken = new Set(((await trx('host_reservations').where({ host_id: host.id }).select('rpc_port')) as Array<{ rpc_port: number | string }>).map((r) => Number(r.rpc_port)))
-    let rpcPort: number = HOST_RPC_PORTS.first
+    const ports = request.rpcPorts ?? HOST_RPC_PORTS
+    let rpcPort = ports.first
     while (taken.has(rpcPort)) rpcPort += 1
-    if (rpcPort > HOST_RPC_PORTS.last) throw new Error(`host ${host.name} has no free RPC port in ${HOST_RPC_PORTS.first}-${HOST_RPC_PORTS.last}`)
+    if (rpcPort > ports.last) throw new Error(`host ${host.name} has no free RPC port in ${ports.first}-${ports.last}`)
 
     const reservation: Reservation = {
       host_key: request.hostKey,

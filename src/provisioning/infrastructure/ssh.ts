@@ -26,7 +26,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import type { Db } from '../../db/knex.js'
 import type { InstanceTypeNeeds } from '../../hosts/instance-types.js'
-import { placeNode, releaseReservation, type Placement } from '../../hosts/placement.js'
+import { placeNode, releaseReservation, type Placement, type PortRange } from '../../hosts/placement.js'
 import { writeRemoteFile } from '../../hosts/remote-files.js'
 import type { SshKeyStore } from '../../hosts/ssh-keys.js'
 import type { SshPool, SshTarget } from '../../hosts/ssh-pool.js'
@@ -53,6 +53,8 @@ export interface SshProviderOptions {
   agentBundle?: string
   /** Extra environment for agents (LOG_LEVEL, release keys, test intervals). */
   agentEnv?: Record<string, string>
+  /** The ports nodes' chains take on a host (HOSTS_RPC_PORTS); default 10000-19999. */
+  rpcPorts?: PortRange
   /** `auto`: systemd when the host has it and we log in as root. */
   agentSupervisor?: AgentSupervisorMode
   stopGraceMs?: number
@@ -139,7 +141,11 @@ export class SshInfrastructureProvider implements InfrastructureProvider {
     const now = this.options.now ?? (() => new Date())
     const deadline = now().getTime() + this.options.placementWaitMs
     for (let waited = false; ; waited = true) {
-      const placement = await placeNode(this.options.db, { hostKey, nodeId: spec.nodeId, region: spec.region, instanceType: spec.instanceType, needs }, now())
+      const placement = await placeNode(
+        this.options.db,
+        { hostKey, nodeId: spec.nodeId, region: spec.region, instanceType: spec.instanceType, needs, ...(this.options.rpcPorts ? { rpcPorts: this.options.rpcPorts } : {}) },
+        now(),
+      )
       if (placement) return placement
       if (now().getTime() >= deadline) {
         this.options.logger.error({ node_id: spec.nodeId, region: spec.region, instance_type: spec.instanceType }, 'no host with capacity for the node')

@@ -6,7 +6,8 @@
  * provision and terminate workflows with the `ssh` provider; node agents from the one-file
  * bundle running real anvil chains in the namespaces and becoming healthy.
  *
- * One fleet for the file (each dialect adds it to its own database, in turn): host A takes two
+ * One fleet for the file (each dialect adds it to its own database, both at once, each with its
+ * own RPC ports; node directories are named by node ids): host A takes two
  * nodes, host B one. A user's two nodes are spread over both; a third node fills A; a fourth finds
  * no room and fails with "no host with capacity in region test-1" (a provision_failed incident and
  * a notification), with nothing made for it anywhere; terminating a node removes its directory and
@@ -18,7 +19,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { Writable } from 'node:stream'
 import { pathToFileURL } from 'node:url'
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { afterAll, beforeAll, expect, it } from 'vitest'
 import type { AgentGateway } from '../../../src/agent-gateway/gateway.js'
 import { staticChainSource } from '../../../src/config/chain-source.js'
 import { defaultConfigDir, getProfile, loadChainCatalogue, resolvePlacement, type ChainCatalogue } from '../../../src/config/chains.js'
@@ -41,7 +42,7 @@ import { LocalFileMasterKey } from '../../../src/secrets/master-key.js'
 import { ensureServerKeyPair } from '../../../src/secrets/server-key.js'
 import type { WorkflowWorker } from '../../../src/workflows/index.js'
 import { tempDir } from '../../helpers/cli.js'
-import { createTestDatabase, DIALECTS, type TestDatabase } from '../../helpers/db.js'
+import { createTestDatabase, describeEachDialectConcurrently, type TestDatabase } from '../../helpers/db.js'
 import { insertSubscriptionOf, insertUser } from '../../helpers/fixtures.js'
 import { startNetnsHost, type NetnsHost } from '../../helpers/netns.js'
 import { waitFor } from '../../helpers/ports.js'
@@ -70,7 +71,7 @@ afterAll(async () => {
   for (const host of hosts) await host.stop()
 })
 
-describe.each(DIALECTS)('the ssh provider on a fleet of namespace hosts, on %s', (dialect) => {
+describeEachDialectConcurrently('the ssh provider on a fleet of namespace hosts, on %s', (dialect) => {
   let t: TestDatabase
   let db: Db
   let pool: SshPool
@@ -121,6 +122,8 @@ describe.each(DIALECTS)('the ssh provider on a fleet of namespace hosts, on %s',
       placementWaitMs: 1_000,
       placementRetryIntervalMs: 200,
       agentBundle: files.bundle,
+      // Both dialects' fleets are the same two machines: each its own ports there.
+      rpcPorts: dialect === 'sqlite' ? { first: 20_000, last: 20_099 } : { first: 20_100, last: 20_199 },
       agentEnv: { LOG_LEVEL: 'info', NODE_AGENT_HEARTBEAT_INTERVAL: '200ms' },
       stopGraceMs: 10_000,
     })
@@ -214,7 +217,7 @@ describe.each(DIALECTS)('the ssh provider on a fleet of namespace hosts, on %s',
       expect(JSON.stringify(await db('host_reservations').select('*'))).not.toContain(token)
     }
     // One bundle per host, whatever the number of nodes.
-    for (const { netns } of fleet.values()) expect(fs.readdirSync(path.join(netns.rootDir, 'agent'))).toHaveLength(1)
+    for (const { netns } of fleet.values()) expect(fs.readdirSync(path.join(netns.rootDir, 'agent')).filter((f) => !f.startsWith('.'))).toHaveLength(1)
   }, 240_000)
 
   it('fills the fleet: a third node packs onto the host with room; a fourth fails with "no host with capacity", with nothing made for it', async () => {
@@ -228,14 +231,13 @@ describe.each(DIALECTS)('the ssh provider on a fleet of namespace hosts, on %s',
     const ports = (await db('host_reservations').where({ host_id: whereIs(placedThird).record.id }).pluck('rpc_port')).map(Number)
     expect(new Set(ports).size).toBe(2)
 
-    const dirsBefore = [...fleet.values()].map(({ netns }) => nodeDirs(netns))
     const fourth = await newAnvilNode()
     const failed = await untilRunFinished(db, (await requestProvision(db, fourth.id)).run.id, 60_000)
     expect(failed.status).toBe('failed')
     const node = await findNode(db, fourth.id)
     expect(node).toMatchObject({ state: 'failed', host_id: null })
     expect(await db('host_reservations').where({ node_id: fourth.id })).toEqual([])
-    expect([...fleet.values()].map(({ netns }) => nodeDirs(netns))).toEqual(dirsBefore)
+    for (const { netns } of fleet.values()) expect(nodeDirs(netns).filter((d) => d.startsWith(fourth.id))).toEqual([])
 
     // The failure's health event raises an operator incident and tells the user.
     const events = ((await db('outbox').where({ subject: healthEventSubject(fourth.id) }).select('payload')) as Array<{ payload: unknown }>).map((r) =>
