@@ -85,6 +85,20 @@ describe('nodeplane daemon api-server with SECRETS_PROVIDER=vault', () => {
     expect(JSON.parse(status.stdout)).toMatchObject({ provider: 'vault', ready: true, active_server_key_id: keyId })
   })
 
+  it('systemd generate --vault --secret: AppRole ids and the named secrets as credentials; a setting that is no secret is refused', async () => {
+    const out = path.join(tempDir('nodeplane-units-'), 'units')
+    const generated = await nodeplane(['systemd', 'generate', '--out', out, '--bin', '/opt/nodeplane/bin/run.js', '--vault', '--secret', 'CARD_PROVIDER_SECRET_KEY', '--json'])
+    expect(generated.exitCode, generated.stderr).toBe(0)
+    const payment = fs.readFileSync(path.join(out, 'nodeplane-payment-service.service'), 'utf8')
+    expect(payment).toContain('LoadCredential=vault-secret-id:/etc/nodeplane/secrets/vault-secret-id')
+    expect(payment).toContain('Environment=CARD_PROVIDER_SECRET_KEY_FILE=%d/card-provider-secret-key')
+    expect(fs.readFileSync(path.join(out, 'nodeplane-api-server.service'), 'utf8')).not.toContain('card-provider-secret-key')
+    const refused = await nodeplane(['systemd', 'generate', '--out', `${out}-2`, '--secret', 'HTTP_HOST'])
+    expect(refused.exitCode).not.toBe(0)
+    expect(refused.stderr.split('\n').filter((l) => l.startsWith('Error:'))).toEqual([expect.stringContaining('--secret HTTP_HOST: not a secret setting')])
+    expect(fs.existsSync(`${out}-2`)).toBe(false)
+  })
+
   it('Vault unreachable at start: exit 78 with one line naming Vault; a secret given both ways: exit 78 naming the variables', async () => {
     const closedPort = await freePort()
     const unreachable = await nodeplane(['daemon', 'api-server'], { env: { ...env, VAULT_ADDR: `http://127.0.0.1:${closedPort}` } })

@@ -81,3 +81,15 @@ describe('secret settings given as <NAME>_FILE', () => {
     expect(problemsOf(() => loadConfig(apiServerEnv, { NATS_NKEY_SEED_FILE: '/a', NATS_NKEY_SEED: 'SUAAA' }))).toContain('NATS_NKEY_SEED and NATS_NKEY_SEED_FILE: set one of them, not both')
   })
 })
+
+describe('NATS_NKEY_SEED (a seed from Vault or another source, instead of NATS_NKEY_SEED_FILE)', () => {
+  it('is used as the nkey; a value that is not a user seed is refused without echoing it', async () => {
+    const { natsConnectionSettings } = await import('../../../src/events/nats-connection.js')
+    const { nkeys } = await import('nats')
+    const seed = new TextDecoder().decode(nkeys.createUser().getSeed())
+    expect(natsConnectionSettings({ NATS_NKEY_SEED: seed }, 'control-plane').authenticator).toBeTypeOf('function')
+    const message = problemsOf(() => natsConnectionSettings({ NATS_NKEY_SEED: 'SXnot-a-seed-secret' }, 'control-plane'))
+    expect(message).toContain('NATS_NKEY_SEED: not an nkey user seed')
+    expect(message).not.toContain('not-a-seed-secret')
+  })
+})
