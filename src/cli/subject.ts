@@ -10,7 +10,9 @@ import { ValidationError } from '../errors.js'
 
 /** The first argument: the subject's id (or a unique prefix of it, where the kind is listed). */
 export function subjectArg(what: string) {
-  return Args.string({ name: 'id', description: `${what} (a unique prefix of the id will do)` })
+  // ignoreStdin: oclif otherwise reads a missing first argument from piped stdin, which would take
+  // a secret piped to `subscription set-input --secret-stdin` (or a key to login) for the id.
+  return Args.string({ name: 'id', description: `${what} (a unique prefix of the id will do)`, ignoreStdin: true })
 }
 
 /** `--id`, the same as the first argument; `aliases` are the deprecated names scripts still use. */
