@@ -48,6 +48,10 @@ export interface EnsuredSecrets {
 
 /** For `nodeplane up`: opens the master key and the active server key pair, creating what is missing. */
 export async function ensureSecrets(db: Queryable, settings: SecretsSettings, logger?: Logger, now: Date = new Date()): Promise<EnsuredSecrets> {
+  // `up` is the laptop stack: silently making a key file beside a configured Vault would split the keys.
+  if (settings.SECRETS_PROVIDER !== 'local') {
+    throw new ConfigError(['SECRETS_PROVIDER: `nodeplane up` keeps the master key in the local key file; SECRETS_PROVIDER=vault is for the daemons run on their own (docs/secrets.md)'])
+  }
   const file = masterKeyFile(settings)
   const { masterKey, created } = await ensureLocalMasterKey(file)
   if (created) logger?.info({ file, masterKeyId: masterKey.id }, 'created the master key file')

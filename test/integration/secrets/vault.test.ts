@@ -21,7 +21,7 @@ import { loadSettingsWithSecrets, type SecretsRuntime } from '../../../src/secre
 import { LocalFileMasterKey, openMasterKey, type MasterKey } from '../../../src/secrets/master-key.js'
 import { decryptNodeKey, generateNodeKey } from '../../../src/secrets/node-keys.js'
 import { ensureServerKeyPair } from '../../../src/secrets/server-key.js'
-import { initSecrets, secretsStatus } from '../../../src/secrets/setup.js'
+import { ensureSecrets, initSecrets, secretsStatus } from '../../../src/secrets/setup.js'
 import { createTestDatabase, DIALECTS, type Dialect } from '../../helpers/db.js'
 import { startFakeVault, type FakeVault } from '../../helpers/fake-vault.js'
 import { insertTestNode } from '../../helpers/fixtures.js'
@@ -130,6 +130,7 @@ describe.each(DIALECTS)('Vault as the secrets manager, on %s', (dialect: Dialect
     expect(await secretsStatus(t.db, settings, loaded.masterKey)).toMatchObject({ provider: 'vault', master_key_id: 'vault-transit:transit/nodeplane-master', ready: true })
     expect(await secretsStatus(t.db, settings, new Error('VAULT_ADDR: Vault at x is unreachable'))).toMatchObject({ ready: false, problem: 'VAULT_ADDR: Vault at x is unreachable' })
     await expect(initSecrets(t.db, settings)).rejects.toThrow(/no key file to create/)
+    await expect(ensureSecrets(t.db, settings)).rejects.toThrow(/`nodeplane up` keeps the master key in the local key file/)
     expect(fs.readdirSync(settings.NODEPLANE_DATA_DIR)).toEqual([])
   })
 
