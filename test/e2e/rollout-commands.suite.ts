@@ -324,7 +324,7 @@ export function rolloutCommandsSuite(dialect: Dialect): void {
       expect(json<RolloutDetailView>(stillWaiting).awaiting).toBe('approve_canary')
 
       // --watch on the signal: it does not stop on the awaiting state the approval ends.
-      const approved = await run(['rollout', 'approve-canary', '--id', rollout.id, '--watch', '--interval', '250ms'])
+      const approved = await run(['rollout', 'approve-canary', '--id', rollout.id, '--yes', '--watch', '--interval', '250ms'])
       expect(approved.exitCode, approved.stdout + approved.stderr).toBe(0)
       expect(approved.stdout.trim().split('\n').at(-1)).toBe(`Rollout ${rollout.id} completed: 1/1 nodes upgraded to 1.1.0.`)
       const watched = await run(['rollout', 'status', '--id', rollout.id, '--watch', '--json'])
@@ -404,9 +404,13 @@ export function rolloutCommandsSuite(dialect: Dialect): void {
         expect(unknownNode.exitCode).toBe(4)
         expect(unknownNode.stderr).toMatch(/^Error: node \S+ is not part of rollout /)
 
-        // A destructive signal without --yes and without a terminal: nothing is asked (no hang), it is sent.
+        // A destructive signal without --yes and without a terminal: refused (exit 2), nothing sent.
+        const unconfirmed = await run(['rollout', 'force', '--id', rollout.id])
+        expect(unconfirmed.exitCode).toBe(2)
+        expect(unconfirmed.stderr).toContain('--yes')
+        expect(json<RolloutDetailView>(await run(['rollout', 'status', '--id', rollout.id, '--json']))).toMatchObject({ status: 'paused', pause_reason: 'failure_threshold' })
         // The retried node is upgraded again and fails again; forced, the threshold no longer pauses: failed, exit 1.
-        const forced = await run(['rollout', 'force', '--id', rollout.id, '--watch', '--interval', '250ms'])
+        const forced = await run(['rollout', 'force', '--id', rollout.id, '--yes', '--watch', '--interval', '250ms'])
         expect(forced.exitCode, forced.stdout + forced.stderr).toBe(1)
         expect(forced.stderr).toBe('')
         const lines = forced.stdout.trim().split('\n')
@@ -506,7 +510,7 @@ export function rolloutCommandsSuite(dialect: Dialect): void {
       expect(resume.stdout.trim()).toBe(`Rollout group ${group.id} resumes. Follow it with \`nodeplane rollout-group status --id ${group.id}\`.`)
       await untilGroup(group.id, 'running')
 
-      const skip = await run(['rollout-group', 'skip', '--id', group.id])
+      const skip = await run(['rollout-group', 'skip', '--id', group.id, '--yes'])
       expect(skip.exitCode, skip.stderr).toBe(0)
       expect(skip.stdout.trim()).toBe(`Rollout group ${group.id} skips its current component and goes on with the next. Follow it with \`nodeplane rollout-group status --id ${group.id}\`.`)
       await untilGroup(group.id, 'completed')
