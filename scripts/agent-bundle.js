@@ -12,6 +12,18 @@ import { build } from 'esbuild'
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
 const SHIM = 'nodeplane-embedded-proto-loader'
 
+/**
+ * CommonJS dependencies inside an ES module bundle still call require() for Node's built-ins and
+ * the externals, and some read __dirname: what a CommonJS module has, at the top of a bundle.
+ */
+export const COMMONJS_GLOBALS = [
+  "import { createRequire as __bundleCreateRequire } from 'node:module'",
+  "import { fileURLToPath as __bundleFileURLToPath } from 'node:url'",
+  'const require = __bundleCreateRequire(import.meta.url)',
+  'const __filename = __bundleFileURLToPath(import.meta.url)',
+  "const __dirname = __bundleFileURLToPath(new URL('.', import.meta.url))",
+].join('\n')
+
 /** @grpc/proto-loader with the package's proto files answered from their embedded text. */
 function embeddedProtos() {
   const protos = Object.fromEntries(fs.readdirSync(path.join(root, 'proto')).filter((f) => f.endsWith('.proto')).map((f) => [f, fs.readFileSync(path.join(root, 'proto', f), 'utf8')]))
@@ -59,14 +71,7 @@ export async function bundleNodeAgent({ entry = path.join(root, 'dist', 'daemons
     external: ['bufferutil', 'utf-8-validate', 'pino-pretty'],
     plugins: [embeddedProtos()],
     banner: {
-      js: [
-        '// nodeplane node agent (one file; docs/infrastructure.md)',
-        "import { createRequire as __bundleCreateRequire } from 'node:module'",
-        "import { fileURLToPath as __bundleFileURLToPath } from 'node:url'",
-        'const require = __bundleCreateRequire(import.meta.url)',
-        'const __filename = __bundleFileURLToPath(import.meta.url)',
-        "const __dirname = __bundleFileURLToPath(new URL('.', import.meta.url))",
-      ].join('\n'),
+      js: ['// nodeplane node agent (one file; docs/infrastructure.md)', COMMONJS_GLOBALS].join('\n'),
     },
     logLevel: 'warning',
   })

@@ -7,7 +7,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { build } from 'esbuild'
-import { bundleNodeAgent } from './agent-bundle.js'
+import { bundleNodeAgent, COMMONJS_GLOBALS } from './agent-bundle.js'
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
 const dist = path.join(root, 'dist')
@@ -73,15 +73,7 @@ await build({
   // CommonJS dependencies inside an ES module bundle still call require() for Node's built-ins
   // and the externals, and a few read __dirname on paths this project never takes (knex's
   // migration stubs, oclif's fallbacks); give them what a CommonJS module has.
-  banner: {
-    js: [
-      "import { createRequire as __bundleCreateRequire } from 'node:module'",
-      "import { fileURLToPath as __bundleFileURLToPath } from 'node:url'",
-      'const require = __bundleCreateRequire(import.meta.url)',
-      'const __filename = __bundleFileURLToPath(import.meta.url)',
-      "const __dirname = __bundleFileURLToPath(new URL('.', import.meta.url))",
-    ].join('\n'),
-  },
+  banner: { js: COMMONJS_GLOBALS },
   logLevel: 'warning',
 })
 
