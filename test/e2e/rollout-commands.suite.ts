@@ -80,7 +80,7 @@ function stopLocalHosts(dataDir: string): void {
  * SQLITE ONLY: the flag refusals, pause / resume / rollback (rolled back, exit 1) and rollout-group
  * pause / resume / skip. On POSTGRES ONLY (it provisions a second, `archive` node for them): the
  * breaking canary, rollout groups and a failing rollout (start --watch exit 6 at the failure
- * threshold, retry-node, force without --yes -> failed, exit 1). A suite's tests run in order:
+ * threshold, retry-node, force refused without --yes, with it -> failed, exit 1). A suite's tests run in order:
  * each one starts from the versions the one before left the nodes on. Commands that change
  * nothing, checked against the same state, run at once.
  */
@@ -370,7 +370,7 @@ export function rolloutCommandsSuite(dialect: Dialect): void {
 
     itOn(
       'postgres',
-      'a failing upgrade: start --watch exits 6 at the failure threshold, retry-node, force without --yes (no terminal: nothing asked) --watch exits 1 failed',
+      'a failing upgrade: start --watch exits 6 at the failure threshold, retry-node, force refused without --yes (no terminal), --yes --watch exits 1 failed',
       { timeout: 240_000 },
       async () => {
         // The archive node runs 1.1.0 (the canary above). Manual mode, the 1.1.0 artifact under a
