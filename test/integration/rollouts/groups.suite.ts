@@ -43,7 +43,7 @@ function crashingOn(dir: string, version: string, nodeId: string): GroupComponen
 /** The suite on the given databases: one file per database keeps each file short (groups.sqlite.test.ts, groups.postgres.test.ts). */
 export function rolloutGroupsSuite(dialects: readonly Dialect[]): void {
   describe.each(dialects)('rollout groups on a real devnet node, %s', (dialect) => {
-    // Each test has a database and a fleet of its own: they run a few at a time (it.concurrent).
+    // Each test has a database and a fleet of its own, one test after another: three fleets at once starved each other in the full suite (two cores).
     const setUp = fleetTests(dialect)
 
     const DEVNET_110 = () => component('1.1.0', pathToFileURL(DEVNET_1_1_0).href, `sha256:${sha256File(DEVNET_1_1_0)}`)
@@ -98,7 +98,7 @@ export function rolloutGroupsSuite(dialects: readonly Dialect[]): void {
         return statuses.includes(g.status) ? g : undefined
       }, `group ${id} to be ${statuses.join(' or ')}`, 180_000, 200)
 
-    it.concurrent('partial_ok: the first component upgrades and passes its health gate, the second fails, the group is partial', { timeout: 300_000 }, async (context) => {
+    it('partial_ok: the first component upgrades and passes its health gate, the second fails, the group is partial', { timeout: 300_000 }, async (context) => {
       const { expect } = context
       const { db, fleet, group } = await groupWith(context, 'partial_ok')
       await startRolloutGroup(db, group.id, { by: fleet.operatorId })
@@ -117,7 +117,7 @@ export function rolloutGroupsSuite(dialects: readonly Dialect[]): void {
       expect(await binaryVersions(db, fleet.nodes)).toEqual(['1.1.0'])
     })
 
-    it.concurrent('rollback_all: the second component fails and the first one is rolled back too', { timeout: 300_000 }, async (context) => {
+    it('rollback_all: the second component fails and the first one is rolled back too', { timeout: 300_000 }, async (context) => {
       const { expect } = context
       const { db, fleet, group } = await groupWith(context, 'rollback_all')
       await startRolloutGroup(db, group.id, { by: fleet.operatorId })
@@ -129,7 +129,7 @@ export function rolloutGroupsSuite(dialects: readonly Dialect[]): void {
       expect(await binaryVersions(db, fleet.nodes)).toEqual(['1.0.0'])
     })
 
-    it.concurrent('manual: the group pauses for the operator after the failure; a paused group is not started again; cancel ends it', { timeout: 300_000 }, async (context) => {
+    it('manual: the group pauses for the operator after the failure; a paused group is not started again; cancel ends it', { timeout: 300_000 }, async (context) => {
       const { expect } = context
       const { db, fleet, group } = await groupWith(context, 'manual')
       await startRolloutGroup(db, group.id, { by: fleet.operatorId })
@@ -143,7 +143,7 @@ export function rolloutGroupsSuite(dialects: readonly Dialect[]): void {
       expect(await binaryVersions(db, fleet.nodes)).toEqual(['1.1.0'])
     })
 
-    it.concurrent('skip of a running component is no failure: its in-flight node finishes, it is cancelled, and the group goes on with the next one (rollback_all: nothing rolled back)', { timeout: 300_000 }, async (context) => {
+    it('skip of a running component is no failure: its in-flight node finishes, it is cancelled, and the group goes on with the next one (rollback_all: nothing rolled back)', { timeout: 300_000 }, async (context) => {
       const { expect } = context
       const { db, fleet, group } = await groupOf(context, 'rollback_all', (dir) => [DEVNET_110(), devnetAs(dir, '1.1.1')])
       await startRolloutGroup(db, group.id, { by: fleet.operatorId })
@@ -166,7 +166,7 @@ export function rolloutGroupsSuite(dialects: readonly Dialect[]): void {
       expect(started.map((d) => (typeof d === 'string' ? (JSON.parse(d) as { rollout_id: string }) : (d as { rollout_id: string })).rollout_id).sort()).toEqual(rollouts.map((r) => r.id).sort())
     })
 
-    it.concurrent('cancel of a running group ends it cancelled once its component has stopped, with no rollback of the components done (rollback_all)', { timeout: 300_000 }, async (context) => {
+    it('cancel of a running group ends it cancelled once its component has stopped, with no rollback of the components done (rollback_all)', { timeout: 300_000 }, async (context) => {
       const { expect } = context
       const { db, fleet, group } = await groupOf(context, 'rollback_all', (dir) => [DEVNET_110(), devnetAs(dir, '1.1.1')])
       await startRolloutGroup(db, group.id, { by: fleet.operatorId })
@@ -188,7 +188,7 @@ export function rolloutGroupsSuite(dialects: readonly Dialect[]): void {
       await expect(signalRolloutGroup(db, group.id, 'resume', { by: fleet.operatorId })).rejects.toThrow(/it is cancelled/)
     })
 
-    it.concurrent('rollback_all: a component that ends failed below its threshold has its own upgraded nodes rolled back', { timeout: 300_000 }, async (context) => {
+    it('rollback_all: a component that ends failed below its threshold has its own upgraded nodes rolled back', { timeout: 300_000 }, async (context) => {
       const { expect } = context
       // Two nodes in one batch, threshold 0.5: one fails (1 of 2 is not above it), the rollout ends failed.
       const { db, fleet, group } = await groupOf(context, 'rollback_all', (dir, nodes) => [crashingOn(dir, '9.9.9-half', nodes[0] as string)], { size: 2, batchSize: 2 })

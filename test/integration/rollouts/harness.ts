@@ -5,10 +5,9 @@
  * every 200 ms (the provisioning harness's agent environment) so health validation has reports
  * to judge.
  *
- * `fleetTests` gives each test a database and a fleet of its own, runs a few of a file's tests at
- * once, and has devnet-node make a block every 100 ms instead of 500 (its sync of 3 blocks, after
- * the provision and after every upgrade and revert, takes 0.3 s instead of 1.5 s); see
- * docs/development.md.
+ * `fleetTests` gives each test a database and a fleet of its own, at most `lanes` at once (the
+ * rollout suites run their tests one after another: three fleets at once, with devnet blocks of
+ * 100 ms, starved each other in the full suite on two cores); see docs/development.md.
  */
 import crypto from 'node:crypto'
 import fs from 'node:fs'
@@ -147,7 +146,7 @@ export function fleetTests(dialect: Dialect, lanes = FLEET_LANES): (context: Pic
       }
     })
     database = await createTestDatabase(dialect)
-    fleet = await startFleet(database.db, size, { devnetBlockTimeMs: 100, ...options })
+    fleet = await startFleet(database.db, size, options)
     const dir = (): string => {
       const d = tempDir()
       dirs.push(d)
@@ -174,9 +173,9 @@ export async function devnetRollout(db: Db, by: Pick<Fleet, 'operatorId'>, field
       canary_size: null,
       failure_threshold: 0.5,
       // Long enough for several heartbeats (every 200 ms) after the upgrade, and for devnet's sync
-      // (3 blocks, of 100 ms in fleetTests' fleets) to end within it, so the node is healthy
-      // right after the window; 2 s rather than 1.5 s, for the new binary's first reports on a
-      // machine loaded by a few fleets at once (a canary once failed its 1.5 s window so).
+      // (3 blocks of 500 ms) to end within it, so the node is healthy right after the window;
+      // 2 s rather than 1.5 s, for the new binary's first reports on a loaded machine (a canary
+      // once failed its 1.5 s window so).
       health_wait_duration_ms: 2_000,
       created_by: by.operatorId,
       ...fields,

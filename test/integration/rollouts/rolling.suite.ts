@@ -26,10 +26,10 @@ async function stateMoves(db: Db, nodeId: string): Promise<string[]> {
 /** The suite on the given databases: one file per database keeps each file short (rolling.sqlite.test.ts, rolling.postgres.test.ts). */
 export function rollingRolloutsSuite(dialects: readonly Dialect[]): void {
   describe.each(dialects)('rollouts on real devnet nodes, %s', (dialect) => {
-    // Each test has a database and a fleet of its own: they run a few at a time (it.concurrent).
+    // Each test has a database and a fleet of its own, one test after another: three fleets at once starved each other in the full suite (two cores).
     const setUp = fleetTests(dialect)
 
-    it.concurrent('upgrades the fleet batch by batch: binary replaced, checksum verified, version reported back, events and counters', { timeout: 240_000 }, async (context) => {
+    it('upgrades the fleet batch by batch: binary replaced, checksum verified, version reported back, events and counters', { timeout: 240_000 }, async (context) => {
       const { expect } = context
       const { db, fleet } = await setUp(context, 3)
       const rollout = await devnetRollout(db, fleet, { batch_size: 2 })
@@ -73,7 +73,7 @@ export function rollingRolloutsSuite(dialects: readonly Dialect[]): void {
       expect(notes).toEqual(['rollout_started', 'rollout_completed'])
     })
 
-    it.concurrent('a bad checksum fails the node and the agent leaves 1.0.0 running; the threshold pauses the rollout, force takes it on, it ends failed', { timeout: 240_000 }, async (context) => {
+    it('a bad checksum fails the node and the agent leaves 1.0.0 running; the threshold pauses the rollout, force takes it on, it ends failed', { timeout: 240_000 }, async (context) => {
       const { expect } = context
       const { db, fleet } = await setUp(context, 3)
       const rollout = await devnetRollout(db, fleet, { batch_size: 1, failure_threshold: 0.5, target_binary_checksum: `sha256:${'ab'.repeat(32)}` })
@@ -104,7 +104,7 @@ export function rollingRolloutsSuite(dialects: readonly Dialect[]): void {
       expect(notes).toEqual(['rollout_started', 'rollout_paused', 'rollout_failed'])
     })
 
-    it.concurrent('an artifact that crashes after it starts fails health validation and is undone on that node', { timeout: 240_000 }, async (context) => {
+    it('an artifact that crashes after it starts fails health validation and is undone on that node', { timeout: 240_000 }, async (context) => {
       const { expect } = context
       const { db, fleet, dir: newDir } = await setUp(context, 1)
       const dir = newDir()
@@ -124,7 +124,7 @@ export function rollingRolloutsSuite(dialects: readonly Dialect[]): void {
       expect(['syncing', 'healthy']).toContain((await findNode(db, node?.node_id as string))?.state)
       expect((await requireRollout(db, rollout.id)).failed_nodes).toBe(1)
     })
-    it.concurrent('a node on a version no release lists (a rollout installed it) is reverted to that rollout\'s artifact', { timeout: 240_000 }, async (context) => {
+    it('a node on a version no release lists (a rollout installed it) is reverted to that rollout\'s artifact', { timeout: 240_000 }, async (context) => {
       const { expect } = context
       const { db, fleet, dir: newDir } = await setUp(context, 1)
       const dir = newDir()

@@ -21,13 +21,13 @@ import { binaryVersions, crashingArtifact, DEVNET_1_1_0, devnetRollout, sha256Fi
 /** The suite on the given databases: one file per database keeps each file short (signals.sqlite.test.ts, signals.postgres.test.ts). */
 export function rolloutSignalsSuite(dialects: readonly Dialect[]): void {
   describe.each(dialects)('rollout signals on real devnet nodes, %s', (dialect) => {
-    // Each test has a database and a fleet of its own: they run a few at a time (it.concurrent).
+    // Each test has a database and a fleet of its own, one test after another: three fleets at once starved each other in the full suite (two cores).
     const setUp = fleetTests(dialect)
     const firstBatchInFlight = (db: Db, rolloutId: string) =>
       waitFor(async () => ['in_progress', 'validating', 'succeeded'].includes((await listRolloutNodes(db, rolloutId))[0]?.status ?? 'none') || undefined, 'the first batch to start', 60_000, 20)
     const notifications = async (db: Db, userId: string) => (await db('notifications').where({ user_id: userId }).orderBy('created_at').pluck('kind')) as string[]
 
-    it.concurrent('a breaking canary upgrades one node, is observed, and waits for approve_canary before the rest', { timeout: 240_000 }, async (context) => {
+    it('a breaking canary upgrades one node, is observed, and waits for approve_canary before the rest', { timeout: 240_000 }, async (context) => {
       const { expect } = context
       const { db, fleet } = await setUp(context, 3)
       const rollout = await devnetRollout(db, fleet, { strategy: 'canary', canary_size: 1, batch_size: 2, migration_type: 'breaking', health_wait_duration_ms: 2_000 })
@@ -53,7 +53,7 @@ export function rolloutSignalsSuite(dialects: readonly Dialect[]): void {
       await expect(signalRollout(db, rollout.id, 'approve_canary', { by: fleet.operatorId })).rejects.toThrow(/it is completed/)
     })
 
-    it.concurrent('a breaking canary that fails pauses; resume is not an approval: the rest waits for approve_canary', { timeout: 240_000 }, async (context) => {
+    it('a breaking canary that fails pauses; resume is not an approval: the rest waits for approve_canary', { timeout: 240_000 }, async (context) => {
       const { expect } = context
       const { db, fleet } = await setUp(context, 2)
       const dir = tempDir()
@@ -86,7 +86,7 @@ export function rolloutSignalsSuite(dialects: readonly Dialect[]): void {
       }
     })
 
-    it.concurrent('pause takes effect after the current batch; resume goes on; cancel lets the batch in flight finish and starts no other', { timeout: 240_000 }, async (context) => {
+    it('pause takes effect after the current batch; resume goes on; cancel lets the batch in flight finish and starts no other', { timeout: 240_000 }, async (context) => {
       const { expect } = context
       const { db, fleet } = await setUp(context, 3)
       const rollout = await devnetRollout(db, fleet, { batch_size: 1 })
@@ -110,7 +110,7 @@ export function rolloutSignalsSuite(dialects: readonly Dialect[]): void {
       expect(await notifications(db, fleet.operatorId)).toEqual(['rollout_started', 'rollout_paused'])
     })
 
-    it.concurrent('rollback puts every upgraded node back on its previous version and ends rolled_back', { timeout: 240_000 }, async (context) => {
+    it('rollback puts every upgraded node back on its previous version and ends rolled_back', { timeout: 240_000 }, async (context) => {
       const { expect } = context
       const { db, fleet } = await setUp(context, 2)
       const rollout = await devnetRollout(db, fleet, { batch_size: 1 })
@@ -132,7 +132,7 @@ export function rolloutSignalsSuite(dialects: readonly Dialect[]): void {
       await expect(signalRollout(db, rollout.id, 'rollback', { by: fleet.operatorId })).rejects.toThrow(/it is rolled_back/)
     })
 
-    it.concurrent('a rollback whose previous version fails its health validation ends failed_rollback: node degraded, critical incident', { timeout: 240_000 }, async (context) => {
+    it('a rollback whose previous version fails its health validation ends failed_rollback: node degraded, critical incident', { timeout: 240_000 }, async (context) => {
       const { expect } = context
       const { db, fleet } = await setUp(context, 2)
       const dir = tempDir()
@@ -161,7 +161,7 @@ export function rolloutSignalsSuite(dialects: readonly Dialect[]): void {
       }
     })
 
-    it.concurrent('a scheduled rollout cancelled before its time ends at once and never runs; another scheduled waits for its time, then runs', { timeout: 240_000 }, async (context) => {
+    it('a scheduled rollout cancelled before its time ends at once and never runs; another scheduled waits for its time, then runs', { timeout: 240_000 }, async (context) => {
       const { expect } = context
       const { db, fleet } = await setUp(context, 1)
       // Cancelled while scheduled (an extension of the spec's table): the chain's slot is free at
@@ -189,7 +189,7 @@ export function rolloutSignalsSuite(dialects: readonly Dialect[]): void {
       expect(await binaryVersions(db, fleet.nodes)).toEqual(['1.1.0'])
     })
 
-    it.concurrent('retry-node: a node whose artifact could not be fetched is retried once it can, and succeeds on its second attempt', { timeout: 240_000 }, async (context) => {
+    it('retry-node: a node whose artifact could not be fetched is retried once it can, and succeeds on its second attempt', { timeout: 240_000 }, async (context) => {
       const { expect } = context
       const { db, fleet } = await setUp(context, 1)
       const dir = tempDir()
