@@ -133,6 +133,9 @@ describe.each(DIALECTS)('rpc-gateway usage, merged reads and cached ids on %s', 
 
   it('merges 100 concurrent identical reads into one call to the node; each caller gets its own id', async () => {
     const nodeId = await insertServingNode(t.db, ownerId, 'ethereum-anvil', 'full', 'local-usage-merge', node.port)
+    // One call first: the route is read, the key's last use written and a lease of tokens taken, so
+    // the 100 below meet nothing but the merge.
+    expect((await post(endpoint(gateway, nodeId), { jsonrpc: '2.0', id: 0, method: 'eth_blockNumber', params: [] }, { 'X-API-Key': rpcKey.key })).status).toBe(200)
     const release = node.hold('eth_getBalance')
     const params = ['0x0000000000000000000000000000000000000001', 'latest']
     const ids = Array.from({ length: 100 }, (_, i) => (i % 2 === 0 ? i : `caller-${i}`))
@@ -140,6 +143,12 @@ describe.each(DIALECTS)('rpc-gateway usage, merged reads and cached ids on %s', 
     try {
       // Every one of the other 99 has joined the first, held at the node.
       await waitFor(async () => (await metricValue(gateway, 'rpc_gateway_merged_calls_total', nodeId)) === 99, '99 calls merged', 50_000, 25)
+    } catch (err) {
+      // Say what the calls got and how many reached the node: a timeout here is otherwise undiagnosable.
+      release()
+      const statuses = (await answers).map((a) => a.status)
+      const merged = await metricValue(gateway, 'rpc_gateway_merged_calls_total', nodeId)
+      throw new Error(`${(err as Error).message}: merged ${merged}, at the node ${node.calls.get('eth_getBalance') ?? 0}, statuses ${JSON.stringify(statuses)}`)
     } finally {
       release()
     }
