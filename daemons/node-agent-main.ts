@@ -9,11 +9,9 @@
  */
 import { EXIT } from '../src/cli/exit-codes.js'
 import { loadConfig, nodeAgentEnv } from '../src/config/env.js'
-import { Resources } from '../src/daemon/resources.js'
-import { installShutdown } from '../src/daemon/shutdown.js'
 import { ConfigError } from '../src/errors.js'
-import { createLogger } from '../src/log.js'
-import { startNodeAgent, SupersededError, type NodeAgentSettings } from './node-agent.js'
+import type { NodeAgentSettings } from './node-agent.js'
+import { runNodeAgent } from './node-agent-run.js'
 
 function settings(): NodeAgentSettings {
   try {
@@ -25,24 +23,7 @@ function settings(): NodeAgentSettings {
 }
 
 async function main(): Promise<void> {
-  const config = settings()
-  const logger = createLogger({ level: config.LOG_LEVEL, daemon: 'node-agent' }).child({ node_id: config.NODE_AGENT_NODE_ID })
-  const resources = new Resources(logger)
-  const superseded = (reason: string) => {
-    logger.fatal({ reason }, 'the agent-gateway refused this agent; exiting')
-    void resources.closeAll().finally(() => process.exit(EXIT.refused))
-  }
-  try {
-    await resources.starting(async () => {
-      resources.add('node agent', await startNodeAgent(config, { logger, onSuperseded: superseded }), (a) => a.stop())
-    })
-  } catch (err) {
-    if (!(err instanceof SupersededError)) throw err
-    logger.fatal({ reason: err.message }, 'superseded; exiting')
-    process.exit(EXIT.refused)
-  }
-  installShutdown({ logger, timeoutMs: config.SHUTDOWN_TIMEOUT, stop: () => resources.closeAll() })
-  logger.info({ gateway: config.AGENT_GATEWAY_URL, state_dir: config.NODE_AGENT_STATE_DIR }, 'ready')
+  await runNodeAgent(settings())
 }
 
 main().catch((err: unknown) => {

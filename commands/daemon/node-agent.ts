@@ -1,16 +1,6 @@
-import { startNodeAgent, SupersededError } from '../../daemons/node-agent.js'
+import { runNodeAgent } from '../../daemons/node-agent-run.js'
 import { BaseCommand } from '../../src/cli/base-command.js'
-import { EXIT } from '../../src/cli/exit-codes.js'
 import { loadConfig, nodeAgentEnv } from '../../src/config/env.js'
-import { Resources } from '../../src/daemon/resources.js'
-import { installShutdown } from '../../src/daemon/shutdown.js'
-import { createLogger } from '../../src/log.js'
-
-/**
- * EX_NOPERM: the gateway refused this agent (bad token, superseded by a migration, retired node);
- * restarting cannot help, and systemd's RestartPreventExitStatus=77 keeps it down.
- */
-const REFUSED_EXIT_CODE = EXIT.refused
 
 export default class DaemonNodeAgent extends BaseCommand<typeof DaemonNodeAgent> {
   static override summary = "Run the node agent on a node's host: supervises the chain process and dials the agent-gateway"
@@ -22,23 +12,7 @@ export default class DaemonNodeAgent extends BaseCommand<typeof DaemonNodeAgent>
 
   async run(): Promise<{ daemon: string; node_id: string }> {
     const config = loadConfig(nodeAgentEnv, this.env())
-    const logger = createLogger({ level: config.LOG_LEVEL, daemon: 'node-agent' }).child({ node_id: config.NODE_AGENT_NODE_ID })
-    const resources = new Resources(logger)
-    const superseded = (reason: string) => {
-      logger.fatal({ reason }, 'the agent-gateway refused this agent; exiting')
-      void resources.closeAll().finally(() => process.exit(REFUSED_EXIT_CODE))
-    }
-    try {
-      await resources.starting(async () => {
-        resources.add('node agent', await startNodeAgent(config, { logger, onSuperseded: superseded }), (a) => a.stop())
-      })
-    } catch (err) {
-      if (!(err instanceof SupersededError)) throw err
-      logger.fatal({ reason: err.message }, 'superseded; exiting')
-      process.exit(REFUSED_EXIT_CODE)
-    }
-    installShutdown({ logger, timeoutMs: config.SHUTDOWN_TIMEOUT, stop: () => resources.closeAll() })
-    logger.info({ gateway: config.AGENT_GATEWAY_URL, state_dir: config.NODE_AGENT_STATE_DIR }, 'ready')
+    await runNodeAgent(config)
     return { daemon: 'node-agent', node_id: config.NODE_AGENT_NODE_ID }
   }
 }
