@@ -18,6 +18,7 @@ import type { Logger } from '../src/log.js'
 import { createMetrics } from '../src/metrics.js'
 import { createRpcHandler } from '../src/rpc-gateway/gateway.js'
 import { ChainIdCache } from '../src/rpc-gateway/merge.js'
+import { createGatewayMetrics } from '../src/rpc-gateway/metrics.js'
 import { createRpcRateLimiter, purgeIdleBuckets } from '../src/rpc-gateway/rate-limit.js'
 import { followBusHealthEvents, followNatsHealthEvents, type RouteEvents } from '../src/rpc-gateway/route-events.js'
 import { RouteTable } from '../src/rpc-gateway/route-table.js'
@@ -81,13 +82,16 @@ export async function startRpcGateway(config: RpcGatewaySettings, deps: RpcGatew
   const chainIds = new ChainIdCache()
   const usage = createUsageRecorder({ db, logger, flushMs: deps.usageFlushMs ?? DEFAULT_USAGE_FLUSH_MS })
   const upstreamHealth = createUpstreamHealthRecorder({ db, logger, flushMs: deps.usageFlushMs ?? DEFAULT_USAGE_FLUSH_MS, now: () => now().getTime() })
+  const metrics = createMetrics('rpc-gateway')
+  const usageMetrics = createGatewayMetrics(metrics)
   const handler = createRpcHandler({
     db,
     routes,
     limiter,
     upstream,
     logger,
-    metrics: createMetrics('rpc-gateway'),
+    metrics,
+    usageMetrics,
     bodyLimitBytes: config.RPC_GATEWAY_BODY_LIMIT_BYTES,
     maxBatch: config.RPC_GATEWAY_MAX_BATCH,
     chainIds,
@@ -106,6 +110,7 @@ export async function startRpcGateway(config: RpcGatewaySettings, deps: RpcGatew
     keyRecheckMs: config.RPC_GATEWAY_KEY_RECHECK,
     limiter,
     usage,
+    metrics: usageMetrics,
     now,
   })
 

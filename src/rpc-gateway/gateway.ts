@@ -17,10 +17,10 @@
  * Every refusal is a JSON-RPC error object. The access log never carries the path's key.
  */
 import type http from 'node:http'
-import { Counter, Histogram } from 'prom-client'
 import type { Db } from '../db/knex.js'
 import type { Logger } from '../log.js'
 import type { Metrics } from '../metrics.js'
+import type { GatewayMetrics } from './metrics.js'
 import { identifyCaller } from './caller.js'
 import { errorResponse, isErrorResponse, parseBody, RPC_ERROR, type JsonRpcCall, type JsonRpcErrorResponse, type JsonRpcId } from './json-rpc.js'
 import type { RpcRateLimiter } from './rate-limit.js'
@@ -37,6 +37,8 @@ export interface RpcGatewayDeps {
   upstream: UpstreamClient
   logger: Logger
   metrics: Metrics
+  /** Usage on /metrics, shared with the WebSocket proxy. */
+  usageMetrics: GatewayMetrics
   bodyLimitBytes: number
   maxBatch: number
   /** `eth_chainId`/`net_version` answers; the daemon drops a node's entry when its route changes. */
@@ -116,47 +118,6 @@ function send(res: http.ServerResponse, status: number, body: unknown, headers: 
   res.end(bytes)
 }
 
-/**
- * Usage on /metrics, per node and per API key (ids only): labelled only once the key is valid and
- * the node is the caller's, so made-up ids in paths cannot grow the series.
- */
-function usageMetrics(metrics: Metrics) {
-  const registers = [metrics.registry]
-  return {
-    requests: new Counter<'node_id' | 'api_key_id' | 'outcome'>({
-      name: 'rpc_gateway_requests_total',
-      help: "Requests to a node's endpoint by node, API key and outcome (ok: answered by the node; refused: by the gateway; error: the node failed or was unreachable)",
-      labelNames: ['node_id', 'api_key_id', 'outcome'],
-      registers,
-    }),
-    calls: new Counter<'node_id' | 'api_key_id'>({
-      name: 'rpc_gateway_calls_total',
-      help: 'JSON-RPC calls (a batch counts each) by node and API key',
-      labelNames: ['node_id', 'api_key_id'],
-      registers,
-    }),
-    duration: new Histogram<'node_id'>({
-      name: 'rpc_gateway_request_duration_seconds',
-      help: "Time to answer a request to a node's endpoint, by node",
-      labelNames: ['node_id'],
-      buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10],
-      registers,
-    }),
-    merged: new Counter<'node_id'>({
-      name: 'rpc_gateway_merged_calls_total',
-      help: 'Read calls answered with the answer of an identical call already on its way to the node, by node',
-      labelNames: ['node_id'],
-      registers,
-    }),
-    cached: new Counter<'node_id'>({
-      name: 'rpc_gateway_cached_calls_total',
-      help: 'eth_chainId / net_version calls answered from the gateway\'s memory, by node',
-      labelNames: ['node_id'],
-      registers,
-    }),
-  }
-}
-
 interface Usage {
   nodeId: string
   apiKeyId: string
@@ -186,7 +147,7 @@ function answerErrors(answer: UpstreamResponse, count: number): boolean[] {
 
 export function createRpcHandler(deps: RpcGatewayDeps): (req: http.IncomingMessage, res: http.ServerResponse) => Promise<void> {
   const now = deps.now ?? (() => new Date())
-  const usage = usageMetrics(deps.metrics)
+  const usage = deps.usageMetrics
   const inFlight = createInFlightReads()
 
   /** One single call: from the chain-id cache, joined to an identical read on its way, or sent. */

@@ -6,7 +6,8 @@
  *
  * Every call in a frame takes a token from the key's rate limit, the same bucket as its HTTP
  * calls (a call over the limit is answered with the limit error and not sent on), and is counted
- * in the key's usage when the node answers it (latency from the frame to the answer with its id).
+ * in the key's usage and on /metrics when the node answers it (latency from the frame to the
+ * answer with its id); calls the gateway refuses are counted on /metrics as `refused`.
  * Frames of one connection are handled in order.
  *
  * A connection is closed by the gateway (code 1012, "service restart": clients reconnect) when
@@ -20,6 +21,7 @@ import type { Db } from '../db/knex.js'
 import type { Logger } from '../log.js'
 import { identifyCaller } from './caller.js'
 import { errorResponse, isErrorResponse, parseBody, RPC_ERROR, type JsonRpcCall, type JsonRpcId } from './json-rpc.js'
+import type { GatewayMetrics, WebSocketCallOutcome } from './metrics.js'
 import type { RpcRateLimiter } from './rate-limit.js'
 import { SERVING_STATES, upstreamAuthorization, type RouteTable } from './route-table.js'
 import type { UsageRecorder } from './usage.js'
@@ -37,8 +39,10 @@ export interface WebSocketProxyOptions {
   keyRecheckMs: number
   /** The keys' rate limit, shared with the HTTP calls; none: frames are not limited. */
   limiter?: RpcRateLimiter
-  /** Durable usage (rpc_usage); none: frames are not counted. */
+  /** Durable usage (rpc_usage); none: frames are not counted there. */
   usage?: UsageRecorder
+  /** Usage on /metrics, shared with the HTTP handler; none: frames are not counted there. */
+  metrics?: GatewayMetrics
   now?: () => Date
 }
 
@@ -129,10 +133,16 @@ export function createWebSocketProxy(options: WebSocketProxyOptions) {
       client.on('close', closeBoth)
       client.on('error', closeBoth)
       const apiKeyId = who.caller.apiKeyId
+      options.metrics?.websocketConnections.inc({ node_id: route.nodeId, api_key_id: apiKeyId })
       // Calls sent on, by id, until the node answers them: their method and when they were sent.
       const pending = new Map<string, { method: string; at: number }>()
-      const count = (method: string, error: boolean, latencyMs: number) =>
-        options.usage?.record({ nodeId: route.nodeId, apiKeyId, method, error, latencyMs, at: now().getTime() })
+      const tally = (outcome: WebSocketCallOutcome, calls = 1) => options.metrics?.websocketCalls.inc({ node_id: route.nodeId, api_key_id: apiKeyId, outcome }, calls)
+      /** A call the node answered (latency measured), one it never answered, or one the policy refused (latency 0). */
+      const count = (method: string, outcome: WebSocketCallOutcome, latencyMs?: number) => {
+        options.usage?.record({ nodeId: route.nodeId, apiKeyId, method, error: outcome !== 'ok', latencyMs: latencyMs ?? 0, at: now().getTime() })
+        tally(outcome)
+        if (latencyMs !== undefined) options.metrics?.websocketDuration.observe({ node_id: route.nodeId }, latencyMs / 1000)
+      }
       upstream.on('message', (data: RawData) => {
         if (pending.size === 0) return
         let answers: unknown
@@ -147,11 +157,15 @@ export function createWebSocketProxy(options: WebSocketProxyOptions) {
           const sent = pending.get(idKey)
           if (!sent) continue
           pending.delete(idKey)
-          count(sent.method, 'error' in answer, Date.now() - sent.at)
+          count(sent.method, 'error' in answer ? 'error' : 'ok', Date.now() - sent.at)
         }
       })
       client.once('close', () => {
-        for (const sent of pending.values()) count(sent.method, true, Date.now() - sent.at)
+        // Unanswered: an error that waited as long as the connection lasted (in rpc_usage; no answer time for the histogram).
+        for (const sent of pending.values()) {
+          options.usage?.record({ nodeId: route.nodeId, apiKeyId, method: sent.method, error: true, latencyMs: Date.now() - sent.at, at: now().getTime() })
+          tally('error')
+        }
         pending.clear()
       })
       const answerRefused = (parsed: { kind: 'single' | 'batch' }, calls: ReadonlyArray<{ id: JsonRpcId }>, code: number, message: string) => {
@@ -167,6 +181,8 @@ export function createWebSocketProxy(options: WebSocketProxyOptions) {
         if (options.limiter) {
           const decision = await options.limiter.take(`key:${apiKeyId}`, calls.length)
           if (!decision.allowed) {
+            // Not in rpc_usage (as over HTTP, where a 429 comes before the node is known); here the node is known.
+            tally('refused', calls.length)
             return answerRefused(parsed, calls, RPC_ERROR.limitExceeded, `rate limit exceeded: too many requests for this API key; retry in ${decision.retryAfterSeconds} s`)
           }
         }
@@ -176,11 +192,12 @@ export function createWebSocketProxy(options: WebSocketProxyOptions) {
           passing.push(call)
           const reason = route.policy.check(call.method)
           if (reason) {
-            count(call.method, true, 0)
+            count(call.method, 'refused')
             return client.send(JSON.stringify(errorResponse(call.id, RPC_ERROR.methodNotAllowed, reason)))
           }
           if (call.method === 'eth_subscribe') {
             if (subscriptions >= options.maxSubscriptions) {
+              tally('refused')
               return client.send(JSON.stringify(errorResponse(call.id, RPC_ERROR.limitExceeded, `at most ${options.maxSubscriptions} subscriptions per connection`)))
             }
             subscriptions++
@@ -190,7 +207,8 @@ export function createWebSocketProxy(options: WebSocketProxyOptions) {
         if (upstream.readyState !== WebSocket.OPEN) return
         const at = Date.now()
         for (const call of passing) {
-          if (call.id === null || call.id === undefined) count(call.method, false, 0)
+          // A notification (no id) gets no answer to wait for: counted as sent.
+          if (call.id === null || call.id === undefined) count(call.method, 'ok')
           else if (pending.size < MAX_PENDING_CALLS) pending.set(JSON.stringify(call.id), { method: call.method, at })
         }
         upstream.send(body)

@@ -93,5 +93,38 @@ describe.each(DIALECTS)('rpc-gateway WebSocket frames, rate limit and usage on %
     await waitFor(async () => JSON.stringify(await usage()) === JSON.stringify({ anvil_mine: [1, 1], eth_blockNumber: [3, 0], eth_chainId: [1, 0] }), 'usage written', 10_000, 25).catch(async (err: unknown) => {
       throw new Error(`${(err as Error).message}: ${JSON.stringify(await usage())}`)
     })
+
+    // On /metrics: four answered by the node, three refused by the gateway (the policy, the rate), each answer timed.
+    const metrics = await (await fetch(`${gateway.url}/metrics`)).text()
+    const labels = `node_id="${nodeId}",api_key_id="${keyId}"`
+    expect(metrics).toContain(`rpc_gateway_websocket_calls_total{${labels},outcome="ok",daemon="rpc-gateway"} 4`)
+    expect(metrics).toContain(`rpc_gateway_websocket_calls_total{${labels},outcome="refused",daemon="rpc-gateway"} 3`)
+    expect(metrics).not.toContain(`rpc_gateway_websocket_calls_total{${labels},outcome="error"`)
+    expect(metrics).toContain(`rpc_gateway_websocket_call_duration_seconds_count{daemon="rpc-gateway",node_id="${nodeId}"} 4`)
+    expect(metrics).toContain(`rpc_gateway_websocket_connections_total{${labels},daemon="rpc-gateway"} 1`)
+    // HTTP's own series saw none of it: the one HTTP call was refused before the node was looked up.
+    expect(metrics).not.toContain(`rpc_gateway_calls_total{${labels}`)
+    expect(metrics).not.toContain(key)
+  })
+
+  it('counts on /metrics, per key, the calls the node answers with an error apart from those it answers', async () => {
+    const owner = await newUser(t.db)
+    const { id: keyId, key } = await newKey(t.db, owner.id, { scopes: ['nodes:rpc'] })
+    const nodeId = await insertServingNode(t.db, owner.id, 'ethereum-anvil', 'full', `local-ws-errors-${dialect}`, anvil.port)
+    const ws = new WebSocket(`${gateway.url.replace(/^http/, 'ws')}/v1/${nodeId}/${key}`)
+    resources.add(async () => ws.terminate())
+    const frames: Array<{ id: unknown; error?: unknown }> = []
+    ws.on('message', (data) => frames.push(JSON.parse(String(data)) as { id: unknown }))
+    await new Promise<void>((resolve, reject) => ws.once('open', () => resolve()).once('error', reject))
+    ws.send(JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'eth_getBalance', params: ['not an address', 'latest'] }))
+    ws.send(JSON.stringify({ jsonrpc: '2.0', id: 2, method: 'eth_chainId', params: [] }))
+    await waitFor(() => Promise.resolve(frames.length === 2), 'two answers', 10_000, 25)
+    expect(frames.find((f) => f.id === 1)?.error).toBeDefined()
+
+    const metrics = await (await fetch(`${gateway.url}/metrics`)).text()
+    const labels = `node_id="${nodeId}",api_key_id="${keyId}"`
+    expect(metrics).toContain(`rpc_gateway_websocket_calls_total{${labels},outcome="error",daemon="rpc-gateway"} 1`)
+    expect(metrics).toContain(`rpc_gateway_websocket_calls_total{${labels},outcome="ok",daemon="rpc-gateway"} 1`)
+    expect(metrics).toContain(`rpc_gateway_websocket_call_duration_seconds_count{daemon="rpc-gateway",node_id="${nodeId}"} 2`)
   })
 })
