@@ -7,6 +7,7 @@
  */
 import { createHash } from 'node:crypto'
 import fs from 'node:fs/promises'
+import net from 'node:net'
 import path from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 import { parseDocument } from 'yaml'
@@ -23,7 +24,7 @@ import { DURATIONS, type SubscriptionDuration } from './durations.js'
 export { DURATIONS, type SubscriptionDuration }
 
 /** Template variables every render provides; node types and profiles may add their own `vars`. */
-export const BUILTIN_VARIABLES = ['rpc_port', 'node_id', 'node_type', 'version', 'chain_profile_id'] as const
+export const BUILTIN_VARIABLES = ['rpc_port', 'rpc_host', 'node_id', 'node_type', 'version', 'chain_profile_id'] as const
 
 const VARIABLE = /\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}/g
 
@@ -241,12 +242,29 @@ export interface Placement {
 
 export interface NodeConfigInput {
   rpc_port: number
+  /**
+   * The address the chain binds its RPC to on its host: loopback on a `local` host, the host's
+   * private address on a fleet host (docs/infrastructure.md, "Where a fleet node listens").
+   * Default `127.0.0.1`.
+   */
+  rpc_host?: string
   node_id: string
   /** Default: the profile's default_version. */
   version?: string
 }
 
 export type NodeConfiguration = CommandPayload<'configure'>
+
+/** Where a chain's RPC listens unless the host says otherwise: loopback (a `local` host). */
+export const DEFAULT_RPC_HOST = '127.0.0.1'
+
+/** An IP literal other than a wildcard (0.0.0.0, ::): a chain's RPC is never bound to every interface. */
+export function isBindableRpcHost(address: string): boolean {
+  const family = net.isIP(address)
+  if (family === 4) return address !== '0.0.0.0'
+  if (family === 6) return !/^[0:]+$/.test(address)
+  return false
+}
 
 /** The package root: it holds `chains/` (and `upgrades/`), so it is the config dir for local use. */
 export function defaultConfigDir(): string {
@@ -450,6 +468,9 @@ export function renderNodeConfig(profile: ChainProfile, nodeType: string, input:
     throw new ValidationError(`rpc_port ${input.rpc_port} is not a port number`)
   }
   if (input.node_id.length === 0) throw new ValidationError('node_id must not be empty')
+  const rpcHost = input.rpc_host ?? DEFAULT_RPC_HOST
+  // Rendered into command lines and config files: an IP address literal only, never a wildcard.
+  if (!isBindableRpcHost(rpcHost)) throw new ValidationError(`rpc_host ${rpcHost.slice(0, 80)} is not a unicast IP address a chain may bind to`)
   const release = releaseFor(profile, input.version ?? profile.default_version)
   if (release.unavailable && !options.evenUnavailable && !installedSince(release)) {
     throw new ValidationError(`chain ${profile.id} release ${release.version} cannot be installed: ${release.unavailable}`, release.unavailable)
@@ -458,6 +479,7 @@ export function renderNodeConfig(profile: ChainProfile, nodeType: string, input:
     ...profile.vars,
     ...type.vars,
     rpc_port: String(input.rpc_port),
+    rpc_host: rpcHost,
     node_id: input.node_id,
     node_type: nodeType,
     version: release.version,

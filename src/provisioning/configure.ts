@@ -3,11 +3,12 @@
  * one node on one host, sent to its agent, and the versions it reports recorded.
  */
 import net from 'node:net'
-import { getProfile, renderNodeConfig, type ChainProfile, type NodeConfigInput, type NodeConfiguration } from '../config/chains.js'
+import { DEFAULT_RPC_HOST, getProfile, isBindableRpcHost, renderNodeConfig, type ChainProfile, type NodeConfigInput, type NodeConfiguration } from '../config/chains.js'
 import { fromJson } from '../db/dialect.js'
 import type { Queryable } from '../db/knex.js'
 import { currentReservation } from '../hosts/placement.js'
 import { renderConfigChanges, type ConfigChanges, type RolloutManifestData } from '../rollouts/manifests.js'
+import { NonRetryableStepError } from '../workflows/errors.js'
 import { runAgentCommand } from './agent-calls.js'
 import type { LifecycleDeps } from './deps.js'
 
@@ -33,7 +34,13 @@ export async function renderConfiguration(deps: LifecycleDeps, target: Configure
   // Local hosts share one machine, so each chain needs its own port; a fleet host's nodes share
   // that host, so each has the port its placement reserved there; a cloud host has its own.
   const rpcPort = target.provider === 'local' ? await freePort() : target.provider === 'ssh' ? await reservedRpcPort(deps.db, target.nodeId) : 8545
-  return renderInstalledConfiguration(profile, target.nodeType, { rpc_port: rpcPort, node_id: target.nodeId, ...(target.version ? { version: target.version } : {}) }, target.configChanges ?? null)
+  const rpcHost = await rpcHostOf(deps.db, target.nodeId)
+  return renderInstalledConfiguration(
+    profile,
+    target.nodeType,
+    { rpc_port: rpcPort, rpc_host: rpcHost, node_id: target.nodeId, ...(target.version ? { version: target.version } : {}) },
+    target.configChanges ?? null,
+  )
 }
 
 /**
@@ -43,7 +50,7 @@ export async function renderConfiguration(deps: LifecycleDeps, target: Configure
 export function renderInstalledConfiguration(profile: ChainProfile, nodeType: string, input: NodeConfigInput, changes: ConfigChanges | null): NodeConfiguration {
   const base = renderNodeConfig(profile, nodeType, input)
   if (!changes) return base
-  const changed = renderConfigChanges(profile, nodeType, base.artifact.version, changes, { rpc_port: input.rpc_port, node_id: input.node_id })
+  const changed = renderConfigChanges(profile, nodeType, base.artifact.version, changes, { rpc_port: input.rpc_port, node_id: input.node_id, ...(input.rpc_host ? { rpc_host: input.rpc_host } : {}) })
   return {
     ...base,
     ...(changed.config_files ? { files: changed.config_files } : {}),
@@ -83,6 +90,22 @@ async function reservedRpcPort(db: Queryable, nodeId: string): Promise<number> {
   const reservation = await currentReservation(db, nodeId)
   if (!reservation) throw new Error(`node ${nodeId} has no placement on a fleet host`)
   return reservation.rpc_port
+}
+
+/**
+ * The address the node's chain binds its RPC to (docs/infrastructure.md, "Where a fleet node
+ * listens"): on a fleet host, the private address the host was added with, so the rpc-gateways
+ * reach it (during a migration: the new host's, its newest placement); anywhere else loopback.
+ */
+export async function rpcHostOf(db: Queryable, nodeId: string): Promise<string> {
+  const reservation = await currentReservation(db, nodeId)
+  if (!reservation) return DEFAULT_RPC_HOST
+  const host = (await db('hosts').where({ id: reservation.host_id }).first('name', 'address')) as { name: string; address: string } | undefined
+  if (!host) throw new Error(`node ${nodeId} is placed on a fleet host that no longer exists (${reservation.host_id})`)
+  if (!isBindableRpcHost(host.address)) {
+    throw new NonRetryableStepError(`fleet host ${host.name}'s address ${host.address} is not an IP address: a chain binds its RPC to the host's private IP address (add the host with --address <IP>)`)
+  }
+  return host.address
 }
 
 /**

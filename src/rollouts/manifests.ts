@@ -17,7 +17,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url'
 import { parseDocument } from 'yaml'
 import { z } from 'zod'
 import { configFile, relativePath, runSpec, type ConfigFile, type RunSpec } from '../agent-gateway/protocol.js'
-import { renderTemplate, type ChainProfile } from '../config/chains.js'
+import { DEFAULT_RPC_HOST, renderTemplate, type ChainProfile } from '../config/chains.js'
 import { sha256OfFile } from '../config/file-digest.js'
 import { ConfigError, ValidationError } from '../errors.js'
 
@@ -218,6 +218,8 @@ export async function listUpgradeIds(configDir: string, chainProfileId: string):
 /** The variables a node's config templates see: the same as at provisioning (src/config/chains.ts). */
 export interface NodeTemplateInput {
   rpc_port: number
+  /** Default 127.0.0.1 (NodeConfigInput.rpc_host). */
+  rpc_host?: string
   node_id: string
 }
 
@@ -240,6 +242,7 @@ export function renderConfigChanges(
     ...profile.vars,
     ...type.vars,
     rpc_port: String(node.rpc_port),
+    rpc_host: node.rpc_host ?? DEFAULT_RPC_HOST,
     node_id: node.node_id,
     node_type: nodeType,
     version: targetVersion,

@@ -5,7 +5,7 @@
 import type { Db } from '../db/knex.js'
 import type { Logger } from '../log.js'
 import type { ChainCatalogue } from '../config/chains.js'
-import { installedConfigChanges, renderInstalledConfiguration } from '../provisioning/configure.js'
+import { installedConfigChanges, renderInstalledConfiguration, rpcHostOf } from '../provisioning/configure.js'
 import { rollBackNode, type NodeUpgradeDeps, type UpgradeTarget } from './node-upgrade.js'
 import { fromJson } from '../db/dialect.js'
 import type { RolloutNodeRecord, RolloutRecord } from './store.js'
@@ -35,7 +35,12 @@ export async function previousConfiguration(
   if (!profile) return {}
   const changes = await installedConfigChanges(deps.db, nodeId, previousVersion, r.id)
   try {
-    const config = renderInstalledConfiguration(profile, r.node_type, { rpc_port: rpcPort ?? (await rpcPortOf(deps.db, nodeId)), node_id: nodeId, version: previousVersion }, changes)
+    const config = renderInstalledConfiguration(
+      profile,
+      r.node_type,
+      { rpc_port: rpcPort ?? (await rpcPortOf(deps.db, nodeId)), rpc_host: await rpcHostOf(deps.db, nodeId), node_id: nodeId, version: previousVersion },
+      changes,
+    )
     return { configFiles: config.files, configVersion: config.config_version ?? null, run: config.run }
   } catch (err) {
     deps.logger.warn({ node_id: nodeId, version: previousVersion, err: (err as Error).message }, 'rollback: cannot render the previous configuration; only the binary goes back')

@@ -17,6 +17,7 @@ import type { Db } from '../db/knex.js'
 import { sendSignal, StepFailedError, type WorkflowContext, type WorkflowRegistry } from '../workflows/index.js'
 import { notifyOperator, publishRolloutEvent, rolloutProgress } from './events.js'
 import { renderConfigChanges } from './manifests.js'
+import { rpcHostOf } from '../provisioning/configure.js'
 import { previousConfiguration, rollBackRolloutNodes, rpcPortOf } from './node-configuration.js'
 import { rollbackStepTimeoutMs, upgradeNode, upgradeStep, type NodeUpgradeDeps, type UpgradeTarget } from './node-upgrade.js'
 import { assignBatches, eligibleNodeIds } from './planning.js'
@@ -199,9 +200,10 @@ async function nextBatch(db: Db, rolloutId: string, from: number, batchCount: nu
   return retried || unfinished ? from : null
 }
 
-function upgradeTarget(deps: RolloutDeps, r: RolloutRecord, node: RolloutNodeRecord, rpcPort: number): UpgradeTarget {
+function upgradeTarget(deps: RolloutDeps, r: RolloutRecord, node: RolloutNodeRecord, rpcPort: number, rpcHost: string): UpgradeTarget {
   const profile = deps.catalogue().profiles.get(r.chain_profile_id)
-  const rendered = profile && r.manifest?.config_changes ? renderConfigChanges(profile, r.node_type, r.target_version, r.manifest.config_changes, { rpc_port: rpcPort, node_id: node.node_id }) : {}
+  const rendered =
+    profile && r.manifest?.config_changes ? renderConfigChanges(profile, r.node_type, r.target_version, r.manifest.config_changes, { rpc_port: rpcPort, rpc_host: rpcHost, node_id: node.node_id }) : {}
   return {
     rolloutId: r.id,
     chainProfileId: r.chain_profile_id,
@@ -227,7 +229,7 @@ async function runBatch(deps: RolloutDeps, rolloutId: string, batch: number, hea
   await Promise.all(
     nodes.map(async (n) => {
       const rpcPort = await rpcPortOf(deps.db, n.node_id)
-      const target = { ...upgradeTarget(deps, r, n, rpcPort), revert: await previousConfiguration(deps, r, n.node_id, r.source_version, rpcPort) }
+      const target = { ...upgradeTarget(deps, r, n, rpcPort, await rpcHostOf(deps.db, n.node_id)), revert: await previousConfiguration(deps, r, n.node_id, r.source_version, rpcPort) }
       return upgradeNode(deps, target, { id: n.id, nodeId: n.node_id }, heartbeat)
     }),
   )

@@ -146,6 +146,21 @@ describe('rendering a node configuration', () => {
     expect(rendered).toMatchObject({ rpc_port: 18_545, rpc_host: '127.0.0.1', archive: false })
   })
 
+  it("binds the RPC and aims the probe at rpc_host (a fleet host's private address), refusing wildcards and names", async () => {
+    const catalogue = await loadChainCatalogue(repoRoot)
+    const devnet = getProfile(catalogue, 'devnet')
+    const config = renderNodeConfig(devnet, 'full', { rpc_port: 10_001, rpc_host: '10.213.4.2', node_id: 'node-1' })
+    expect(JSON.parse(config.files[0]?.content ?? '')).toMatchObject({ rpc_port: 10_001, rpc_host: '10.213.4.2' })
+    expect(config.probe).toMatchObject({ url: 'http://10.213.4.2:10001' })
+    const litecoin = getProfile(catalogue, 'litecoin')
+    const conf = renderNodeConfig(litecoin, 'full', { rpc_port: 10_002, rpc_host: '10.213.4.2', node_id: 'node-2' }, { evenUnavailable: true }).files[0]?.content ?? ''
+    // The host itself (the probe) and, by default, nobody else.
+    expect(conf.match(/^rpc(bind|allowip)=.*$/gm)).toEqual(['rpcbind=10.213.4.2', 'rpcallowip=10.213.4.2', 'rpcallowip=127.0.0.1'])
+    for (const wildcard of ['0.0.0.0', '::', '0:0::0', 'db.internal', '10.0.0.1; rm -rf /', '']) {
+      expect(() => renderNodeConfig(devnet, 'full', { rpc_port: 10_001, rpc_host: wildcard, node_id: 'n' }), wildcard).toThrow(/is not a unicast IP address/)
+    }
+  })
+
   it('renders node-type variables and a chosen release', async () => {
     const devnet = getProfile(await loadChainCatalogue(repoRoot), 'devnet')
     const config = renderNodeConfig(devnet, 'archive', { rpc_port: 20_000, node_id: 'node-2', version: '1.1.0' })
