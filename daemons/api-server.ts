@@ -41,6 +41,8 @@ export interface ApiServerSettings extends AuthenticationSettings, Partial<Omit<
   /** Where customers reach the rpc-gateway (nodes' `endpoints`); default http://127.0.0.1:$RPC_GATEWAY_PORT. */
   RPC_PUBLIC_URL?: string | undefined
   RPC_GATEWAY_PORT?: number
+  /** Between migration attempts of a node (operator migrations through the admin API); the spec's 1 h when absent. */
+  MIGRATION_COOLDOWN?: number
 }
 
 export interface ApiServerDeps {
@@ -105,6 +107,7 @@ export async function startApiServer(settings: ApiServerSettings, deps: ApiServe
       artifactSources: settings.ARTIFACT_ALLOWED_SOURCES ?? [],
       ...(hostFleet ? { hostFleet } : {}),
       rpcPublicUrl: rpcPublicUrl(settings),
+      ...(settings.MIGRATION_COOLDOWN !== undefined ? { migrationCooldownMs: settings.MIGRATION_COOLDOWN } : {}),
       ...(settings.NODEPLANE_DATA_DIR ? { artifactStore: { blobs: localBlobStore(settings.NODEPLANE_DATA_DIR), releaseKeys: settings.ARTIFACT_RELEASE_PUBLIC_KEYS ?? [] } } : {}),
     }),
   })

@@ -1,33 +1,28 @@
 import { BaseCommand } from '../../src/cli/base-command.js'
 import { subjectArg, subjectFlag } from '../../src/cli/subject.js'
-import { withControlPlaneDatabase } from '../../src/cli/control-plane-db.js'
-import { yesFlag } from '../../src/cli/api-flags.js'
+import { apiUrlFlag, yesFlag } from '../../src/cli/api-flags.js'
+import { describeAdminFlagChange, setAdminFlag, type AdminFlagResult } from '../../src/cli/admin-flag.js'
+import { directDbFlag } from '../../src/cli/direct-db.js'
 import { confirmDestructive } from '../../src/cli/prompt.js'
-import { resolveDbId } from '../../src/cli/id-prefix.js'
-import { describeUser } from '../../src/cli/display.js'
-import { changeAdmin } from '../../src/cli/operator.js'
-import { toUserView, type UserView } from '../../src/cli/views.js'
 
 export default class UserRevokeAdmin extends BaseCommand<typeof UserRevokeAdmin> {
-  static override summary = "Take a user's admin flag away (directly in the database)"
+  static override summary = "Take a user's admin flag away (operator: an admin key)"
   static override description =
-    "Idempotent. The user's active API keys that carry the admin scope are revoked in the same transaction, so no key keeps powers its user lost. An unknown user exits 3. Asks for confirmation on a terminal unless --yes (without a terminal, --yes is required)."
+    "Through the admin API (POST /api/v1/admin/users/{user}/revoke-admin); --direct-db acts on the control-plane database instead (break-glass: the only way to demote yourself, which the API refuses with exit 4). Idempotent. The user's active API keys that carry the admin scope are revoked in the same transaction, so no key keeps powers its user lost. An unknown user exits 3. Asks for confirmation on a terminal unless --yes (without a terminal, --yes is required)."
   static override examples = ['<%= config.bin %> user revoke-admin ops@example.com --yes', '<%= config.bin %> user revoke-admin 0193a1b2 --yes --json']
   static override args = { id: subjectArg('user (id or email)') }
   static override flags = {
     id: subjectFlag('user (id or email)', ['user']),
     yes: yesFlag,
+    'api-url': apiUrlFlag,
+    'direct-db': directDbFlag,
   }
 
-  async run(): Promise<UserView & { changed: boolean; revoked_api_keys: string[] }> {
+  async run(): Promise<AdminFlagResult> {
     const id = this.subject('user (id or email)')
     await confirmDestructive(this.flags.yes, () => ({ action: `take the admin flag from user ${id}`, consequence: 'Their active API keys that carry the admin scope are revoked' }))
-    const change = await withControlPlaneDatabase(this.env(), async (db) => changeAdmin(db, await resolveDbId(db, 'users', 'user', 'user list', id), false))
-    const view = toUserView(change.user)
-    if (!this.jsonEnabled()) {
-      this.log(change.changed ? `${describeUser(view)} is no longer an admin` : `${describeUser(view)} was not an admin`)
-      if (change.revokedAdminKeys.length > 0) this.log(`Revoked its admin API keys: ${change.revokedAdminKeys.join(', ')}`)
-    }
-    return { ...view, changed: change.changed, revoked_api_keys: change.revokedAdminKeys }
+    const result = await setAdminFlag({ env: this.env(), apiUrl: this.flags['api-url'], directDb: this.flags['direct-db'] }, id, false)
+    if (!this.jsonEnabled()) for (const line of describeAdminFlagChange(result, false)) this.log(line)
+    return result
   }
 }

@@ -15,7 +15,7 @@ const PREFIX = /^[0-9a-f][0-9a-f-]{3,34}$/i
 /** Candidates named in an ambiguity error. */
 const MAX_CANDIDATES = 10
 
-export type ListedKind = 'node' | 'subscription' | 'payment' | 'incident' | 'rollout' | 'api-key' | 'host'
+export type ListedKind = 'node' | 'subscription' | 'payment' | 'incident' | 'rollout' | 'api-key' | 'host' | 'workflow-run' | 'user'
 
 interface Kind {
   noun: string
@@ -32,6 +32,9 @@ const KINDS: Record<ListedKind, Kind> = {
   rollout: { noun: 'rollout', plural: 'rollouts', path: '/rollouts', list: 'rollout list' },
   'api-key': { noun: 'API key', plural: 'API keys', path: '/api-keys', list: 'api-key list' },
   host: { noun: 'host', plural: 'hosts', path: '/hosts', list: 'host list' },
+  // Admin keys only: the server answers 403 to others before anything is listed.
+  'workflow-run': { noun: 'workflow run', plural: 'workflow runs', path: '/admin/workflow-runs', list: 'workflow list' },
+  user: { noun: 'user', plural: 'users', path: '/admin/users', list: 'user list' },
 }
 
 export function isIdPrefix(value: string): boolean {

@@ -3,40 +3,11 @@
  * a key get the `admin` scope (issue 3: "admin only from the backend"), and only for a user whose
  * admin flag an operator has set.
  */
-import { createApiKey, isActive, listApiKeys, revokeApiKey, type IssuedApiKey } from '../auth/api-keys.js'
+import { createApiKey, listApiKeys, revokeApiKey, type IssuedApiKey } from '../auth/api-keys.js'
 import { ADMIN_SCOPE } from '../auth/scopes.js'
 import { createUser, findUserByEmail, resolveUser, setAdmin, type User } from '../auth/users.js'
 import type { Db, Queryable } from '../db/knex.js'
 import { ConflictError, ValidationError } from '../errors.js'
-
-export interface AdminChange {
-  user: User
-  /** False when the user already had (or lacked) the flag. */
-  changed: boolean
-  /** Keys carrying `admin` revoked because their user lost the flag. */
-  revokedAdminKeys: string[]
-}
-
-/**
- * Sets or clears a user's admin flag. Clearing it also revokes the user's active keys that
- * carry the `admin` scope, in the same transaction: a key must not keep powers its user lost.
- */
-export async function changeAdmin(db: Db, userRef: string, isAdmin: boolean, now: Date = new Date()): Promise<AdminChange> {
-  return db.transaction(async (trx) => {
-    const before = await resolveUser(trx, userRef)
-    const user = before.is_admin === isAdmin ? before : await setAdmin(trx, before.id, isAdmin, now)
-    const revokedAdminKeys: string[] = []
-    if (!isAdmin) {
-      for (const key of await listApiKeys(trx, user.id)) {
-        if (isActive(key, now) && key.scopes.includes(ADMIN_SCOPE)) {
-          await revokeApiKey(trx, user.id, key.id, now)
-          revokedAdminKeys.push(key.id)
-        }
-      }
-    }
-    return { user, changed: before.is_admin !== isAdmin, revokedAdminKeys }
-  })
-}
 
 export interface OperatorKeyRequest {
   userRef: string

@@ -10,6 +10,8 @@ export interface UserView {
   email: string | null
   wallet_address: string | null
   is_admin: boolean
+  /** Set by `user disable`: every key and token of the user is refused. */
+  disabled_at: string | null
   created_at: string
 }
 
@@ -19,6 +21,7 @@ export function toUserView(user: User): UserView {
     email: user.email,
     wallet_address: user.wallet_address,
     is_admin: user.is_admin,
+    disabled_at: user.disabled_at?.toISOString() ?? null,
     created_at: user.created_at.toISOString(),
   }
 }

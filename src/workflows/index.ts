@@ -7,6 +7,8 @@ export {
   getRun,
   currentSteps,
   listRuns,
+  runFromRow,
+  runsQuery,
   listSteps,
   sendSignal,
   startWorkflow,

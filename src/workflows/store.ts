@@ -144,16 +144,27 @@ export async function getRun(db: Queryable, id: string): Promise<WorkflowRun | n
 export interface ListRunsFilter {
   status?: RunStatus
   name?: string
+  /** The workflow key (a provision's node id, a rollout's id). */
+  key?: string
   limit?: number
 }
 
 /** Newest first. */
 export async function listRuns(db: Queryable, filter: ListRunsFilter = {}): Promise<WorkflowRun[]> {
-  const q = db('workflow_runs').orderBy([{ column: 'created_at', order: 'desc' }, { column: 'id', order: 'desc' }]).limit(filter.limit ?? 50)
-  if (filter.status) q.where({ status: filter.status })
-  if (filter.name) q.where({ workflow_name: filter.name })
+  const q = runsQuery(db, filter).orderBy([{ column: 'created_at', order: 'desc' }, { column: 'id', order: 'desc' }]).limit(filter.limit ?? 50)
   return ((await q) as Row[]).map(toRun)
 }
+
+/** The runs matching `filter`, without order, limit or select (the API pages it). */
+export function runsQuery(db: Queryable, filter: Omit<ListRunsFilter, 'limit'>) {
+  const q = db('workflow_runs')
+  if (filter.status) q.where({ status: filter.status })
+  if (filter.name) q.where({ workflow_name: filter.name })
+  if (filter.key) q.where({ workflow_key: filter.key })
+  return q
+}
+
+export { toRun as runFromRow }
 
 export async function listSteps(db: Queryable, runId: string): Promise<WorkflowStep[]> {
   const rows = (await db('workflow_steps').where({ run_id: runId }).orderByRaw('started_at IS NULL, started_at, seq IS NULL, seq, step_key')) as Row[]

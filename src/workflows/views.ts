@@ -1,11 +1,11 @@
 /** The operator's view of runs and steps: the `--json` contract of `nodeplane workflow list|show`. */
-import type { WorkflowRun, WorkflowStep } from './store.js'
+import type { RunStatus, WorkflowRun, WorkflowStep } from './store.js'
 
 export interface WorkflowRunView {
   id: string
   workflow: string
   key: string
-  status: string
+  status: RunStatus
   current_step: string | null
   /** Attempts of the current step so far (0 before any step). */
   attempts: number

@@ -7,7 +7,9 @@ import type { Logger } from '../../log.js'
 import type { PaymentClient } from '../../payments/client.js'
 import type { MasterKey } from '../../secrets/master-key.js'
 import type { ApiRoute } from '../route.js'
+import { adminNodeRoutes } from './admin-nodes.js'
 import { adminUserRoutes } from './admin-users.js'
+import { adminWorkflowRoutes } from './admin-workflows.js'
 import { apiKeyRoutes } from './api-keys.js'
 import { artifactRoutes } from './artifacts.js'
 import { chainRoutes } from './chains.js'
@@ -47,8 +49,10 @@ export interface ControlPlaneRouteDeps {
   signInBinding?: SignInBinding
   /** Where customers reach the rpc-gateway (RPC_PUBLIC_URL): nodes' `endpoints`; default http://127.0.0.1:8545. */
   rpcPublicUrl?: string
+  /** MIGRATION_COOLDOWN (operator migrations through the admin API); the spec's 1 h when absent. */
+  migrationCooldownMs?: number
 }
 
 export function controlPlaneRoutes(deps: ControlPlaneRouteDeps): ApiRoute[] {
-  return [...meRoutes(deps), ...apiKeyRoutes(deps), ...adminUserRoutes(deps), ...walletRoutes(deps), ...nodeRoutes(deps), ...cryptoRoutes(deps), ...nodeKeyRoutes(deps), ...inputRoutes(deps), ...subscriptionRoutes(deps), ...chainRoutes(deps), ...paymentRoutes(deps), ...notificationRoutes(deps), ...uptimeRoutes(deps), ...rpcUsageRoutes(deps), ...incidentRoutes(deps), ...rolloutRoutes(deps), ...artifactRoutes(deps), ...hostRoutes(deps)]
+  return [...meRoutes(deps), ...apiKeyRoutes(deps), ...adminUserRoutes(deps), ...adminNodeRoutes(deps), ...adminWorkflowRoutes(deps), ...walletRoutes(deps), ...nodeRoutes(deps), ...cryptoRoutes(deps), ...nodeKeyRoutes(deps), ...inputRoutes(deps), ...subscriptionRoutes(deps), ...chainRoutes(deps), ...paymentRoutes(deps), ...notificationRoutes(deps), ...uptimeRoutes(deps), ...rpcUsageRoutes(deps), ...incidentRoutes(deps), ...rolloutRoutes(deps), ...artifactRoutes(deps), ...hostRoutes(deps)]
 }
