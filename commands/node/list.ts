@@ -1,7 +1,8 @@
 import * as Flags from '@oclif/core/flags'
 import { BaseCommand } from '../../src/cli/base-command.js'
 import { apiClientFor, apiUrlFlag } from '../../src/cli/api-flags.js'
-import { columnsFlag, renderTable, shortTime } from '../../src/cli/display.js'
+import { columnsFlag, renderTable } from '../../src/cli/display.js'
+import { age } from '../../src/cli/human-time.js'
 import { listAll } from '../../src/cli/pages.js'
 import { NODE_STATES } from '../../src/nodes/states.js'
 import type { NodeView } from '../../src/nodes/views.js'
@@ -43,13 +44,14 @@ function noNodes(filtered: boolean): string {
 
 function renderNodes(nodes: readonly NodeView[]): string {
   return renderTable(nodes, [
-    { header: 'id', value: (n) => n.id },
+    { header: 'id', value: (n) => n.id, id: true },
     { header: 'chain', value: (n) => n.chain_profile_id },
     { header: 'type', value: (n) => n.node_type },
-    { header: 'display state', value: (n) => n.display_state },
-    { header: 'state', value: (n) => n.state },
-    { header: 'sync', value: (n) => n.sync_status },
-    { header: 'app health', value: (n) => n.application_health },
-    { header: 'last heartbeat', value: (n) => shortTime(n.last_heartbeat, 'never') },
+    { header: 'version', value: (n) => n.binary_version ?? '-' },
+    { header: 'display state', value: (n) => n.display_state, state: true },
+    { header: 'state', value: (n) => n.state, state: true },
+    { header: 'sync', value: (n) => n.sync_status, state: true },
+    { header: 'app health', value: (n) => n.application_health, state: true },
+    { header: 'last heartbeat', value: (n) => age(n.last_heartbeat, { precise: true, fallback: 'never' }) },
   ])
 }

@@ -4,7 +4,7 @@ import { subjectArg, subjectFlag } from '../../src/cli/subject.js'
 import { isIdPrefix, resolveApiId, resolveDbId } from '../../src/cli/id-prefix.js'
 import { apiClientFor, apiUrlFlag } from '../../src/cli/api-flags.js'
 import { withControlPlaneDatabase } from '../../src/cli/control-plane-db.js'
-import { shortTime } from '../../src/cli/display.js'
+import { moment } from '../../src/cli/human-time.js'
 import { isUuid } from '../../src/db/ids.js'
 import { NotFoundError, ValidationError } from '../../src/errors.js'
 import { findOperatorNodeView, type OperatorNodeView } from '../../src/nodes/operator-view.js'
@@ -60,7 +60,7 @@ function describeAgent(node: OperatorNodeView): string {
   const { agent } = node
   const line = (label: string, value: string) => `  ${`${label}:`.padEnd(22)}${value}`
   return [
-    line('agent report', shortTime(agent.reported_at, 'never')),
+    line('agent report', moment(agent.reported_at, { fallback: 'never' })),
     line('agent version', agent.agent_version ?? '-'),
     line('process state', agent.process_state ?? '-'),
     line('chain pid', agent.chain_pid === null ? '-' : String(agent.chain_pid)),
@@ -79,9 +79,9 @@ function describeNode(node: NodeView): string {
     line('subscription', node.subscription_id),
     line('binary version', node.binary_version ?? '-'),
     line('config version', node.config_version ?? '-'),
-    line('last heartbeat', shortTime(node.last_heartbeat, 'never')),
-    line('last migration', shortTime(node.last_migration_triggered_at, 'never')),
-    line('created', shortTime(node.created_at)),
-    line('updated', shortTime(node.updated_at)),
+    line('last heartbeat', moment(node.last_heartbeat, { fallback: 'never' })),
+    line('last migration', moment(node.last_migration_triggered_at, { fallback: 'never' })),
+    line('created', moment(node.created_at)),
+    line('updated', moment(node.updated_at)),
   ].join('\n')
 }

@@ -1,7 +1,8 @@
 import * as Flags from '@oclif/core/flags'
 import { BaseCommand } from '../../src/cli/base-command.js'
 import { apiClientFor, apiUrlFlag } from '../../src/cli/api-flags.js'
-import { columnsFlag, renderTable, shortTime } from '../../src/cli/display.js'
+import { columnsFlag, renderTable } from '../../src/cli/display.js'
+import { age } from '../../src/cli/human-time.js'
 import { listAll } from '../../src/cli/pages.js'
 import type { NotificationView } from '../../src/notifications/notifications.js'
 
@@ -35,10 +36,10 @@ export default class NotificationList extends BaseCommand<typeof NotificationLis
 
 function renderNotifications(notifications: readonly NotificationView[]): string {
   return renderTable(notifications, [
-    { header: 'created', value: (n) => shortTime(n.created_at) },
+    { header: 'created', value: (n) => age(n.created_at) },
     { header: 'kind', value: (n) => n.kind },
     { header: 'title', value: (n) => n.title },
-    { header: 'read', value: (n) => (n.read_at === null ? 'no' : shortTime(n.read_at)) },
+    { header: 'read', value: (n) => (n.read_at === null ? 'no' : age(n.read_at)) },
     { header: 'body', value: (n) => n.body },
   ])
 }

@@ -1,7 +1,8 @@
 import * as Flags from '@oclif/core/flags'
 import { BaseCommand } from '../../src/cli/base-command.js'
 import { apiClientFor, apiUrlFlag } from '../../src/cli/api-flags.js'
-import { columnsFlag, renderTable, shortTime } from '../../src/cli/display.js'
+import { columnsFlag, renderTable } from '../../src/cli/display.js'
+import { age } from '../../src/cli/human-time.js'
 import { listAll } from '../../src/cli/pages.js'
 import { formatMoney } from '../../src/cli/payments.js'
 import { PAYMENT_STATUSES } from '../../src/payments/states.js'
@@ -28,12 +29,12 @@ export default class PaymentList extends BaseCommand<typeof PaymentList> {
         payments.length === 0
           ? 'No payments yet: pay for a subscription with `nodeplane payment create`.'
           : renderTable(payments, [
-              { header: 'id', value: (p) => p.id },
-              { header: 'status', value: (p) => p.status },
+              { header: 'id', value: (p) => p.id, id: true },
+              { header: 'status', value: (p) => p.status, state: true },
               { header: 'method', value: (p) => (p.crypto_currency ? `${p.method} ${p.crypto_currency}` : p.method) },
               { header: 'amount', value: (p) => formatMoney(p.amount_minor, p.currency) },
               { header: 'subscriptions', value: (p) => String(p.subscription_ids.length) },
-              { header: 'created', value: (p) => shortTime(p.created_at) },
+              { header: 'created', value: (p) => age(p.created_at) },
             ]),
       )
     }

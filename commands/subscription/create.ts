@@ -1,7 +1,7 @@
 import * as Flags from '@oclif/core/flags'
 import { BaseCommand } from '../../src/cli/base-command.js'
 import { apiClientFor, apiUrlFlag } from '../../src/cli/api-flags.js'
-import { shortTime } from '../../src/cli/display.js'
+import { age } from '../../src/cli/human-time.js'
 import { DURATIONS } from '../../src/config/durations.js'
 import type { SubscriptionView } from '../../src/subscriptions/views.js'
 
@@ -35,7 +35,7 @@ export default class SubscriptionCreate extends BaseCommand<typeof SubscriptionC
     const result = { ...answer.body, created: answer.status === 201 }
     if (!this.jsonEnabled()) {
       const what = `${result.chain_profile_id} ${result.node_type} subscription ${result.id} (${result.duration})`
-      this.log(result.created ? `Created ${what}, pending payment.` : `You already have ${what} pending payment (created ${shortTime(result.created_at)}); returned it.`)
+      this.log(result.created ? `Created ${what}, pending payment.` : `You already have ${what} pending payment (created ${age(result.created_at)}); returned it.`)
     }
     return result
   }

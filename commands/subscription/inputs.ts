@@ -2,7 +2,8 @@ import { BaseCommand } from '../../src/cli/base-command.js'
 import { subjectArg, subjectFlag } from '../../src/cli/subject.js'
 import { resolveApiId } from '../../src/cli/id-prefix.js'
 import { apiClientFor, apiUrlFlag } from '../../src/cli/api-flags.js'
-import { renderTable, shortTime } from '../../src/cli/display.js'
+import { renderTable } from '../../src/cli/display.js'
+import { age } from '../../src/cli/human-time.js'
 import { NotFoundError } from '../../src/errors.js'
 import type { InputView } from '../../src/subscriptions/inputs.js'
 
@@ -46,7 +47,7 @@ function renderInputs(inputs: readonly InputView[]): string {
     { header: 'type', value: (i) => (i.source ? `${i.type} (${i.source})` : i.type) },
     { header: 'status', value: (i) => i.status },
     { header: 'value', value: (i) => (i.type === 'secret' ? '(sealed)' : truncate(i.value ?? '-', 60)) },
-    { header: 'set at', value: (i) => shortTime(i.set_at) },
+    { header: 'set at', value: (i) => age(i.set_at) },
   ])
 }
 

@@ -1,7 +1,8 @@
 import * as Flags from '@oclif/core/flags'
 import { BaseCommand } from '../../src/cli/base-command.js'
 import { apiClientFor, apiUrlFlag } from '../../src/cli/api-flags.js'
-import { columnsFlag, renderTable, shortTime } from '../../src/cli/display.js'
+import { columnsFlag, renderTable } from '../../src/cli/display.js'
+import { age } from '../../src/cli/human-time.js'
 import { listAll } from '../../src/cli/pages.js'
 import { SUBSCRIPTION_STATUSES, type SubscriptionView } from '../../src/subscriptions/views.js'
 
@@ -38,12 +39,12 @@ function noSubscriptions(filtered: boolean): string {
 
 function renderSubscriptions(subscriptions: readonly SubscriptionView[]): string {
   return renderTable(subscriptions, [
-    { header: 'id', value: (s) => s.id },
+    { header: 'id', value: (s) => s.id, id: true },
     { header: 'chain', value: (s) => s.chain_profile_id },
     { header: 'type', value: (s) => s.node_type },
     { header: 'duration', value: (s) => s.duration },
-    { header: 'status', value: (s) => s.status },
-    { header: 'expires', value: (s) => shortTime(s.expires_at) },
-    { header: 'created', value: (s) => shortTime(s.created_at) },
+    { header: 'status', value: (s) => s.status, state: true },
+    { header: 'expires', value: (s) => age(s.expires_at) },
+    { header: 'created', value: (s) => age(s.created_at) },
   ])
 }

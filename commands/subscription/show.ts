@@ -2,7 +2,7 @@ import { BaseCommand } from '../../src/cli/base-command.js'
 import { subjectArg, subjectFlag } from '../../src/cli/subject.js'
 import { resolveApiId } from '../../src/cli/id-prefix.js'
 import { apiClientFor, apiUrlFlag } from '../../src/cli/api-flags.js'
-import { shortTime } from '../../src/cli/display.js'
+import { moment } from '../../src/cli/human-time.js'
 import { NotFoundError } from '../../src/errors.js'
 import type { SubscriptionView } from '../../src/subscriptions/views.js'
 
@@ -36,11 +36,11 @@ function describeSubscription(s: SubscriptionView): string {
     `${s.chain_profile_id} ${s.node_type} subscription ${s.id}`,
     line('status', s.status),
     line('duration', s.duration),
-    line('expires', s.status === 'pending_payment' ? `${shortTime(s.expires_at)} (placeholder until paid)` : shortTime(s.expires_at)),
-    line('grace until', shortTime(s.grace_period_expires_at, '-')),
+    line('expires', s.status === 'pending_payment' ? `${moment(s.expires_at)}, a placeholder until paid` : moment(s.expires_at)),
+    line('grace until', moment(s.grace_period_expires_at)),
     line('payment', s.payment_id ?? '-'),
     line('owner', s.user_id),
-    line('created', shortTime(s.created_at)),
-    line('updated', shortTime(s.updated_at)),
+    line('created', moment(s.created_at)),
+    line('updated', moment(s.updated_at)),
   ].join('\n')
 }

@@ -1,6 +1,7 @@
 /** Terminal rendering of the artifact store's records (`nodeplane artifact list|show|add|remove`). */
 import type { ArtifactView } from '../artifacts/service.js'
-import { renderTable, shortTime } from './display.js'
+import { renderTable } from './display.js'
+import { age, moment } from './human-time.js'
 
 function signedBy(a: ArtifactView): string {
   return a.signed ? `key ${a.key_id ?? '?'}` : 'UNSIGNED (rollouts refuse it)'
@@ -14,7 +15,7 @@ export function renderArtifacts(artifacts: readonly ArtifactView[]): string {
     { header: 'sha256', value: (a) => `${a.sha256.slice(0, 'sha256:'.length + 16)}…` },
     { header: 'size', value: (a) => String(a.size_bytes) },
     { header: 'signed', value: signedBy },
-    { header: 'added', value: (a) => shortTime(a.created_at) },
+    { header: 'added', value: (a) => age(a.created_at) },
   ])
 }
 
@@ -25,6 +26,6 @@ export function describeArtifact(a: ArtifactView): string {
     `  size:      ${a.size_bytes} bytes`,
     `  signed:    ${signedBy(a)}`,
     ...(a.signature ? [`  signature: ${a.signature}`] : []),
-    `  added:     ${shortTime(a.created_at)}`,
+    `  added:     ${moment(a.created_at)}`,
   ].join('\n')
 }

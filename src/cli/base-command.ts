@@ -5,6 +5,7 @@ import * as Flags from '@oclif/core/flags'
 import { selectColumns } from './display.js'
 import { describeFailure } from './errors.js'
 import { subjectOf } from './subject.js'
+import { setWide } from './terminal.js'
 import type { Env } from '../config/env.js'
 
 export type CommandFlags<T extends typeof Command> = Interfaces.InferredFlags<(typeof BaseCommand)['baseFlags'] & T['flags']>
@@ -21,6 +22,10 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
   static override baseFlags = {
     'data-dir': Flags.string({
       description: 'data directory (default: $NODEPLANE_DATA_DIR or ./.nodeplane)',
+      helpGroup: 'GLOBAL',
+    }),
+    wide: Flags.boolean({
+      description: 'print tables and views whole: full ids, no cutting at the terminal width',
       helpGroup: 'GLOBAL',
     }),
   }
@@ -44,6 +49,7 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
     this.positionals = argv.map(String)
     const columns = (flags as { columns?: unknown }).columns
     if (typeof columns === 'string') selectColumns(columns)
+    setWide((flags as { wide?: boolean }).wide === true)
     // A command with a subject: a missing or doubly given one is a usage error before anything else.
     const subject = this.ctor.args?.id
     if (subject !== undefined && this.ctor.strict !== false) this.subject(subject.description?.replace(/ \(a unique prefix.*$/, '') ?? 'id')

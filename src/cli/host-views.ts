@@ -1,7 +1,8 @@
 /** Human output of the `host` commands (the `--json` output is the commands' return value). */
 import { NotFoundError } from '../errors.js'
 import type { Host } from '../hosts/store.js'
-import { renderTable, shortTime } from './display.js'
+import { renderTable } from './display.js'
+import { age, moment } from './human-time.js'
 
 function size(bytes: number): string {
   for (const [unit, factor] of [['TiB', 2 ** 40], ['GiB', 2 ** 30], ['MiB', 2 ** 20]] as const) {
@@ -22,11 +23,11 @@ function labelsText(labels: Record<string, string>): string {
 export function renderHosts(hosts: readonly Host[]): string {
   return renderTable(hosts, [
     { header: 'name', value: (h) => h.name },
-    { header: 'state', value: (h) => h.state },
+    { header: 'state', value: (h) => h.state, state: true },
     { header: 'region', value: (h) => h.region },
     { header: 'address', value: (h) => `${h.user}@${h.address}:${h.port}` },
     { header: 'capacity', value: (h) => capacityText(h) },
-    { header: 'probe', value: (h) => `${h.last_probe_result ?? '-'} ${shortTime(h.last_probe_at)}` },
+    { header: 'probe', value: (h) => `${h.last_probe_result ?? '-'} ${age(h.last_probe_at, { precise: true })}` },
     { header: 'labels', value: (h) => labelsText(h.labels) },
   ])
 }
@@ -42,9 +43,9 @@ export function describeHost(h: Host): string {
     line('capacity', capacityText(h)),
     line('labels', labelsText(h.labels)),
     line('host key', h.host_key_fingerprint),
-    line('last probe', h.last_probe_at ? `${h.last_probe_result ?? '-'} at ${shortTime(h.last_probe_at)}${h.last_probe_error ? `: ${h.last_probe_error}` : ''}` : '-'),
-    line('added', shortTime(h.created_at)),
-    ...(h.removed_at ? [line('removed', shortTime(h.removed_at))] : []),
+    line('last probe', h.last_probe_at ? `${h.last_probe_result ?? '-'} ${moment(h.last_probe_at)}${h.last_probe_error ? `: ${h.last_probe_error}` : ''}` : '-'),
+    line('added', moment(h.created_at)),
+    ...(h.removed_at ? [line('removed', moment(h.removed_at))] : []),
   ].join('\n')
 }
 

@@ -1,7 +1,8 @@
 /** Human output of the incident commands (the `--json` output is the commands' return value). */
 import type { Incident } from '../health/incident-store.js'
 import { NotFoundError } from '../errors.js'
-import { renderTable, shortTime } from './display.js'
+import { renderTable } from './display.js'
+import { age, moment } from './human-time.js'
 
 function statusText(i: Pick<Incident, 'status' | 'is_flapping'>): string {
   return i.is_flapping ? `${i.status} (flapping)` : i.status
@@ -9,13 +10,13 @@ function statusText(i: Pick<Incident, 'status' | 'is_flapping'>): string {
 
 export function renderIncidents(incidents: readonly Incident[]): string {
   return renderTable(incidents, [
-    { header: 'id', value: (i) => i.id },
-    { header: 'severity', value: (i) => i.severity },
+    { header: 'id', value: (i) => i.id, id: true },
+    { header: 'severity', value: (i) => i.severity, state: true },
     { header: 'status', value: (i) => statusText(i) },
     { header: 'category', value: (i) => i.category },
-    { header: 'node', value: (i) => i.node_id },
+    { header: 'node', value: (i) => i.node_id, id: true },
     { header: 'count', value: (i) => String(i.occurrence_count) },
-    { header: 'last seen', value: (i) => shortTime(i.last_seen_at) },
+    { header: 'last seen', value: (i) => age(i.last_seen_at, { precise: true }) },
     { header: 'title', value: (i) => i.title },
   ])
 }
@@ -30,16 +31,16 @@ export function describeIncident(i: Incident): string {
   const lines = [
     `incident ${i.id}`,
     `  ${i.title}`,
-    line('severity', i.escalated_at ? `${i.severity} (escalated ${shortTime(i.escalated_at)})` : i.severity),
+    line('severity', i.escalated_at ? `${i.severity} (escalated ${age(i.escalated_at)})` : i.severity),
     line('status', statusText(i)),
     line('category', i.category),
     line('node', `${i.node_id} (${i.chain_profile_id})`),
     line('subscription', i.subscription_id),
     line('occurrences', String(i.occurrence_count)),
-    line('first seen', shortTime(i.first_seen_at)),
-    line('last seen', shortTime(i.last_seen_at)),
-    line('acknowledged', i.acknowledged_at ? `${shortTime(i.acknowledged_at)}${by(i.acknowledged_by)}` : '-'),
-    line('resolved', i.resolved_at ? `${shortTime(i.resolved_at)}${by(i.resolved_by)}` : '-'),
+    line('first seen', moment(i.first_seen_at)),
+    line('last seen', moment(i.last_seen_at)),
+    line('acknowledged', i.acknowledged_at ? `${moment(i.acknowledged_at)}${by(i.acknowledged_by)}` : '-'),
+    line('resolved', i.resolved_at ? `${moment(i.resolved_at)}${by(i.resolved_by)}` : '-'),
     '',
     `  ${i.description}`,
   ]

@@ -1,6 +1,6 @@
 /** What the payment commands share: rendering a payment and money amounts. */
 import { formatMinorUnits } from '../payments/currency.js'
-import { shortTime } from './display.js'
+import { moment } from './human-time.js'
 import type { PaymentView } from '../subscriptions/payment-requests.js'
 
 /** 1500 USD -> "15.00 USD", 1500 JPY -> "1500 JPY" (prices are integer minor units of their currency). */
@@ -25,7 +25,7 @@ export function describePayment(p: PaymentView): string {
     lines.push(line('memo', p.crypto.memo))
     if (p.crypto.contract_address) lines.push(line('contract', `${p.crypto.contract_address}${p.crypto.chain_id ? ` (chain ${p.crypto.chain_id})` : ''}`))
   }
-  lines.push(line('expires', shortTime(p.expires_at)), line('created', shortTime(p.created_at)), line('completed', shortTime(p.completed_at, '-')))
+  lines.push(line('expires', moment(p.expires_at)), line('created', moment(p.created_at)), line('completed', moment(p.completed_at)))
   return lines.join('\n')
 }
 

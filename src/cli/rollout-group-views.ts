@@ -2,7 +2,8 @@
 import type { RolloutGroupStatusView, RolloutGroupView } from '../rollouts/views.js'
 import { NotFoundError } from '../errors.js'
 import type { ApiClient } from './api-client.js'
-import { renderTable, shortTime } from './display.js'
+import { renderTable } from './display.js'
+import { moment, took } from './human-time.js'
 import { confirmDestructive } from './prompt.js'
 
 export const GROUP_ACTIONS = ['start', 'pause', 'resume', 'cancel', 'skip'] as const
@@ -47,10 +48,10 @@ export function describeGroup(g: RolloutGroupView | RolloutGroupStatusView): str
     line('chain', `${g.chain_profile_id}, node type ${g.node_type}`),
     line('policy', `on a failed component: ${g.failure_policy}`),
     line('strategy', `${g.strategy}, batch size ${g.batch_size}${g.canary_size !== null ? `, canary ${g.canary_size}` : ''}, failure threshold ${g.failure_threshold}, health wait ${g.health_wait_duration}`),
-    line('created', `${shortTime(g.created_at)}${g.reason ? `: ${g.reason}` : ''}`),
+    line('created', `${moment(g.created_at)}${g.reason ? `: ${g.reason}` : ''}`),
   ]
-  if (g.started_at) lines.push(line('started', shortTime(g.started_at)))
-  if (g.completed_at) lines.push(line('finished', shortTime(g.completed_at)))
+  if (g.started_at) lines.push(line('started', moment(g.started_at)))
+  if (g.completed_at) lines.push(line('finished', `${moment(g.completed_at)}, took ${took(g.started_at, g.completed_at)}`))
   lines.push('')
   if ('components' in g) lines.push(renderComponents(g.components))
   else lines.push(...g.component_order.map((c, i) => `  ${i}. ${c.binary_name} ${c.version} (${c.upgrade_id ? `manifest ${c.upgrade_id}` : 'release'}, ${c.migration_type})`))

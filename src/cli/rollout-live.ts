@@ -7,6 +7,8 @@ import { createElement as h, type ReactElement } from 'react'
 import type { RolloutNodeView } from '../rollouts/views.js'
 import { batchText, describeState, nextActions, statusText } from './rollout-views.js'
 import type { RolloutSnapshot } from './rollout-watch.js'
+import { batchNumber, canaryGate, healthWaitText } from './rollout-waits.js'
+import { colourAllowed } from './terminal.js'
 
 /** Node rows shown per batch, and batches shown around the current one: a fleet of thousands stays one screen. */
 const NODES_PER_BATCH = 8
@@ -29,7 +31,15 @@ const STATUS_COLOURS: Record<string, string> = {
 
 type Ink = Pick<typeof import('ink'), 'Box' | 'Text'>
 
-const colour = (status: string): string => STATUS_COLOURS[status] ?? 'white'
+/** The view's colours; none under NO_COLOR (ink's chalk does not read it) or TERM=dumb. */
+interface Paint {
+  colour: (status: string) => string | undefined
+  tone: (name: string) => string | undefined
+}
+
+function paintFor(colours: boolean): Paint {
+  return colours ? { colour: (status) => STATUS_COLOURS[status] ?? 'white', tone: (name) => name } : { colour: () => undefined, tone: () => undefined }
+}
 
 interface Batch {
   index: number
@@ -55,28 +65,30 @@ function visibleNodes(nodes: readonly RolloutNodeView[]): { shown: RolloutNodeVi
   return { shown: sorted.slice(0, NODES_PER_BATCH), hidden: Math.max(0, sorted.length - NODES_PER_BATCH) }
 }
 
-function batchView({ Box, Text }: Ink, batch: Batch, canary: boolean): ReactElement {
+function batchView({ Box, Text }: Ink, paint: Paint, r: RolloutSnapshot['rollout'], batch: Batch, canary: boolean, at: Date): ReactElement {
   const { shown, hidden } = visibleNodes(batch.nodes)
   return h(
     Box,
     { key: `batch-${batch.index}`, flexDirection: 'column' },
-    h(Text, null, h(Text, { bold: true }, `  batch ${batch.index}${canary ? ' (canary)' : ''}`), h(Text, { dimColor: true }, `  ${countsText(batch.nodes)}`)),
+    h(Text, null, h(Text, { bold: true }, `  batch ${batchNumber(batch.index)}${canary ? ' (canary)' : ''}`), h(Text, { dimColor: true }, `  ${countsText(batch.nodes)}`)),
     ...shown.map((n) =>
       h(
         Text,
         { key: n.node_id },
         `    ${n.node_id}  `,
-        h(Text, { color: colour(n.status) }, n.status.padEnd(11)),
-        h(Text, { dimColor: true }, ` ${n.upgrade_phase ?? '-'}${n.attempt_count > 1 ? ` (attempt ${n.attempt_count})` : ''}`),
-        n.status === 'failed' && n.error_message ? h(Text, { color: 'red' }, `  ${n.error_message}`) : null,
+        h(Text, { color: paint.colour(n.status) }, n.status.padEnd(11)),
+        ` ${n.upgrade_phase ?? '-'}${n.attempt_count > 1 ? ` (attempt ${n.attempt_count})` : ''}`,
+        n.status === 'failed' && n.error_message ? h(Text, { color: paint.tone('red') }, `  ${n.error_message}`) : null,
+        n.status === 'validating' ? h(Text, { color: paint.tone('yellow') }, `  ${healthWaitText(r, n, at) ?? ''}`) : null,
       ),
     ),
     ...(hidden > 0 ? [h(Text, { key: 'more', dimColor: true }, `    … ${hidden} more`)] : []),
   )
 }
 
-export function rolloutLiveView(ink: Ink, snapshot: RolloutSnapshot, intervalMs: number, at: Date = new Date()): ReactElement {
+export function rolloutLiveView(ink: Ink, snapshot: RolloutSnapshot, intervalMs: number, at: Date = new Date(), colours = colourAllowed()): ReactElement {
   const { Box, Text } = ink
+  const paint = paintFor(colours)
   const r = snapshot.rollout
   const batches = batchesOf(snapshot.nodes)
   const current = r.current_batch ?? 0
@@ -85,7 +97,7 @@ export function rolloutLiveView(ink: Ink, snapshot: RolloutSnapshot, intervalMs:
   const later = batches.filter((b) => b.index > current + BATCHES_AROUND)
   const state = describeState(r)
   const actions = nextActions(r)
-  const awaitingCanary = r.status === 'running' && r.awaiting === 'approve_canary'
+  const gate = canaryGate(r, snapshot.nodes, at)
   return h(
     Box,
     { flexDirection: 'column' },
@@ -95,30 +107,23 @@ export function rolloutLiveView(ink: Ink, snapshot: RolloutSnapshot, intervalMs:
       Text,
       null,
       'Status: ',
-      h(Text, { color: colour(r.status), bold: true }, statusText(r)),
+      h(Text, { color: paint.colour(r.status), bold: true }, statusText(r)),
       `   ${batchText(r)}   `,
-      h(Text, { color: 'green' }, `${r.succeeded_nodes} succeeded`),
+      h(Text, { color: paint.tone('green') }, `${r.succeeded_nodes} succeeded`),
       ', ',
-      h(Text, { color: r.failed_nodes > 0 ? 'red' : undefined }, `${r.failed_nodes} failed`),
+      h(Text, { color: r.failed_nodes > 0 ? paint.tone('red') : undefined }, `${r.failed_nodes} failed`),
       ` of ${r.total_nodes}${r.forced ? '  (threshold forced)' : ''}`,
     ),
-    ...(state ? [h(Text, { color: r.status === 'failed' ? 'red' : 'yellow' }, `  ${state}`)] : []),
+    ...(state ? [h(Text, { color: paint.tone(r.status === 'failed' ? 'red' : 'yellow') }, `  ${state}`)] : []),
     ...(batches.length > 0 ? [h(Text, { bold: true }, 'Batches')] : []),
-    ...(earlier.length > 0 ? [h(Text, { dimColor: true }, `  … batches 0-${earlier.at(-1)?.index ?? 0}: ${countsText(earlier.flatMap((b) => b.nodes))}`)] : []),
-    ...near.map((b) => batchView(ink, b, r.strategy === 'canary' && b.index === 0)),
-    ...(later.length > 0 ? [h(Text, { dimColor: true }, `  … ${later.length} more batches: ${countsText(later.flatMap((b) => b.nodes))}`)] : []),
-    ...(r.strategy === 'canary' && r.migration_type === 'breaking'
-      ? [
-          h(
-            Text,
-            null,
-            'Canary gate: ',
-            awaitingCanary ? h(Text, { color: 'yellow', bold: true }, 'waiting for your approval') : h(Text, { dimColor: true }, r.current_batch !== null && r.current_batch > 0 ? 'approved' : 'not reached yet'),
-          ),
-        ]
+    ...(earlier.length > 0 ? [h(Text, null, `  … batches 1-${batchNumber(earlier.at(-1)?.index ?? 0)}: ${countsText(earlier.flatMap((b) => b.nodes))}`)] : []),
+    ...near.map((b) => batchView(ink, paint, r, b, r.strategy === 'canary' && b.index === 0, at)),
+    ...(later.length > 0 ? [h(Text, null, `  … ${later.length} more batches: ${countsText(later.flatMap((b) => b.nodes))}`)] : []),
+    ...(r.strategy === 'canary' && r.batch_count !== null
+      ? [h(Text, null, 'Canary gate: ', h(Text, { color: paint.tone(gate.gate === 'awaiting_approval' ? 'yellow' : gate.gate === 'canary_failed' ? 'red' : 'green'), bold: gate.gate === 'awaiting_approval' }, gate.text))]
       : []),
     ...(actions.length > 0 ? [h(Text, { bold: true }, 'Next'), ...actions.map((a) => h(Text, { key: a }, `  ${a}`))] : []),
-    h(Text, { dimColor: true }, `updated ${at.toISOString().slice(11, 19)}Z, every ${intervalMs / 1000}s; Ctrl-C stops watching (the rollout goes on)`),
+    h(Text, null, `updated ${at.toISOString().slice(11, 19)}Z, every ${intervalMs / 1000}s; Ctrl-C stops watching (the rollout goes on)`),
   )
 }
 
@@ -127,13 +132,13 @@ export interface LiveView {
   stop: () => Promise<void>
 }
 
-export async function startLiveView(intervalMs: number, stdout: NodeJS.WriteStream = process.stdout): Promise<LiveView> {
+export async function startLiveView(intervalMs: number, stdout: NodeJS.WriteStream = process.stdout, colours = colourAllowed(stdout)): Promise<LiveView> {
   // ink is loaded only when a terminal shows it (it is heavy, and scripts never need it).
   const ink = await import('ink')
   let app: ReturnType<typeof ink.render> | undefined
   return {
     update(snapshot) {
-      const view = rolloutLiveView(ink, snapshot, intervalMs)
+      const view = rolloutLiveView(ink, snapshot, intervalMs, new Date(), colours)
       if (app) app.rerender(view)
       else app = ink.render(view, { stdout, patchConsole: false, exitOnCtrlC: false })
     },

@@ -4,8 +4,10 @@
  */
 import type { RolloutDetailView, RolloutNodeView, RolloutView } from '../rollouts/views.js'
 import { NotFoundError } from '../errors.js'
-import { renderTable, shortTime } from './display.js'
+import { renderTable } from './display.js'
+import { age, moment, remaining, stamp, took } from './human-time.js'
 import { EXIT } from './exit-codes.js'
+import { batchNumber } from './rollout-waits.js'
 
 /**
  * `rollout status|start --watch` stops with this when the rollout waits for a person: paused
@@ -68,7 +70,7 @@ export function describeState(r: RolloutState & Pick<RolloutView, 'scheduled_at'
   if (r.status === 'paused') return PAUSE_REASONS[r.pause_reason ?? ''] ?? `paused (${r.pause_reason ?? 'no reason given'})`
   if (r.status === 'running' && r.awaiting === 'approve_canary') return 'the canary of a breaking migration waits for approval'
   if (r.status === 'pending') return 'created, not started'
-  if (r.status === 'scheduled') return `starts at ${shortTime(r.scheduled_at)}`
+  if (r.status === 'scheduled') return `starts at ${r.scheduled_at ? `${stamp(r.scheduled_at)} (${remaining(r.scheduled_at)})` : '-'}`
   if (r.error_message && (r.status === 'failed' || r.status === 'rolled_back' || r.status === 'completed')) return r.error_message
   return null
 }
@@ -111,7 +113,7 @@ function progress(r: Pick<RolloutView, 'succeeded_nodes' | 'failed_nodes' | 'tot
   return `${r.succeeded_nodes}/${r.total_nodes} succeeded, ${r.failed_nodes} failed`
 }
 
-/** `batch 2/5`, or `-` before the plan. */
+/** `batch 2/5` (numbered from 1, as the live view's rows), or `-` before the plan. */
 export function batchText(r: Pick<RolloutView, 'current_batch' | 'batch_count'>): string {
   if (r.batch_count === null) return 'not planned yet'
   if (r.current_batch === null) return `${r.batch_count} ${r.batch_count === 1 ? 'batch' : 'batches'}`
@@ -126,13 +128,13 @@ export function statusText(r: RolloutState): string {
 
 export function renderRollouts(rollouts: readonly RolloutView[]): string {
   return renderTable(rollouts, [
-    { header: 'id', value: (r) => r.id },
+    { header: 'id', value: (r) => r.id, id: true },
     { header: 'chain', value: (r) => `${r.chain_profile_id}/${r.node_type}` },
     { header: 'upgrade', value: (r) => `${r.binary_name} ${r.source_version} -> ${r.target_version}` },
     { header: 'strategy', value: (r) => r.strategy },
-    { header: 'status', value: (r) => statusText(r) },
+    { header: 'status', value: (r) => statusText(r), state: true },
     { header: 'progress', value: (r) => progress(r) },
-    { header: 'created', value: (r) => shortTime(r.created_at) },
+    { header: 'created', value: (r) => age(r.created_at) },
   ])
 }
 
@@ -142,9 +144,9 @@ export function noRollouts(filtered: boolean): string {
 
 export function renderRolloutNodes(nodes: readonly RolloutNodeView[]): string {
   return renderTable(nodes, [
-    { header: 'batch', value: (n) => String(n.batch_index) },
-    { header: 'node', value: (n) => n.node_id },
-    { header: 'status', value: (n) => n.status },
+    { header: 'batch', value: (n) => String(batchNumber(n.batch_index)) },
+    { header: 'node', value: (n) => n.node_id, id: true },
+    { header: 'status', value: (n) => n.status, state: true },
     { header: 'phase', value: (n) => n.upgrade_phase ?? '-' },
     { header: 'attempts', value: (n) => String(n.attempt_count) },
     { header: 'from', value: (n) => n.previous_version ?? '-' },
@@ -175,9 +177,9 @@ export function describeRollout(r: RolloutView | RolloutDetailView): string {
       .map(([status, n]) => `${n} ${status}`)
     lines.push(line('nodes', counts.length > 0 ? counts.join(', ') : 'none yet'))
   }
-  lines.push(line('created', `${shortTime(r.created_at)}${r.reason ? `: ${r.reason}` : ''}`))
-  if (r.started_at) lines.push(line('started', shortTime(r.started_at)))
-  if (r.completed_at) lines.push(line('finished', shortTime(r.completed_at)))
+  lines.push(line('created', `${moment(r.created_at)}${r.reason ? `: ${r.reason}` : ''}`))
+  if (r.started_at) lines.push(line('started', moment(r.started_at)))
+  if (r.completed_at) lines.push(line('finished', `${moment(r.completed_at)}, took ${took(r.started_at, r.completed_at)}`))
   const actions = nextActions(r)
   if (actions.length > 0) lines.push('', '  next:', ...actions.map((a) => `    ${a}`))
   return lines.join('\n')
@@ -194,7 +196,7 @@ export function rolloutNotFound(id: string): (err: unknown) => never {
 /** What a signal did: the workflow acts on it between batches, so say so. */
 export function describeSignal(action: string, r: RolloutView, hint = true): string {
   const effect: Record<string, string> = {
-    start: r.status === 'scheduled' ? `scheduled; it starts at ${shortTime(r.scheduled_at)}` : 'started',
+    start: r.status === 'scheduled' ? `scheduled; it starts at ${r.scheduled_at ? `${stamp(r.scheduled_at)} (${remaining(r.scheduled_at)})` : '-'}` : 'started',
     pause: 'will pause after its current batch',
     resume: 'resumes',
     cancel: 'is being cancelled: no new batches, nodes in flight finish',

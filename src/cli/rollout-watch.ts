@@ -10,6 +10,7 @@ import { ValidationError } from '../errors.js'
 import { parseDuration } from '../config/duration.js'
 import type { ApiClient } from './api-client.js'
 import { listAll } from './pages.js'
+import { batchNumber, healthWaitText } from './rollout-waits.js'
 import { batchText, describeState, nextActions, rolloutNotFound, rolloutOutcome, statusText } from './rollout-views.js'
 
 export interface RolloutSnapshot {
@@ -45,10 +46,11 @@ function rolloutLine(r: RolloutDetailView): string {
   return `rollout ${r.id} ${statusText(r)}, ${batchText(r)}: ${r.succeeded_nodes}/${r.total_nodes} succeeded, ${r.failed_nodes} failed${r.forced ? ' (forced)' : ''}${state ? ` — ${state}` : ''}`
 }
 
-function nodeLine(n: RolloutNodeView): string {
+function nodeLine(r: RolloutDetailView, n: RolloutNodeView, at: Date): string {
   const attempt = n.attempt_count > 1 ? `, attempt ${n.attempt_count}` : ''
   const error = n.status === 'failed' && n.error_message ? `: ${n.error_message}` : ''
-  return `node ${n.node_id} (batch ${n.batch_index}) ${n.status}${n.upgrade_phase ? `, phase ${n.upgrade_phase}` : ''}${attempt}${error}`
+  const wait = healthWaitText(r, n, at)
+  return `node ${n.node_id} (batch ${batchNumber(n.batch_index)}) ${n.status}${n.upgrade_phase ? `, phase ${n.upgrade_phase}` : ''}${attempt}${error}${wait ? `; ${wait}` : ''}`
 }
 
 const rolloutKey = (r: RolloutDetailView) =>
@@ -62,7 +64,7 @@ export function changeLines(previous: RolloutSnapshot | undefined, next: Rollout
   if (!previous || rolloutKey(previous.rollout) !== rolloutKey(next.rollout)) lines.push(`${time} ${rolloutLine(next.rollout)}`)
   const before = new Map((previous?.nodes ?? []).map((n) => [n.node_id, nodeKey(n)]))
   for (const n of next.nodes) {
-    if (before.get(n.node_id) !== nodeKey(n)) lines.push(`${time} ${nodeLine(n)}`)
+    if (before.get(n.node_id) !== nodeKey(n)) lines.push(`${time} ${nodeLine(next.rollout, n, at)}`)
   }
   return lines
 }

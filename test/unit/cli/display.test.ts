@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { renderApiKeys, renderTable, shortTime } from '../../../src/cli/display.js'
+import { renderApiKeys, renderTable, shortIds, shortTime } from '../../../src/cli/display.js'
 import { parseExpiresIn, parseScopes } from '../../../src/cli/key-flags.js'
 import { listAll } from '../../../src/cli/pages.js'
 import type { ApiClient } from '../../../src/cli/api-client.js'
@@ -15,6 +15,28 @@ describe('CLI rendering and flag parsing', () => {
     expect(text.split('\n')).toEqual(['A       B', '------  ----------', 'x       long value', 'longer  y'])
   })
 
+  it('fits a terminal: the widest free-text column is cut with …, ids and states never', () => {
+    const rows = [{ id: '0193a1b2-7c3f-7000-8000-000000000001', state: 'down', title: 'the chain process exited with code 137 three times' }]
+    const columns = [
+      { header: 'id', value: (r: (typeof rows)[0]) => r.id, id: true },
+      { header: 'state', value: (r: (typeof rows)[0]) => r.state, state: true },
+      { header: 'title', value: (r: (typeof rows)[0]) => r.title },
+    ]
+    const fitted = renderTable(rows, columns, { width: 40, colour: true, shortIds: true }).split('\n')
+    expect(fitted[2]).toBe('0193a1b2  \u001b[31mdown\u001b[39m   the chain process exit…')
+    expect(fitted.every((l) => l.replace(/\u001b\[\d+m/g, '').length <= 40)).toBe(true)
+    const whole = renderTable(rows, columns, { width: undefined, colour: false, shortIds: false }).split('\n')
+    expect(whole[2]).toBe(`${rows[0]?.id}  down   ${rows[0]?.title}`)
+  })
+
+  it('shortens UUIDs to the shortest prefix unique among them, at least 8 characters, never ending on a hyphen', () => {
+    const a = '0193a1b2-7c3f-7000-8000-000000000001'
+    const b = '0193a1b2-7c40-7000-8000-000000000002'
+    const c = '0193a1b2-7c40-7111-8000-000000000003'
+    const d = '0294ffff-0000-7000-8000-000000000004'
+    expect(Object.fromEntries(shortIds([a, b, c, d, 'k1']))).toEqual({ [a]: '0193a1b2-7c3', [b]: '0193a1b2-7c40-70', [c]: '0193a1b2-7c40-71', [d]: '0294ffff' })
+  })
+
   it('lists keys with prefix and status, never more of the key', () => {
     const now = new Date('2026-01-02T00:00:00Z')
     const base = { name: 'ci', key_prefix: 'np_abcdefg', scopes: ['nodes:read'], created_at: '2026-01-01T00:00:00Z', expires_at: null }
@@ -25,7 +47,7 @@ describe('CLI rendering and flag parsing', () => {
     ]
     const lines = renderApiKeys(keys, now).split('\n')
     expect(lines[0]).toMatch(/^ID\s+NAME\s+PREFIX\s+SCOPES\s+STATUS\s+EXPIRES\s+LAST USED$/)
-    expect(lines[2]).toMatch(/^k1\s+ci\s+np_abcdefg…\s+nodes:read\s+active\s+never\s+2026-01-01 12:30Z$/)
+    expect(lines[2]).toMatch(/^k1\s+ci\s+np_abcdefg…\s+nodes:read\s+active\s+never\s+11h ago$/)
     expect(lines[3]).toContain('revoked')
     expect(lines[4]).toContain('expired')
     expect(shortTime(null, 'never')).toBe('never')

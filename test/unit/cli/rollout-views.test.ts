@@ -148,22 +148,22 @@ describe('one line per change (non-TTY --watch)', () => {
   it('the first snapshot shows the rollout and every node; an unchanged one nothing', () => {
     expect(changeLines(undefined, first, at)).toEqual([
       `22:21:36Z rollout ${ID} running, batch 1/1: 0/2 succeeded, 0 failed`,
-      `22:21:36Z node ${NODE_A} (batch 0) pending`,
-      `22:21:36Z node ${NODE_B} (batch 0) pending`,
+      `22:21:36Z node ${NODE_A} (batch 1) pending`,
+      `22:21:36Z node ${NODE_B} (batch 1) pending`,
     ])
     expect(changeLines(first, structuredClone(first), at)).toEqual([])
   })
 
   it('a phase change is one node line; a counter change one rollout line; a failure carries its error', () => {
     const phase = { ...first, nodes: [node(NODE_A, { status: 'in_progress', upgrade_phase: 'mutating', attempt_count: 1 }), node(NODE_B)] }
-    expect(changeLines(first, phase, at)).toEqual([`22:21:36Z node ${NODE_A} (batch 0) in_progress, phase mutating`])
+    expect(changeLines(first, phase, at)).toEqual([`22:21:36Z node ${NODE_A} (batch 1) in_progress, phase mutating`])
     const failed: RolloutSnapshot = {
       rollout: rollout({ failed_nodes: 1, version: 4 }),
       nodes: [node(NODE_A, { status: 'failed', upgrade_phase: 'rolled_back', attempt_count: 2, error_message: 'checksum mismatch' }), node(NODE_B)],
     }
     expect(changeLines(phase, failed, at)).toEqual([
       `22:21:36Z rollout ${ID} running, batch 1/1: 0/2 succeeded, 1 failed`,
-      `22:21:36Z node ${NODE_A} (batch 0) failed, phase rolled_back, attempt 2: checksum mismatch`,
+      `22:21:36Z node ${NODE_A} (batch 1) failed, phase rolled_back, attempt 2: checksum mismatch`,
     ])
     // A write that changes nothing an operator sees (version, updated_at) is no line.
     expect(changeLines(failed, { ...failed, rollout: { ...failed.rollout, version: 9, updated_at: '2026-11-24T22:30:00.000Z' } }, at)).toEqual([])
@@ -185,11 +185,31 @@ describe('the live view (ink)', () => {
     expect(text).toContain(`Rollout ${ID}`)
     expect(text).toContain('running (awaiting approve_canary)')
     expect(text).toContain('1 succeeded, 0 failed of 2')
-    expect(text).toMatch(/batch 0 \(canary\) +1 succeeded/)
+    expect(text).toContain('batch 1/2')
+    expect(text).toMatch(/batch 1 \(canary\) +1 succeeded/)
     expect(text).toMatch(new RegExp(`${NODE_A} +succeeded +completed`))
-    expect(text).toMatch(/batch 1 +1 pending/)
+    expect(text).toMatch(/batch 2 +1 pending/)
     expect(text).toContain('Canary gate: waiting for your approval')
     expect(text).toContain(`nodeplane rollout approve-canary --id ${ID} --watch`)
+  })
+
+  it('after approval: the gate says approved, a validating node its health wait, and NO_COLOR leaves colours out', async () => {
+    const out = Object.assign(new PassThrough(), { columns: 160, rows: 60, isTTY: true }) as unknown as NodeJS.WriteStream
+    let written = ''
+    ;(out as unknown as PassThrough).on('data', (chunk: Buffer) => (written += chunk.toString()))
+    const live = await startLiveView(1000, out, false)
+    const validatingSince = new Date(Date.now() - 500).toISOString()
+    live.update({
+      rollout: rollout({ strategy: 'canary', migration_type: 'breaking', canary_size: 1, succeeded_nodes: 1, current_batch: 1, batch_count: 2, health_wait_duration: '5m', health_wait_duration_ms: 300_000 }),
+      nodes: [node(NODE_A, { status: 'succeeded', upgrade_phase: 'completed', attempt_count: 1 }), node(NODE_B, { batch_index: 1, status: 'validating', upgrade_phase: 'verifying', updated_at: validatingSince })],
+    })
+    await live.stop()
+    expect(written).not.toMatch(/\u001b\[(3\d|9\d)m/)
+    const text = written.replace(/\u001b\[[0-9;?]*[A-Za-z]/g, '')
+    expect(text).toContain('batch 2/2')
+    expect(text).toContain('Canary gate: approved')
+    expect(text).not.toContain('not reached yet')
+    expect(text).toMatch(new RegExp(`${NODE_B} +validating +verifying  health wait until \\S+ \\S+Z \\(4m5\\ds left\\)`))
   })
 })
 
