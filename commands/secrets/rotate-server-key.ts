@@ -21,7 +21,7 @@ export default class SecretsRotateServerKey extends BaseCommand<typeof SecretsRo
     try {
       return await this.rotate(await openMasterKey(config, secrets))
     } finally {
-      secrets.close()
+      await secrets.close()
     }
   }
 

@@ -23,7 +23,7 @@ export default class SecretsStatusCommand extends BaseCommand<typeof SecretsStat
       const vaultKey = config.SECRETS_PROVIDER === 'vault' ? await openMasterKey(config, secrets).catch((err: unknown) => (err instanceof Error ? err : new Error(String(err)))) : undefined
       status = await withControlPlaneDatabase(this.env(), (db) => secretsStatus(db, config, vaultKey))
     } finally {
-      secrets.close()
+      await secrets.close()
     }
     if (!this.jsonEnabled()) {
       this.log(`master key file: ${status.master_key_file} (${status.master_key_ok ? 'ok' : status.master_key_file_present ? 'unusable' : 'missing'})`)

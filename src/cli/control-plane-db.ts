@@ -13,7 +13,7 @@ import { loadSettingsWithSecrets } from '../secrets/load-settings.js'
 export async function withControlPlaneDatabase<T>(env: Env, work: (db: Db) => Promise<T>): Promise<T> {
   // DATABASE_URL may be a file or a Vault reference (docs/secrets.md); Vault's messages go to stderr, never into --json.
   const { config, secrets } = await loadSettingsWithSecrets(databaseCommandEnv, env, () => createLogger({ level: 'warn', destination: process.stderr }))
-  secrets.close()
+  await secrets.close()
   await probeDatabase(config.DATABASE_URL)
   const db = createDatabase(config.DATABASE_URL, { applicationName: 'nodeplane-cli', poolMax: 2 })
   try {

@@ -269,9 +269,20 @@ const vaultPathSegments = z.string().regex(/^[A-Za-z0-9_.-]+(\/[A-Za-z0-9_.-]+)*
  * `vault:` reference; the role and secret ids are secrets (VAULT_ROLE_ID_FILE, VAULT_SECRET_ID_FILE).
  */
 export const vaultEnv = {
-  VAULT_ADDR: z.string().url('must be a URL such as https://vault.internal:8200').regex(/^https?:\/\//, 'must be an http:// or https:// URL').optional(),
-  /** PEM of the CA that signed Vault's certificate; default: the system's CAs. */
+  VAULT_ADDR: z
+    .string()
+    .url('must be a URL such as https://vault.internal:8200')
+    .regex(/^https?:\/\//, 'must be an http:// or https:// URL')
+    // Tokens, AppRole ids and secrets cross this connection: plain HTTP only to this host (a dev server).
+    .refine((url) => url.startsWith('https://') || isLoopbackUrl(url), 'must be https:// (plain http:// only to 127.0.0.1, ::1 or localhost)')
+    .optional(),
+  /** PEM of the CA that signed Vault's certificate, trusted alone; default: the system's CAs. */
   VAULT_CACERT: z.string().min(1).optional(),
+  /** Vault's CLI honours it; nodeplane never skips verification, so a set value is refused rather than ignored. */
+  VAULT_SKIP_VERIFY: z
+    .string()
+    .optional()
+    .refine((v) => v === undefined || v === '' || v === 'false' || v === '0', "not supported: nodeplane always verifies Vault's certificate; put the CA that signed it in VAULT_CACERT"),
   /** Vault Enterprise namespace, sent as X-Vault-Namespace. */
   VAULT_NAMESPACE: z.string().min(1).optional(),
   VAULT_ROLE_ID: z.string().min(1).optional(),
@@ -284,6 +295,10 @@ export const vaultEnv = {
   /** After a failure, Vault is tried again after VAULT_RETRY_MIN, doubling up to VAULT_RETRY_MAX. */
   VAULT_RETRY_MIN: duration('1s'),
   VAULT_RETRY_MAX: duration('30s'),
+}
+function isLoopbackUrl(url: string): boolean {
+  const host = new URL(url).hostname
+  return host === 'localhost' || host === '[::1]' || /^127\.\d+\.\d+\.\d+$/.test(host)
 }
 export const vaultSettingsSchema = z.object({ SECRETS_PROVIDER: z.enum(['local', 'vault'], { message: 'must be local or vault' }).default('local'), ...vaultEnv })
 export type VaultSettings = z.infer<typeof vaultSettingsSchema>
@@ -458,6 +473,8 @@ export const hostsEnv = {
   HOSTS_PLACEMENT_WAIT: duration('5m').refine((ms) => ms <= 14 * 60_000, 'must be at most 14m (the infrastructure step times out at 15m)'),
   /** How often a waiting placement looks for room again. */
   HOSTS_PLACEMENT_RETRY_INTERVAL: duration('15s'),
+  /** How often the orchestrator releases host reservations that outlived their node (docs/infrastructure.md, "Reservations that outlive their node"). */
+  HOSTS_RECONCILE_INTERVAL: duration('1m'),
   /** How the `ssh` provider runs agents: systemd when the host has it and the login is root (auto), or always one way. */
   HOSTS_AGENT_SUPERVISOR: z.enum(['auto', 'systemd', 'detached']).default('auto'),
   /** The node-agent bundle uploaded to hosts; default the package's dist/agent/node-agent.mjs (npm run build). */
@@ -589,6 +606,10 @@ export const rpcGatewayEnv = z.object({
   CHAINS_CHECK_INTERVAL: lifecycleEnv.CHAINS_CHECK_INTERVAL,
   LOCAL_HOSTS_DIR: lifecycleEnv.LOCAL_HOSTS_DIR,
   RPC_GATEWAY_PORT: portsEnv.RPC_GATEWAY_PORT,
+  // Fleet hosts' SSH, for bitcoin-style chains' RPC cookies kept there (docs/rpc-gateway.md).
+  HOSTS_SSH_KEY_DIR: hostsEnv.HOSTS_SSH_KEY_DIR,
+  HOSTS_SSH_CONNECT_TIMEOUT: hostsEnv.HOSTS_SSH_CONNECT_TIMEOUT,
+  HOSTS_SSH_MAX_SESSIONS: hostsEnv.HOSTS_SSH_MAX_SESSIONS,
   ...rpcGatewayOnlyEnv,
 })
 export type RpcGatewayConfig = ResolvedPaths<z.infer<typeof rpcGatewayEnv>>

@@ -12,7 +12,7 @@ import { applySecretFiles, VAULT_REFERENCE_SETTINGS } from '../config/secret-set
 import { ConfigError } from '../errors.js'
 import type { ComponentCheck } from '../http/readiness.js'
 import type { Logger } from '../log.js'
-import { VaultClient, VaultRefusedError, VaultUnreachableError } from './vault/client.js'
+import { VaultCertificateError, VaultClient, VaultRefusedError, VaultUnreachableError } from './vault/client.js'
 import { isVaultReference, resolveVaultReferences } from './vault/references.js'
 
 /** The Vault a process is logged in to, and the transit key it wraps with. */
@@ -26,7 +26,8 @@ export interface SecretsRuntime {
   vault?: VaultAccess
   /** /readyz components: `secrets` when the process uses Vault after start (the transit engine). */
   readiness(): Record<string, ComponentCheck>
-  close(): void
+  /** Revokes the Vault token (best effort); nothing to do without Vault. */
+  close(): Promise<void>
 }
 
 export interface LoadedSettings<T> {
@@ -38,7 +39,7 @@ export interface LoadedSettings<T> {
 export type LoggerFactory = (level: LogLevel) => Logger
 type LogLevel = z.infer<typeof sharedEnv.LOG_LEVEL>
 
-const NO_SECRETS: SecretsRuntime = { readiness: () => ({}), close: () => undefined }
+const NO_SECRETS: SecretsRuntime = { readiness: () => ({}), close: async () => undefined }
 
 /** `makeLogger` gets LOG_LEVEL before the rest is parsed: Vault's messages need a logger already. */
 export async function loadSettingsWithSecrets<S extends z.AnyZodObject>(schema: S, env: Env, makeLogger: LoggerFactory): Promise<LoadedSettings<ResolvedPaths<z.infer<S>>>> {
@@ -60,8 +61,9 @@ export async function loadSettingsWithSecrets<S extends z.AnyZodObject>(schema: 
     if (resolved.problems.length > 0) throw new ConfigError(resolved.problems)
     const config = loadConfig(schema, resolved.env, { ...files.origins, ...resolved.origins })
     if (!transit) {
-      // References are read once: nothing uses Vault after start, so no renewals and no readiness.
-      client.close()
+      // References are read once: nothing uses Vault after start, so the token is revoked now
+      // (no renewals, no readiness, no token alive for the rest of the process).
+      await client.close()
       return { config, secrets: NO_SECRETS, logger }
     }
     const access: VaultAccess = { client, transitMount: vaultSettings.VAULT_TRANSIT_MOUNT, transitKey: vaultSettings.VAULT_TRANSIT_KEY }
@@ -75,7 +77,7 @@ export async function loadSettingsWithSecrets<S extends z.AnyZodObject>(schema: 
       },
     }
   } catch (err) {
-    client.close()
+    await client.close()
     throw err
   }
 }
@@ -100,11 +102,13 @@ async function connectVault(settings: VaultSettings, why: string, logger: Logger
     } catch (err) {
       throw new ConfigError([`VAULT_CACERT=${JSON.stringify(settings.VAULT_CACERT)}: cannot read the file (${(err as NodeJS.ErrnoException).code ?? 'error'})`])
     }
+    if (!caPem.includes('-----BEGIN CERTIFICATE-----')) throw new ConfigError([`VAULT_CACERT=${JSON.stringify(settings.VAULT_CACERT)}: not a PEM certificate`])
   }
   try {
     return await VaultClient.connect({
       address: settings.VAULT_ADDR as string,
       caPem,
+      caFile: settings.VAULT_CACERT,
       namespace: settings.VAULT_NAMESPACE,
       timeoutMs: settings.VAULT_REQUEST_TIMEOUT,
       roleId: settings.VAULT_ROLE_ID as string,
@@ -115,6 +119,7 @@ async function connectVault(settings: VaultSettings, why: string, logger: Logger
       logger,
     })
   } catch (err) {
+    if (err instanceof VaultCertificateError) throw new ConfigError([`VAULT_ADDR, VAULT_CACERT: ${err.message}`])
     if (err instanceof VaultUnreachableError || err instanceof VaultRefusedError) throw new ConfigError([`VAULT_ADDR: ${err.message}`])
     throw err
   }

@@ -3,17 +3,26 @@
  * endpoints nodeplane uses (https://developer.hashicorp.com/vault/api-docs):
  * - POST /v1/auth/<approle mount>/login {role_id, secret_id} -> {auth: {client_token, lease_duration, renewable}}
  * - POST /v1/auth/token/renew-self (X-Vault-Token) -> {auth: {client_token, lease_duration, renewable}}
+ * - POST /v1/auth/token/revoke-self (X-Vault-Token) -> 204
  * - GET  /v1/<mount>/data/<path> -> {data: {data: {...}, metadata: {version}}}  (KV version 2)
- * - POST /v1/transit/encrypt/<key> {plaintext} -> {data: {ciphertext: "vault:v1:…", key_version}}
- * - POST /v1/transit/decrypt/<key> {ciphertext} -> {data: {plaintext}}
+ * - POST /v1/transit/encrypt/<key> {plaintext} -> {data: {ciphertext: "vault:v<latest>:…", key_version}}
+ * - POST /v1/transit/decrypt/<key> {ciphertext} -> {data: {plaintext}}; a version below the key's
+ *   min_decryption_version is refused (400), as Vault does
+ * - POST /v1/transit/rewrap/<key> {ciphertext} or {batch_input: [{ciphertext}]} -> the same data
+ *   under the latest version ({data: {ciphertext, key_version}} or {data: {batch_results: [...]}},
+ *   a failed item carrying `error`)
  * - GET  /v1/sys/health -> 200
  * Errors are Vault's: a status and {"errors": [...]}; a missing or expired token is 403
  * "permission denied". Controls: expire every token, revoke and restore the role, go unreachable
- * (the port closes, connections reset) and come back on the same port.
+ * (the port closes, connections reset) and come back on the same port, rotate a transit key and
+ * raise its min_decryption_version. With `tls`, it serves HTTPS with a certificate for 127.0.0.1
+ * and localhost signed by a CA of its own (`caPem`), as a production Vault behind a private CA.
  */
 import crypto from 'node:crypto'
 import http from 'node:http'
+import https from 'node:https'
 import type { AddressInfo, Socket } from 'node:net'
+import { createCertificateAuthority, issueCertificate, LOCAL_HOSTS } from '../../src/tls/dev-pki.js'
 
 export interface FakeVaultOptions {
   /** Lease of a login token, seconds (Vault's token_ttl). */
@@ -21,10 +30,14 @@ export interface FakeVaultOptions {
   /** Transit keys that exist. */
   transitKeys?: string[]
   approleMount?: string
+  /** Serve HTTPS with a certificate from a test CA of its own (`caPem`). */
+  tls?: boolean
 }
 
 export interface FakeVault {
   url: string
+  /** With `tls`: the PEM of the CA that signed the server's certificate. */
+  caPem: string | undefined
   roleId: string
   secretId: string
   /** Sets a KV v2 secret at `<mount>/<path>`. */
@@ -35,8 +48,14 @@ export interface FakeVault {
   restoreRole(): void
   goUnreachable(): Promise<void>
   comeBack(): Promise<void>
+  /** `vault write -f transit/keys/<key>/rotate`: a new latest version; returns it. */
+  rotateTransitKey(key?: string): number
+  /** `vault write transit/keys/<key>/config min_decryption_version=<n>`. */
+  setMinDecryptionVersion(version: number, key?: string): void
   /** Counters the tests read. */
-  stats: { logins: number; renewals: number; refusedLogins: number; transit: number; kvReads: number }
+  stats: { logins: number; renewals: number; refusedLogins: number; transit: number; kvReads: number; rewrapBatches: number }
+  /** Tokens revoked by their holder (`auth/token/revoke-self`), in order. */
+  revokedTokens: string[]
   /** Every request's method and path, in order (never bodies). */
   requests: string[]
   /** Every token handed out, for tests that search logs for them. */
@@ -55,10 +74,47 @@ export async function startFakeVault(options: FakeVaultOptions = {}): Promise<Fa
   const secretId = crypto.randomUUID()
   const tokens = new Map<string, TokenRecord>()
   const kv = new Map<string, Record<string, string>>()
-  const transitKeys = new Map<string, Buffer>((options.transitKeys ?? ['nodeplane-master']).map((k) => [k, crypto.randomBytes(32)]))
+  /** Each key's versions (index = version - 1) and its min_decryption_version. */
+  const transitKeys = new Map<string, { versions: Buffer[]; minDecryptionVersion: number }>(
+    (options.transitKeys ?? ['nodeplane-master']).map((k) => [k, { versions: [crypto.randomBytes(32)], minDecryptionVersion: 1 }]),
+  )
   let roleRevoked = false
-  const stats = { logins: 0, renewals: 0, refusedLogins: 0, transit: 0, kvReads: 0 }
+  const stats = { logins: 0, renewals: 0, refusedLogins: 0, transit: 0, kvReads: 0, rewrapBatches: 0 }
   const requests: string[] = []
+  const revokedTokens: string[] = []
+  const authority = options.tls ? createCertificateAuthority('fake-vault-test-ca') : undefined
+  const serverCertificate = authority ? issueCertificate(authority, { commonName: 'fake-vault', usage: 'server', hosts: LOCAL_HOSTS }) : undefined
+  const transitKey = (name: string) => {
+    const key = transitKeys.get(name)
+    if (!key) throw new Error(`no transit key ${name}`)
+    return key
+  }
+
+  type Sealed = { ciphertext: string; key_version: number }
+  const encrypt = (key: { versions: Buffer[] }, plaintext: Buffer): Sealed => {
+    const version = key.versions.length
+    const iv = crypto.randomBytes(12)
+    const cipher = crypto.createCipheriv('aes-256-gcm', key.versions[version - 1] as Buffer, iv)
+    const ct = Buffer.concat([cipher.update(plaintext), cipher.final(), cipher.getAuthTag()])
+    return { ciphertext: `vault:v${version}:${Buffer.concat([iv, ct]).toString('base64')}`, key_version: version }
+  }
+  /** Vault's decrypt: the plaintext, or the error text it answers 400 with. */
+  const decrypt = (key: { versions: Buffer[]; minDecryptionVersion: number }, ciphertext: unknown): Buffer | string => {
+    const match = typeof ciphertext === 'string' ? /^vault:v(\d+):([A-Za-z0-9+/=]+)$/.exec(ciphertext) : null
+    if (!match) return 'invalid ciphertext: no prefix'
+    const version = Number(match[1])
+    const versionKey = key.versions[version - 1]
+    if (version < key.minDecryptionVersion) return 'ciphertext or signature version is disallowed by policy (too old)'
+    if (!versionKey) return 'invalid ciphertext: version is too new'
+    const blob = Buffer.from(match[2] as string, 'base64')
+    try {
+      const decipher = crypto.createDecipheriv('aes-256-gcm', versionKey, blob.subarray(0, 12))
+      decipher.setAuthTag(blob.subarray(blob.length - 16))
+      return Buffer.concat([decipher.update(blob.subarray(12, blob.length - 16)), decipher.final()])
+    } catch {
+      return 'cipher: message authentication failed'
+    }
+  }
 
   const send = (res: http.ServerResponse, status: number, body: unknown): void => {
     res.writeHead(status, { 'content-type': 'application/json' })
@@ -105,29 +161,37 @@ export async function startFakeVault(options: FakeVaultOptions = {}): Promise<Fa
       tokens.set(token, { expiresAt: Date.now() + ttl * 1000 })
       return send(res, 200, { auth: { client_token: token, lease_duration: ttl, renewable: true } })
     }
-    const transit = /^\/v1\/transit\/(encrypt|decrypt)\/([^/]+)$/.exec(path)
+    if (req.method === 'POST' && path === '/v1/auth/token/revoke-self') {
+      tokens.delete(token)
+      revokedTokens.push(token)
+      res.writeHead(204)
+      return void res.end()
+    }
+    const transit = /^\/v1\/transit\/(encrypt|decrypt|rewrap)\/([^/]+)$/.exec(path)
     if (req.method === 'POST' && transit) {
       stats.transit++
       const key = transitKeys.get(decodeURIComponent(transit[2] as string))
       if (!key) return errors(res, 400, 'encryption key not found')
       if (transit[1] === 'encrypt') {
         if (typeof body.plaintext !== 'string') return errors(res, 400, 'missing plaintext to encrypt')
-        const iv = crypto.randomBytes(12)
-        const cipher = crypto.createCipheriv('aes-256-gcm', key, iv)
-        const ct = Buffer.concat([cipher.update(Buffer.from(body.plaintext, 'base64')), cipher.final(), cipher.getAuthTag()])
-        return send(res, 200, { data: { ciphertext: `vault:v1:${Buffer.concat([iv, ct]).toString('base64')}`, key_version: 1 } })
+        return send(res, 200, { data: encrypt(key, Buffer.from(body.plaintext, 'base64')) })
       }
-      const match = typeof body.ciphertext === 'string' ? /^vault:v1:([A-Za-z0-9+/=]+)$/.exec(body.ciphertext) : null
-      if (!match) return errors(res, 400, 'invalid ciphertext: no prefix')
-      const blob = Buffer.from(match[1] as string, 'base64')
-      try {
-        const decipher = crypto.createDecipheriv('aes-256-gcm', key, blob.subarray(0, 12))
-        decipher.setAuthTag(blob.subarray(blob.length - 16))
-        const plain = Buffer.concat([decipher.update(blob.subarray(12, blob.length - 16)), decipher.final()])
-        return send(res, 200, { data: { plaintext: plain.toString('base64') } })
-      } catch {
-        return errors(res, 400, 'cipher: message authentication failed')
+      if (transit[1] === 'decrypt') {
+        const plain = decrypt(key, body.ciphertext)
+        return typeof plain === 'string' ? errors(res, 400, plain) : send(res, 200, { data: { plaintext: plain.toString('base64') } })
       }
+      const rewrap = (ciphertext: unknown): Sealed | { error: string } => {
+        const plain = decrypt(key, ciphertext)
+        return typeof plain === 'string' ? { error: plain } : encrypt(key, plain)
+      }
+      if (Array.isArray(body.batch_input)) {
+        stats.rewrapBatches++
+        const results = body.batch_input.map((item: unknown) => rewrap((item as { ciphertext?: unknown } | null)?.ciphertext))
+        // Vault answers 400 only when every item failed; otherwise 200 with per-item errors.
+        return send(res, results.every((r) => 'error' in r) ? 400 : 200, { data: { batch_results: results } })
+      }
+      const one = rewrap(body.ciphertext)
+      return 'error' in one ? errors(res, 400, one.error) : send(res, 200, { data: one })
     }
     const kvRead = /^\/v1\/([^/]+)\/data\/(.+)$/.exec(path)
     if (req.method === 'GET' && kvRead) {
@@ -140,15 +204,16 @@ export async function startFakeVault(options: FakeVaultOptions = {}): Promise<Fa
   }
 
   const sockets = new Set<Socket>()
-  let server: http.Server | undefined
+  let server: http.Server | https.Server | undefined
   let port = 0
   const listen = async (): Promise<void> => {
-    const s = http.createServer((req, res) => {
+    const onRequest = (req: http.IncomingMessage, res: http.ServerResponse): void => {
       const chunks: Buffer[] = []
       req.on('data', (c: Buffer) => chunks.push(c))
       req.on('end', () => handle(req, res, Buffer.concat(chunks).toString('utf8')))
-    })
-    s.on('connection', (socket) => {
+    }
+    const s = serverCertificate ? https.createServer({ cert: serverCertificate.certPem, key: serverCertificate.keyPem }, onRequest) : http.createServer(onRequest)
+    s.on('connection', (socket: Socket) => {
       sockets.add(socket)
       socket.on('close', () => sockets.delete(socket))
     })
@@ -169,7 +234,8 @@ export async function startFakeVault(options: FakeVaultOptions = {}): Promise<Fa
   await listen()
 
   return {
-    url: `http://127.0.0.1:${port}`,
+    url: `${serverCertificate ? 'https' : 'http'}://127.0.0.1:${port}`,
+    caPem: authority?.certPem,
     roleId,
     secretId,
     setSecret: (mountAndPath, data) => kv.set(mountAndPath, data),
@@ -185,7 +251,16 @@ export async function startFakeVault(options: FakeVaultOptions = {}): Promise<Fa
     },
     goUnreachable: shut,
     comeBack: listen,
+    rotateTransitKey: (key = 'nodeplane-master') => {
+      const versions = transitKey(key).versions
+      versions.push(crypto.randomBytes(32))
+      return versions.length
+    },
+    setMinDecryptionVersion: (version, key = 'nodeplane-master') => {
+      transitKey(key).minDecryptionVersion = version
+    },
     stats,
+    revokedTokens,
     requests,
     issuedTokens: () => [...tokens.keys()],
     close: shut,

@@ -11,12 +11,17 @@
  * 4. Vault unreachable, or the login refused (the role or secret id revoked): the client is
  *    `down` (readiness reports it, calls fail at once with the reason) and tries to log in again
  *    after a backoff that doubles from retryMinMs to retryMaxMs, until it succeeds.
+ * 5. `close()` revokes the token (`auth/token/revoke-self`, best effort): at a daemon's shutdown,
+ *    or right after start for a process that only reads references.
  * Nothing here keeps the process alive (timers are unref'd) or logs a token, id or secret.
  */
 import type { Logger } from '../../log.js'
 import { vaultErrors, vaultRequest, VaultUnreachableError, type VaultConnection, type VaultResponse } from './http.js'
 
-export { VaultUnreachableError } from './http.js'
+export { VaultCertificateError, VaultUnreachableError } from './http.js'
+
+/** The most a shutdown waits for Vault to revoke the token. */
+export const REVOKE_TIMEOUT_MS = 2000
 
 /** Renew when this much of the lease has passed: time to retry a failed renewal before expiry. */
 export const RENEW_FRACTION = 2 / 3
@@ -45,6 +50,14 @@ export class VaultRequestError extends Error {
     super(`Vault refused ${apiPath} (${status}: ${reason})`)
     this.name = 'VaultRequestError'
   }
+}
+
+export type TransitRewrapResult = { ciphertext: string; version: number } | { error: string }
+
+/** The key version a transit ciphertext names (`vault:v<n>:…`), 0 when it names none. */
+export function ciphertextVersion(ciphertext: string): number {
+  const match = /^vault:v(\d+):/.exec(ciphertext)
+  return match ? Number(match[1]) : 0
 }
 
 export type VaultHealth = { ok: true } | { ok: false; error: string }
@@ -126,9 +139,46 @@ export class VaultClient {
     return new Uint8Array(Buffer.from(plaintext, 'base64'))
   }
 
-  close(): void {
+  /**
+   * Transit rewrap, batched: each ciphertext re-encrypted under the key's latest version inside
+   * Vault (the plaintext never leaves it). One result per input, in order; an item Vault could not
+   * rewrap (too old for min_decryption_version, altered) carries Vault's error instead.
+   */
+  async transitRewrap(mount: string, key: string, ciphertexts: readonly string[]): Promise<TransitRewrapResult[]> {
+    const apiPath = `${mount}/rewrap/${encodeURIComponent(key)}`
+    const { status, body } = await this.#call('POST', apiPath, { batch_input: ciphertexts.map((ciphertext) => ({ ciphertext })) })
+    const results = (body.data as { batch_results?: unknown } | undefined)?.batch_results
+    // Vault answers 400 with batch_results when every item failed; anything else without them is a refusal.
+    if ((status !== 200 && status !== 400) || !Array.isArray(results) || results.length !== ciphertexts.length) throw new VaultRequestError(status, apiPath, vaultErrors(body))
+    return results.map((item: unknown): TransitRewrapResult => {
+      const { ciphertext, key_version: version, error } = (item ?? {}) as { ciphertext?: unknown; key_version?: unknown; error?: unknown }
+      if (typeof ciphertext === 'string' && ciphertext.length > 0 && (typeof error !== 'string' || error === '')) {
+        return { ciphertext, version: typeof version === 'number' ? version : ciphertextVersion(ciphertext) }
+      }
+      return { error: typeof error === 'string' && error !== '' ? error.slice(0, 200) : 'no ciphertext in the answer' }
+    })
+  }
+
+  /**
+   * Stops renewing and revokes the token (`auth/token/revoke-self`), so it does not outlive the
+   * process for the rest of its lease. Best effort within REVOKE_TIMEOUT_MS: a Vault that is down
+   * must not hold up a shutdown, and the token still expires with its lease.
+   */
+  async close(): Promise<void> {
+    if (this.#closed) return
     this.#closed = true
     clearTimeout(this.#timer)
+    const login = this.#login
+    this.#login = undefined
+    if (!login) return
+    const connection = { ...this.options, timeoutMs: Math.min(this.options.timeoutMs, REVOKE_TIMEOUT_MS) }
+    try {
+      const { status, body } = await vaultRequest(connection, 'POST', 'auth/token/revoke-self', { token: login.token, body: {} })
+      if (status === 204 || status === 200) this.options.logger.info({ vault: this.address }, 'revoked the Vault token')
+      else this.options.logger.warn({ vault: this.address, status, reason: vaultErrors(body) }, 'Vault did not revoke the token; it lapses with its lease')
+    } catch (err) {
+      this.options.logger.warn({ vault: this.address, err: { message: (err as Error).message } }, 'could not revoke the Vault token; it lapses with its lease')
+    }
   }
 
   async #call(method: 'GET' | 'POST', apiPath: string, body?: unknown): Promise<VaultResponse> {

@@ -11,8 +11,10 @@ import https from 'node:https'
 export interface VaultConnection {
   /** VAULT_ADDR, e.g. https://vault.internal:8200 */
   address: string
-  /** PEM of the CA that signed Vault's certificate (VAULT_CACERT); default: the system's. */
+  /** PEM of the CA that signed Vault's certificate (VAULT_CACERT), trusted instead of the system's CAs. */
   caPem?: string | undefined
+  /** Where caPem came from, for messages. */
+  caFile?: string | undefined
   /** Vault Enterprise namespace (X-Vault-Namespace), when set. */
   namespace?: string | undefined
   timeoutMs: number
@@ -30,6 +32,30 @@ export class VaultUnreachableError extends Error {
     this.name = 'VaultUnreachableError'
   }
 }
+
+/** Vault's certificate is not trusted (another CA, expired, not for this name): a configuration problem. */
+export class VaultCertificateError extends VaultUnreachableError {
+  constructor(address: string, caFile: string | undefined, reason: string) {
+    super(address, `its certificate is not trusted (${reason}): ${caFile ? `VAULT_CACERT=${caFile} is not the CA that signed it` : 'set VAULT_CACERT to the PEM of the CA that signed it'}`)
+    this.name = 'VaultCertificateError'
+  }
+}
+
+/** OpenSSL's verification failures as Node reports them (err.code). */
+const CERTIFICATE_ERRORS = new Set([
+  'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
+  'UNABLE_TO_GET_ISSUER_CERT',
+  'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
+  'SELF_SIGNED_CERT_IN_CHAIN',
+  'DEPTH_ZERO_SELF_SIGNED_CERT',
+  'CERT_SIGNATURE_FAILURE',
+  'CERT_NOT_YET_VALID',
+  'CERT_HAS_EXPIRED',
+  'CERT_UNTRUSTED',
+  'CERT_REJECTED',
+  'INVALID_CA',
+  'ERR_TLS_CERT_ALTNAME_INVALID',
+])
 
 const MAX_RESPONSE_BYTES = 1024 * 1024
 
@@ -82,7 +108,10 @@ export function vaultRequest(
       },
     )
     request.on('timeout', () => request.destroy(new Error(`no answer within ${connection.timeoutMs} ms`)))
-    request.on('error', (err) => reject(new VaultUnreachableError(connection.address, describe(err))))
+    request.on('error', (err) => {
+      const code = (err as NodeJS.ErrnoException).code
+      reject(code && CERTIFICATE_ERRORS.has(code) ? new VaultCertificateError(connection.address, connection.caFile, describe(err)) : new VaultUnreachableError(connection.address, describe(err)))
+    })
     request.end(payload)
   })
 }

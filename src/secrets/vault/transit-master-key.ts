@@ -7,7 +7,7 @@
 import { UnavailableError } from '../../errors.js'
 import { KeyMaterialError } from '../errors.js'
 import type { MasterKey } from '../master-key.js'
-import { VaultRefusedError, VaultRequestError, VaultUnreachableError, type VaultClient } from './client.js'
+import { VaultRefusedError, VaultRequestError, VaultUnreachableError, type TransitRewrapResult, type VaultClient } from './client.js'
 
 export class VaultTransitMasterKey implements MasterKey {
   /** `vault-transit:<mount>/<key>`: stable across restarts and key versions, the same on every server. */
@@ -25,7 +25,7 @@ export class VaultTransitMasterKey implements MasterKey {
     try {
       return await this.vault.transitEncrypt(this.mount, this.keyName, plaintext)
     } catch (err) {
-      throw unavailable(err, 'wrap')
+      throw unavailable(err, 'wrapped')
     }
   }
 
@@ -39,7 +39,16 @@ export class VaultTransitMasterKey implements MasterKey {
       if (err instanceof VaultRequestError && err.status === 400) {
         throw new KeyMaterialError('cannot unwrap key material', `Vault transit key ${this.mount}/${this.keyName} does not decrypt it (altered, or wrapped by another key)`)
       }
-      throw unavailable(err, 'unwrap')
+      throw unavailable(err, 'unwrapped')
+    }
+  }
+
+  /** Each value re-encrypted under the transit key's latest version (docs/secrets.md, "Rotating the master key"). */
+  async rewrap(wrapped: readonly string[]): Promise<TransitRewrapResult[]> {
+    try {
+      return await this.vault.transitRewrap(this.mount, this.keyName, wrapped)
+    } catch (err) {
+      throw unavailable(err, 'rewrapped')
     }
   }
 }
@@ -51,7 +60,7 @@ export class VaultTransitMasterKey implements MasterKey {
  */
 function unavailable(err: unknown, what: string): Error {
   if (err instanceof VaultUnreachableError || err instanceof VaultRefusedError || err instanceof VaultRequestError) {
-    const failure = new UnavailableError('the secrets manager is unavailable', `key material cannot be ${what}ped now; retry later`)
+    const failure = new UnavailableError('the secrets manager is unavailable', `key material cannot be ${what} now; retry later`)
     failure.cause = err
     return failure
   }
