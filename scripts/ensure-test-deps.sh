@@ -29,6 +29,14 @@ fi
 if ! command -v ip >/dev/null 2>&1 && [ ! -x /usr/sbin/ip ] && [ ! -x /sbin/ip ]; then
   missing+=(iproute2)
 fi
+# systemd readiness (test/e2e/daemon-readiness.test.ts): the daemons send READY=1 through
+# systemd-notify; the test listens on the unix datagram socket with python3 (Node.js has none).
+if ! command -v systemd-notify >/dev/null 2>&1; then
+  missing+=(systemd)
+fi
+if ! command -v python3 >/dev/null 2>&1; then
+  missing+=(python3)
+fi
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then

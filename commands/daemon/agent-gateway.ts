@@ -5,6 +5,7 @@ import { agentGatewayEnv } from '../../src/config/env.js'
 import { loadSettingsWithSecrets } from '../../src/secrets/load-settings.js'
 import { Resources } from '../../src/daemon/resources.js'
 import { installShutdown } from '../../src/daemon/shutdown.js'
+import { announceReady } from '../../src/daemon/sd-notify.js'
 import { assertSchemaCurrent } from '../../src/db/schema-check.js'
 import { openEventBus } from '../../src/events/open-bus.js'
 import { createLogger } from '../../src/log.js'
@@ -32,7 +33,7 @@ export default class DaemonAgentGateway extends BaseCommand<typeof DaemonAgentGa
       return resources.add('agent gateway', await startAgentGateway(config, { db, logger }), (g) => g.stop())
     })
     installShutdown({ logger, timeoutMs: config.SHUTDOWN_TIMEOUT, stop: () => resources.closeAll() })
-    logger.info({ target: running.target, gateway_id: running.gateway.gatewayId }, 'ready')
+    await announceReady(logger, { target: running.target, gateway_id: running.gateway.gatewayId })
     return { daemon: 'agent-gateway', target: running.target, ca_file: running.caFile ?? null }
   }
 }

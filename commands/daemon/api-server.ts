@@ -5,6 +5,7 @@ import { apiServerEnv } from '../../src/config/env.js'
 import { loadSettingsWithSecrets } from '../../src/secrets/load-settings.js'
 import { Resources } from '../../src/daemon/resources.js'
 import { installShutdown } from '../../src/daemon/shutdown.js'
+import { announceReady } from '../../src/daemon/sd-notify.js'
 import { assertSchemaCurrent } from '../../src/db/schema-check.js'
 import { openEventBus } from '../../src/events/open-bus.js'
 import { openChainCatalogueFromSettings } from '../../src/config/chain-source.js'
@@ -45,7 +46,7 @@ export default class DaemonApiServer extends BaseCommand<typeof DaemonApiServer>
       return server.url
     })
     installShutdown({ logger, timeoutMs: config.SHUTDOWN_TIMEOUT, stop: () => resources.closeAll() })
-    logger.info({ url }, 'ready')
+    await announceReady(logger, { url })
     return { daemon: 'api-server', url }
   }
 }

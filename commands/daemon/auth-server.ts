@@ -6,6 +6,7 @@ import { loadSettingsWithSecrets } from '../../src/secrets/load-settings.js'
 import { Resources } from '../../src/daemon/resources.js'
 import { ConfigError } from '../../src/errors.js'
 import { installShutdown } from '../../src/daemon/shutdown.js'
+import { announceReady } from '../../src/daemon/sd-notify.js'
 import { assertSchemaCurrent } from '../../src/db/schema-check.js'
 import { createLogger } from '../../src/log.js'
 
@@ -35,7 +36,7 @@ export default class DaemonAuthServer extends BaseCommand<typeof DaemonAuthServe
       return server.url
     })
     installShutdown({ logger, timeoutMs: config.SHUTDOWN_TIMEOUT, stop: () => resources.closeAll() })
-    logger.info({ url }, 'ready')
+    await announceReady(logger, { url })
     return { daemon: 'auth-server', url }
   }
 }

@@ -4,6 +4,7 @@ import { BaseCommand } from '../../src/cli/base-command.js'
 import { loadSettingsWithSecrets } from '../../src/secrets/load-settings.js'
 import { Resources } from '../../src/daemon/resources.js'
 import { installShutdown } from '../../src/daemon/shutdown.js'
+import { announceReady } from '../../src/daemon/sd-notify.js'
 import { assertSchemaCurrent } from '../../src/db/schema-check.js'
 import { openEventBus } from '../../src/events/open-bus.js'
 import { createLogger } from '../../src/log.js'
@@ -33,7 +34,7 @@ export default class DaemonHealthEvaluator extends BaseCommand<typeof DaemonHeal
       resources.add('health evaluator', await startHealthEvaluator(config, { db, bus, logger, chains }), (h) => h.stop())
     })
     installShutdown({ logger, timeoutMs: config.SHUTDOWN_TIMEOUT, stop: () => resources.closeAll() })
-    logger.info({ evaluation_interval_ms: config.HEALTH_EVALUATION_INTERVAL, cleanup_interval_ms: config.SUBSCRIPTION_CLEANUP_INTERVAL }, 'ready')
+    await announceReady(logger, { evaluation_interval_ms: config.HEALTH_EVALUATION_INTERVAL, cleanup_interval_ms: config.SUBSCRIPTION_CLEANUP_INTERVAL })
     return { daemon: 'health-evaluator' }
   }
 }

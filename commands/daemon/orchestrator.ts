@@ -4,6 +4,7 @@ import { BaseCommand } from '../../src/cli/base-command.js'
 import { loadSettingsWithSecrets } from '../../src/secrets/load-settings.js'
 import { Resources } from '../../src/daemon/resources.js'
 import { installShutdown } from '../../src/daemon/shutdown.js'
+import { announceReady } from '../../src/daemon/sd-notify.js'
 import { assertSchemaCurrent } from '../../src/db/schema-check.js'
 import { createLogger } from '../../src/log.js'
 import { openMasterKey } from '../../src/secrets/master-key.js'
@@ -49,7 +50,7 @@ export default class DaemonOrchestrator extends BaseCommand<typeof DaemonOrchest
       return worker.owner
     })
     installShutdown({ logger, timeoutMs: config.SHUTDOWN_TIMEOUT, stop: () => resources.closeAll() })
-    logger.info({ owner }, 'ready')
+    await announceReady(logger, { owner })
     return { daemon: 'orchestrator', owner }
   }
 }

@@ -5,6 +5,7 @@ import { paymentServiceEnv } from '../../src/config/env.js'
 import { loadSettingsWithSecrets } from '../../src/secrets/load-settings.js'
 import { Resources } from '../../src/daemon/resources.js'
 import { installShutdown } from '../../src/daemon/shutdown.js'
+import { announceReady } from '../../src/daemon/sd-notify.js'
 import { assertSchemaCurrent } from '../../src/db/schema-check.js'
 import { ConfigError } from '../../src/errors.js'
 import { openEventBus } from '../../src/events/open-bus.js'
@@ -40,7 +41,7 @@ export default class DaemonPaymentService extends BaseCommand<typeof DaemonPayme
       return resources.add('payment service', await startPaymentService(config, { db, bus, logger }), (s) => s.stop())
     })
     installShutdown({ logger, timeoutMs: config.SHUTDOWN_TIMEOUT, stop: () => resources.closeAll() })
-    logger.info({ grpc: running.grpcTarget, http: running.httpUrl, metrics: running.metricsUrl }, 'ready')
+    await announceReady(logger, { grpc: running.grpcTarget, http: running.httpUrl, metrics: running.metricsUrl })
     return { daemon: 'payment-service', grpc: running.grpcTarget, http: running.httpUrl, metrics: running.metricsUrl }
   }
 }

@@ -1,5 +1,6 @@
 import os from 'node:os'
 import type { Logger } from '../log.js'
+import { notifySystemd } from './sd-notify.js'
 
 export interface ShutdownOptions {
   /** Graceful stop: stop accepting work, stop consumers, drain in-flight work, close the database. */
@@ -34,6 +35,8 @@ export function installShutdown(options: ShutdownOptions): { dispose(): void; re
     stopping = true
     const code = 128 + (os.constants.signals[signal] ?? 15)
     options.logger.info({ signal, timeout_ms: options.timeoutMs }, 'stopping')
+    // systemd shows the unit "deactivating" from here, not only once the process is gone.
+    void notifySystemd('STOPPING=1', options.logger)
     const timer = setTimeout(() => {
       options.logger.error({ timeout_ms: options.timeoutMs }, 'graceful stop timed out; exiting')
       finish(code)

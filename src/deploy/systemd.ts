@@ -19,6 +19,8 @@ export const DEFAULT_DATA_DIR = '/var/lib/nodeplane'
 /** Longer than the daemons' default SHUTDOWN_TIMEOUT (15s), so their own deadline fires first. */
 export const DEFAULT_STOP_TIMEOUT_SECONDS = 30
 export const RESTART_SEC = 5
+/** How long systemd waits for READY=1 before it fails the start (and restarts it). */
+export const START_TIMEOUT_SEC = 90
 export const MAX_INSTANCES = 50
 
 /** Exit status of a daemon stopped by SIGTERM (128 + 15; src/daemon/shutdown.ts). */
@@ -340,9 +342,12 @@ export function generateSystemdUnits(options: SystemdOptions): GeneratedFile[] {
       content: render(header, {
         Unit: [`Description=nodeplane ${DESCRIPTIONS[daemon]}${templated ? ' (instance %i)' : ''}`, ...dependencies, 'StartLimitIntervalSec=0'],
         Service: [
-          '# Type=simple: readiness is not reported to systemd (sd_notify needs a unix datagram socket,',
-          '# which Node.js lacks); check /readyz or the "ready" log line instead.',
-          'Type=simple',
+          '# READY=1 once the daemon serves (its ports accept connections), STOPPING=1 on SIGTERM: After= means ready.',
+          '# Sent through systemd-notify (Node.js has no unix datagram sockets), from its own pid: hence NotifyAccess=all.',
+          'Type=notify',
+          'NotifyAccess=all',
+          '# Migrations run in nodeplane-migrate.service; a start only opens pools, keys and listeners.',
+          `TimeoutStartSec=${START_TIMEOUT_SEC}s`,
           ...common,
           ...natsCredentialLines(daemon, natsDir),
           ...secretCredentialLines(daemon, secrets, secretsDir, vault),

@@ -44,7 +44,7 @@ describe('nodeplane systemd generate', () => {
     const bin = fs.realpathSync(BIN)
     const api = fs.readFileSync(path.join(out, 'nodeplane-api-server.service'), 'utf8')
     expect(api).toContain(`\nExecStart=${bin} daemon api-server\n`)
-    for (const line of ['Type=simple', 'Restart=on-failure', 'RestartPreventExitStatus=78', 'SuccessExitStatus=143', 'KillSignal=SIGTERM', 'Requires=nodeplane-migrate.service', 'EnvironmentFile=/etc/nodeplane/nodeplane.env', 'User=nodeplane', 'NoNewPrivileges=yes', 'ProtectSystem=strict', 'ReadWritePaths=/var/lib/nodeplane']) {
+    for (const line of ['Type=notify', 'NotifyAccess=all', 'Restart=on-failure', 'RestartPreventExitStatus=78', 'SuccessExitStatus=143', 'KillSignal=SIGTERM', 'Requires=nodeplane-migrate.service', 'EnvironmentFile=/etc/nodeplane/nodeplane.env', 'User=nodeplane', 'NoNewPrivileges=yes', 'ProtectSystem=strict', 'ReadWritePaths=/var/lib/nodeplane']) {
       expect(api).toContain(`\n${line}\n`)
     }
     const migrate = fs.readFileSync(path.join(out, 'nodeplane-migrate.service'), 'utf8')

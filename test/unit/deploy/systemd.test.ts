@@ -42,13 +42,16 @@ describe('generateSystemdUnits', () => {
     expect(files.every((f) => f.kind === 'unit')).toBe(true)
   })
 
-  it.each(CONTROL_PLANE_DAEMONS)('nodeplane-%s.service: simple, restarts on failure but not on 78, stops cleanly on SIGTERM, hardened', (daemon) => {
+  it.each(CONTROL_PLANE_DAEMONS)('nodeplane-%s.service: notify (READY=1 through systemd-notify), restarts on failure but not on 78, stops cleanly on SIGTERM, hardened', (daemon) => {
     const unit = byName(files, `nodeplane-${daemon}.service`)
     expect(unit.Unit?.Requires).toEqual(['nodeplane-migrate.service'])
     expect(unit.Unit?.After?.[0]?.split(' ')).toContain('nodeplane-migrate.service')
     expect(unit.Unit?.PartOf).toEqual(['nodeplane.target'])
     const s = unit.Service!
-    expect(s.Type).toEqual(['simple'])
+    expect(s.Type).toEqual(['notify'])
+    // systemd-notify sends from its own pid, which NotifyAccess=main would drop.
+    expect(s.NotifyAccess).toEqual(['all'])
+    expect(s.TimeoutStartSec).toEqual(['90s'])
     expect(s.ExecStart).toEqual([`${BIN} daemon ${daemon}`])
     expect(s.Restart).toEqual(['on-failure'])
     expect(s.RestartSec).toEqual(['5s'])
