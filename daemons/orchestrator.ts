@@ -22,6 +22,7 @@ import { registerRolloutWorkflows } from '../src/rollouts/index.js'
 import { startPaymentConsumer } from '../src/subscriptions/activation.js'
 import type { PaymentLookup } from '../src/subscriptions/payment-confirmation.js'
 import { openHostFleet } from '../src/hosts/fleet.js'
+import { scheduleReservationReconciler } from '../src/hosts/reservation-reconciler.js'
 import { DEFAULT_INSTANCE_TYPES } from '../src/hosts/instance-types.js'
 import { LocalInfrastructureProvider } from '../src/provisioning/infrastructure/local.js'
 import { SshInfrastructureProvider } from '../src/provisioning/infrastructure/ssh.js'
@@ -42,13 +43,15 @@ export type LifecycleSettings = z.infer<z.ZodObject<typeof lifecycleEnv>> & {
   AGENT_REQUIRE_SIGNED_ARTIFACTS?: boolean | undefined
 } & Partial<z.infer<z.ZodObject<typeof hostsEnv>>>
 
-/** The lifecycle's dependencies, and what closes the fleet's SSH connections they opened. */
+/** The lifecycle's dependencies, and what stops the reservation reconciler and closes the fleet's SSH connections they opened. */
 export type OpenLifecycleDeps = LifecycleDeps & { close(): Promise<void> }
 
 /**
  * The infrastructure providers (`local`, and `ssh` on the registered host fleet) and how new agents
- * reach the gateway, from the settings; `chains` is opened by the caller (who closes it), and the
- * caller closes the result after the workflow worker (the fleet's SSH connections).
+ * reach the gateway, from the settings, with the host reservation reconciler running (a periodic
+ * job under its lease: it needs the ssh provider to clean hosts up); `chains` is opened by the
+ * caller (who closes it), and the caller closes the result after the workflow worker (the
+ * reconciler, then the fleet's SSH connections).
  */
 export async function lifecycleDeps(settings: LifecycleSettings, deps: { db: Db; logger: Logger; masterKey: MasterKey; chains: ChainSource; now?: () => Date }): Promise<OpenLifecycleDeps> {
   const caFile = settings.AGENT_GATEWAY_CA_FILE ?? path.join(devCaDir(settings.NODEPLANE_DATA_DIR), 'ca.pem')
@@ -91,6 +94,12 @@ export async function lifecycleDeps(settings: LifecycleSettings, deps: { db: Db;
     agentEnv,
     ...(deps.now ? { now: deps.now } : {}),
   })
+  // Placements whose node is gone from the host, released here where the ssh provider can clean up.
+  const reconciler = scheduleReservationReconciler(
+    { db: deps.db, logger: deps.logger, ...(deps.now ? { now: deps.now } : {}) },
+    { db: deps.db, logger: deps.logger.child({ component: 'host-reservations' }), destroy: (hostId) => ssh.destroyHost(hostId) },
+    settings.HOSTS_RECONCILE_INTERVAL ?? 60_000,
+  )
   return {
     db: deps.db,
     logger: deps.logger,
@@ -112,7 +121,10 @@ export async function lifecycleDeps(settings: LifecycleSettings, deps: { db: Db;
     commandTimeoutMs: settings.AGENT_COMMAND_TIMEOUT,
     pollIntervalMs: 250,
     ...(deps.now ? { now: deps.now } : {}),
-    close: () => fleet.close(),
+    close: async () => {
+      await reconciler.stop()
+      await fleet.close()
+    },
   }
 }
 

@@ -1,16 +1,21 @@
 /**
  * The host fleet's operations (docs/infrastructure.md, "Hosts"): add (connect, pin the host key,
- * check prerequisites, then record), and the operator's state moves.
+ * check prerequisites, then record), the operator's state moves (a drain starts the `host-drain`
+ * workflow), and a host's detail with its reservations.
  *
  * `addHost` does every SSH check before it writes anything: a host that cannot be reached, that
  * refuses the key, presents another host key than the one given, or lacks a prerequisite leaves
  * no row and no key file. The row and the key file are written together: the key first inside the
  * row's transaction, and removed again when the transaction does not commit.
  */
+import { toDate } from '../db/dialect.js'
 import { isUuid, uuidv7 } from '../db/ids.js'
 import { isUniqueViolation } from '../db/errors.js'
 import type { Db, Queryable } from '../db/knex.js'
 import { ConflictError, NotFoundError, ValidationError } from '../errors.js'
+import { HOST_DRAIN_SIGNAL, HOST_DRAIN_WORKFLOW } from '../provisioning/workflow-names.js'
+import { sendSignal, startWorkflow } from '../workflows/index.js'
+import { finishDrain, insertDrain, latestDrainOf, runningDrainOf, type HostDrain } from './drains.js'
 import { nextHostState, type HostAction } from './host-states.js'
 import { checkPrerequisites } from './prerequisites.js'
 import { HostKeyMismatchError, SshConnectError, SshTimeoutError, type SshPool, type SshTarget } from './ssh-pool.js'
@@ -90,30 +95,104 @@ export type OperatorHostAction = 'cordon' | 'uncordon' | 'drain' | 'remove'
 /**
  * cordon, uncordon, drain, remove. Repeating the move a host already made (cordon a cordoned
  * host) returns it unchanged. `drain` ends `cordoned` at once when no node is on the host;
- * otherwise it stays `draining` (moving nodes off comes with placement). `remove` refuses a
- * host that still has nodes, and forgets its SSH key.
+ * otherwise the host is `draining` and a `host-drain` run moves its nodes off (one running per
+ * host: draining again while it runs changes nothing, after it stopped starts a new one that
+ * continues). Leaving `draining` any other way (uncordon, remove) cancels the running drain.
+ * `remove` refuses a host that still has nodes, and forgets its SSH key.
  */
-export async function moveHost(fleet: Pick<HostFleet, 'db' | 'now'> & { keys?: SshKeyStore; pool?: SshPool }, ref: string, action: OperatorHostAction): Promise<Host> {
+export async function moveHost(
+  fleet: Pick<HostFleet, 'db' | 'now'> & { keys?: SshKeyStore; pool?: SshPool },
+  ref: string,
+  action: OperatorHostAction,
+  options: { requestedBy?: string } = {},
+): Promise<Host> {
   const now = fleet.now ?? (() => new Date())
+  let cancelled: string | undefined
   const result = await fleet.db.transaction(async (trx) => {
     const host = await resolveHost(trx, ref)
     const already = (action === 'cordon' && host.state === 'cordoned') || (action === 'uncordon' && host.state === 'ready') || (action === 'drain' && host.state === 'draining')
     if (already && action !== 'drain') return host
     let steps: HostAction[] = already ? [] : [action]
+    let nodes = 0
     if (action === 'remove' || action === 'drain') {
-      const nodes = await countLiveNodesOnHost(trx, host.id)
+      nodes = await countLiveNodesOnHost(trx, host.id)
       if (action === 'remove' && nodes > 0) throw new ConflictError(`host ${host.name} has ${nodes} node(s)`, `drain it first (nodeplane host drain --host ${host.name}); a host is removed only when no node is on it`)
       if (action === 'drain' && nodes === 0) steps = [...steps, 'drained']
     }
     let state = host.state
     for (const step of steps) state = nextHostState(state, step, host.name)
+    const running = await runningDrainOf(trx, host.id)
+    if (running && state !== 'draining') {
+      await finishDrain(trx, running.id, { status: state === 'cordoned' ? 'completed' : 'cancelled' }, now())
+      cancelled = running.id
+    }
+    if (action === 'drain' && state === 'draining' && !running) {
+      const drain = await insertDrain(trx, { hostId: host.id, requestedBy: options.requestedBy ?? null, now: now() })
+      await startWorkflow(trx, HOST_DRAIN_WORKFLOW, { drainId: drain.id, hostId: host.id }, { key: drain.id, now: now() })
+    }
     if (state === host.state) return host
     if (!(await updateHostState(trx, host, state, now()))) throw new ConflictError('host changed', `host ${host.name} changed meanwhile; try again`)
     return (await findHostById(trx, host.id)) as Host
   })
+  // Wakes the drain's run, which then ends at once instead of at its next look.
+  if (cancelled) await sendSignal(fleet.db, { name: HOST_DRAIN_WORKFLOW, key: cancelled }, HOST_DRAIN_SIGNAL, { stop: true }, { now: now() }).catch(() => undefined)
   if (action === 'remove' && result.state === 'removed') {
     await fleet.keys?.remove(result.id)
     fleet.pool?.drop(result.id)
   }
   return result
+}
+
+/** A node placed on a host, as `host show` lists it. */
+export interface HostReservationView {
+  node_id: string
+  node_state: string | null
+  instance_type: string
+  rpc_port: number
+  cpu: number
+  memory_bytes: number
+  disk_bytes: number
+  host_key: string
+  created_at: string
+}
+
+/** A host with what is reserved on it, what is left, and its latest drain. */
+export interface HostDetail extends Host {
+  reservations: HostReservationView[]
+  used: HostCapacity & { nodes: number }
+  free: HostCapacity
+  drain: (HostDrain & { nodes_left: number }) | null
+}
+
+export async function hostDetail(db: Queryable, ref: string): Promise<HostDetail> {
+  const host = await resolveHost(db, ref)
+  const rows = (await db('host_reservations as r')
+    .leftJoin('nodes as n', 'n.id', 'r.node_id')
+    .where('r.host_id', host.id)
+    .orderBy([{ column: 'r.created_at' }, { column: 'r.host_key' }])
+    .select('r.node_id', 'n.state as node_state', 'r.instance_type', 'r.rpc_port', 'r.cpu', 'r.memory_bytes', 'r.disk_bytes', 'r.host_key', 'r.created_at')) as Array<Record<string, unknown>>
+  const reservations: HostReservationView[] = rows.map((r) => ({
+    node_id: String(r.node_id),
+    node_state: (r.node_state as string | null) ?? null,
+    instance_type: String(r.instance_type),
+    rpc_port: Number(r.rpc_port),
+    cpu: Number(r.cpu),
+    memory_bytes: Number(r.memory_bytes),
+    disk_bytes: Number(r.disk_bytes),
+    host_key: String(r.host_key),
+    created_at: toDate(r.created_at).toISOString(),
+  }))
+  const used = reservations.reduce((sum, r) => ({ cpu: sum.cpu + r.cpu, memory_bytes: sum.memory_bytes + r.memory_bytes, disk_bytes: sum.disk_bytes + r.disk_bytes, nodes: sum.nodes + 1 }), {
+    cpu: 0,
+    memory_bytes: 0,
+    disk_bytes: 0,
+    nodes: 0,
+  })
+  const free = {
+    cpu: Math.max(0, host.capacity.cpu - used.cpu),
+    memory_bytes: Math.max(0, host.capacity.memory_bytes - used.memory_bytes),
+    disk_bytes: Math.max(0, host.capacity.disk_bytes - used.disk_bytes),
+  }
+  const drain = await latestDrainOf(db, host.id)
+  return { ...host, reservations, used, free, drain: drain ? { ...drain, nodes_left: await countLiveNodesOnHost(db, host.id) } : null }
 }

@@ -32,6 +32,9 @@ export const NOTIFICATION_KINDS = [
   'rollout_failed',
   'rollback_initiated',
   'rollback_completed',
+  // docs/infrastructure.md, "Drain": to the operator who drained the host
+  'host_drain_completed',
+  'host_drain_stopped',
 ] as const
 export type NotificationKind = (typeof NOTIFICATION_KINDS)[number]
 

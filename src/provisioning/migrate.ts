@@ -35,7 +35,7 @@ import { providerFor, type LifecycleDeps } from './deps.js'
 import type { Host } from './infrastructure/types.js'
 import { injectNodeKeys, sealedBackupKey } from './keys.js'
 import { recordHost } from './provision.js'
-import { MIGRATABLE_STATES, MIGRATE_WORKFLOW, MIGRATION_COOLDOWN_MS, migrationKey } from './workflow-names.js'
+import { MIGRATABLE_STATES, MIGRATE_WORKFLOW, MIGRATION_COOLDOWN_MS, migrationHostKey, migrationKey } from './workflow-names.js'
 
 export { MIGRATABLE_STATES, MIGRATE_WORKFLOW, MIGRATION_COOLDOWN_MS, migrationKey }
 
@@ -109,7 +109,7 @@ export function migrationBackupId(nodeId: string): string {
 }
 
 function newHostKey(nodeId: string, triggeredAt: string): string {
-  return `${nodeId}-m${new Date(triggeredAt).getTime()}`
+  return migrationHostKey(nodeId, new Date(triggeredAt))
 }
 
 export function migrateWorkflow(deps: LifecycleDeps) {

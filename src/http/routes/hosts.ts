@@ -9,7 +9,8 @@
 import { UnavailableError } from '../../errors.js'
 import { HOST_STATES } from '../../hosts/host-states.js'
 import { ROOT_DIR_PATTERN } from '../../hosts/prerequisites.js'
-import { addHost, DEFAULT_ROOT_DIR, moveHost, resolveHost, type HostFleet, type OperatorHostAction } from '../../hosts/service.js'
+import { DRAIN_STATUSES } from '../../hosts/drains.js'
+import { addHost, DEFAULT_ROOT_DIR, hostDetail, moveHost, type HostFleet, type OperatorHostAction } from '../../hosts/service.js'
 import { FINGERPRINT_PATTERN } from '../../hosts/ssh-pool.js'
 import { MAX_PRIVATE_KEY_BYTES, validatePrivateKey } from '../../hosts/ssh-keys.js'
 import { HOST_LIST_ORDER, hostFromRow, hostListQuery, type HostRow } from '../../hosts/store.js'
@@ -73,6 +74,45 @@ const hostView = z
   })
   .openapi('Host')
 
+const hostDetailView = hostView
+  .extend({
+    reservations: z
+      .array(
+        z.object({
+          node_id: z.string().uuid(),
+          node_state: z.string().nullable().openapi({ description: 'The node\'s state (null when the node row is gone)' }),
+          instance_type: z.string(),
+          rpc_port: z.number().int().openapi({ description: 'The chain\'s RPC port on the host' }),
+          cpu: z.number().int(),
+          memory_bytes: z.number().int(),
+          disk_bytes: z.number().int(),
+          host_key: z.string().openapi({ description: 'The placement\'s host key (the node\'s directory on the host)' }),
+          created_at: timestamp,
+        }),
+      )
+      .openapi({ description: 'What is placed on the host: one entry per node placement (a migration under way holds two, one on each host)' }),
+    used: z.object({ cpu: z.number().int(), memory_bytes: z.number().int(), disk_bytes: z.number().int(), nodes: z.number().int() }).openapi({ description: 'The reservations added up' }),
+    free: z.object({ cpu: z.number().int(), memory_bytes: z.number().int(), disk_bytes: z.number().int() }).openapi({ description: 'Capacity minus what is reserved' }),
+    drain: z
+      .object({
+        id: z.string().uuid(),
+        status: z.enum(DRAIN_STATUSES),
+        requested_by: z.string().nullable(),
+        current_node_id: z.string().nullable().openapi({ description: 'The node being moved, or waited for' }),
+        activity: z.string().nullable().openapi({ description: 'What the drain is doing now' }),
+        nodes_moved: z.number().int(),
+        nodes_left: z.number().int().openapi({ description: 'Live nodes still on the host' }),
+        stop_reason: z.string().nullable().openapi({ description: 'Why the drain stopped (no room elsewhere, a failed migration); drain again to continue' }),
+        stopped_at_node_id: z.string().nullable(),
+        started_at: timestamp,
+        updated_at: timestamp,
+        finished_at: timestamp.nullable(),
+      })
+      .nullable()
+      .openapi({ description: 'The host\'s latest drain, running or not' }),
+  })
+  .openapi('HostDetail')
+
 const addBody = z
   .object({
     name: z.string().regex(HOST_NAME, 'lowercase letters, digits and "-", at most 63, not starting or ending with "-"'),
@@ -113,8 +153,8 @@ export function hostRoutes(deps: HostRouteDeps): ApiRoute[] {
       auth: { scope: 'admin' },
       request: { params: hostParams },
       responses: { 200: hostView, 404: NOT_FOUND_404, 409: CONFLICT_409 },
-    }).handle(async ({ params, log }) => {
-      const host = await moveHost(fleet(), params.host, name)
+    }).handle(async ({ params, principal, log }) => {
+      const host = await moveHost(fleet(), params.host, name, { requestedBy: principal.userId })
       log.info({ host: host.name, hostId: host.id, action: name, state: host.state }, 'host state set by an operator')
       return { status: 200, body: host }
     })
@@ -173,16 +213,30 @@ export function hostRoutes(deps: HostRouteDeps): ApiRoute[] {
     defineRoute({
       method: 'get',
       path: '/api/v1/hosts/{host}',
-      summary: 'One host',
+      summary: 'One host, with what is reserved on it and its latest drain',
       tags: TAGS,
       auth: { scope: 'admin' },
       request: { params: hostParams },
-      responses: { 200: hostView, 404: NOT_FOUND_404 },
-    }).handle(async ({ params }) => ({ status: 200, body: await resolveHost(db, params.host) })),
+      responses: { 200: hostDetailView, 404: NOT_FOUND_404 },
+    }).handle(async ({ params }) => ({ status: 200, body: await hostDetail(db, params.host) })),
 
     action('cordon', 'Cordon a host: it takes no new nodes; its nodes stay', 'ready or unreachable -> cordoned; a cordoned host is returned unchanged.'),
     action('uncordon', 'Uncordon a host: it takes new nodes again', 'cordoned or draining -> ready; a ready host is returned unchanged.'),
-    action('drain', 'Drain a host: no new nodes, its nodes moved off, then cordoned', 'ready, cordoned or unreachable -> draining, and cordoned at once when no node is on it. Moving nodes off comes with placement (docs/infrastructure.md).'),
+    defineRoute({
+      method: 'post',
+      path: '/api/v1/hosts/{host}/drain',
+      summary: 'Drain a host: no new nodes, its nodes moved off one at a time, then cordoned',
+      description:
+        'ready, cordoned or unreachable -> draining, and cordoned at once when no node is on it. Otherwise a drain moves its nodes to other hosts one at a time (each a forced migration, room reserved first) and cordons the host when none is left; `drain` in the answer shows its progress. A drain that finds no room for a node stops with the reason and the host stays draining; draining again continues. Draining a host whose drain runs changes nothing; uncordon stops it.',
+      tags: TAGS,
+      auth: { scope: 'admin' },
+      request: { params: hostParams },
+      responses: { 200: hostDetailView, 404: NOT_FOUND_404, 409: CONFLICT_409 },
+    }).handle(async ({ params, principal, log }) => {
+      const host = await moveHost(fleet(), params.host, 'drain', { requestedBy: principal.userId })
+      log.info({ host: host.name, hostId: host.id, action: 'drain', state: host.state }, 'host state set by an operator')
+      return { status: 200, body: await hostDetail(db, host.id) }
+    }),
     action('remove', 'Remove a host from the fleet and forget its SSH key', 'Only a host with no nodes on it (else 409: drain it first). The row stays with state removed; its name is free again.', 'delete'),
   ]
 }

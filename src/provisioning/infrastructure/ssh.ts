@@ -27,7 +27,7 @@ import path from 'node:path'
 import type { Db } from '../../db/knex.js'
 import type { InstanceTypeNeeds } from '../../hosts/instance-types.js'
 import { placeNode, releaseReservation, type Placement, type PortRange } from '../../hosts/placement.js'
-import { writeRemoteFile } from '../../hosts/remote-files.js'
+import { readRemoteFile, writeRemoteFile } from '../../hosts/remote-files.js'
 import type { SshKeyStore } from '../../hosts/ssh-keys.js'
 import type { SshPool, SshTarget } from '../../hosts/ssh-pool.js'
 import { findHostById, type Host as FleetHost } from '../../hosts/store.js'
@@ -136,6 +136,19 @@ export class SshInfrastructureProvider implements InfrastructureProvider {
     throw new Error(`could not read the status of ${hostId} on ${host.name}: ${result.stderr.trim() || `exit ${result.code ?? result.signal}`}`)
   }
 
+  /**
+   * Reserves room for a node on a host now, without waiting and without touching any host;
+   * undefined when no ready host of the region has room. `createHost` with the same host key
+   * takes this placement: a drain reserves a node's room before it starts the node's migration.
+   */
+  async reserve(request: { nodeId: string; hostKey: string; region: string; instanceType: string }): Promise<Placement | undefined> {
+    const needs = this.options.instanceTypes[request.instanceType]
+    if (!needs) throw new Error(`instance type ${request.instanceType} states no needs for the ssh provider (add it to HOSTS_INSTANCE_TYPES)`)
+    const hostKey = request.hostKey.replace(/[^A-Za-z0-9_-]/g, '_')
+    const now = (this.options.now ?? (() => new Date()))()
+    return placeNode(this.options.db, { ...request, hostKey, needs, ...(this.options.rpcPorts ? { rpcPorts: this.options.rpcPorts } : {}) }, now)
+  }
+
   /** The node's placement, waiting for room up to the configured time. */
   private async place(spec: HostSpec, hostKey: string, needs: InstanceTypeNeeds): Promise<Placement> {
     const now = this.options.now ?? (() => new Date())
@@ -156,8 +169,8 @@ export class SshInfrastructureProvider implements InfrastructureProvider {
     }
   }
 
-  private async target(host: FleetHost): Promise<SshTarget> {
-    return { id: host.id, address: host.address, port: host.port, user: host.user, privateKey: await this.options.keys.get(host.id), hostKeyFingerprint: host.host_key_fingerprint }
+  private target(host: FleetHost): Promise<SshTarget> {
+    return sshTargetOf(host, this.options.keys)
   }
 
   private async install(target: SshTarget, host: FleetHost, dir: string, hostKey: string, spec: HostSpec, rpcPort: number): Promise<void> {
@@ -222,6 +235,26 @@ export class SshInfrastructureProvider implements InfrastructureProvider {
     }
     return this.bundle
   }
+}
+
+/**
+ * A small file of a node's directory on its fleet host, read over SSH (the rpc-gateway reads a
+ * bitcoin-style chain's RPC cookie from `state/`): `relativePath` is under the node's directory.
+ */
+export async function readFleetNodeFile(
+  deps: { db: Db; pool: SshPool; keys: SshKeyStore },
+  hostId: string,
+  relativePath: string,
+  maxBytes: number,
+): Promise<string> {
+  const { fleetHostId, hostKey } = parseHostId(hostId)
+  const host = await findHostById(deps.db, fleetHostId)
+  if (!host || host.state === 'removed') throw new Error(`fleet host ${fleetHostId} of ${hostId} is gone`)
+  return readRemoteFile(deps.pool, await sshTargetOf(host, deps.keys), `${nodeDir(host, hostKey)}/${relativePath}`, maxBytes)
+}
+
+async function sshTargetOf(host: FleetHost, keys: SshKeyStore): Promise<SshTarget> {
+  return { id: host.id, address: host.address, port: host.port, user: host.user, privateKey: await keys.get(host.id), hostKeyFingerprint: host.host_key_fingerprint }
 }
 
 export function parseHostId(hostId: string): { fleetHostId: string; hostKey: string } {
