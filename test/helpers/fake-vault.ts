@@ -50,6 +50,8 @@ export interface FakeVault {
   comeBack(): Promise<void>
   /** `vault write -f transit/keys/<key>/rotate`: a new latest version; returns it. */
   rotateTransitKey(key?: string): number
+  /** The policy stops granting this path (`/v1/…`): 403 permission denied, as for a token without the capability. */
+  denyPath(apiPath: string): void
   /** `vault write transit/keys/<key>/config min_decryption_version=<n>`. */
   setMinDecryptionVersion(version: number, key?: string): void
   /** Counters the tests read. */
@@ -82,6 +84,7 @@ export async function startFakeVault(options: FakeVaultOptions = {}): Promise<Fa
   const stats = { logins: 0, renewals: 0, refusedLogins: 0, transit: 0, kvReads: 0, rewrapBatches: 0 }
   const requests: string[] = []
   const revokedTokens: string[] = []
+  const deniedPaths = new Set<string>()
   const authority = options.tls ? createCertificateAuthority('fake-vault-test-ca') : undefined
   const serverCertificate = authority ? issueCertificate(authority, { commonName: 'fake-vault', usage: 'server', hosts: LOCAL_HOSTS }) : undefined
   const transitKey = (name: string) => {
@@ -155,7 +158,7 @@ export async function startFakeVault(options: FakeVaultOptions = {}): Promise<Fa
       return send(res, 200, { auth: newToken(), data: null })
     }
     const token = validToken(req)
-    if (!token) return errors(res, 403, 'permission denied')
+    if (!token || deniedPaths.has(path)) return errors(res, 403, 'permission denied')
     if (req.method === 'POST' && path === '/v1/auth/token/renew-self') {
       stats.renewals++
       tokens.set(token, { expiresAt: Date.now() + ttl * 1000 })
@@ -256,6 +259,7 @@ export async function startFakeVault(options: FakeVaultOptions = {}): Promise<Fa
       versions.push(crypto.randomBytes(32))
       return versions.length
     },
+    denyPath: (apiPath) => deniedPaths.add(apiPath),
     setMinDecryptionVersion: (version, key = 'nodeplane-master') => {
       transitKey(key).minDecryptionVersion = version
     },

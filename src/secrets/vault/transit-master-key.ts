@@ -4,7 +4,7 @@
  * Vault; the stored text is Vault's own `vault:v<n>:…` ciphertext, which names the key version,
  * so rotating the transit key in Vault needs nothing from nodeplane (older versions still decrypt).
  */
-import { UnavailableError } from '../../errors.js'
+import { ConfigError, UnavailableError } from '../../errors.js'
 import { KeyMaterialError } from '../errors.js'
 import type { MasterKey } from '../master-key.js'
 import { VaultRefusedError, VaultRequestError, VaultUnreachableError, type TransitRewrapResult, type VaultClient } from './client.js'
@@ -48,6 +48,10 @@ export class VaultTransitMasterKey implements MasterKey {
     try {
       return await this.vault.transitRewrap(this.mount, this.keyName, wrapped)
     } catch (err) {
+      // Only an operator command rewraps: a policy without `rewrap` is its configuration to fix, not a retry.
+      if (err instanceof VaultRequestError && err.status === 403) {
+        throw new ConfigError([`VAULT_TRANSIT_KEY: ${err.message}: the policy must grant "update" on ${this.mount}/rewrap/${this.keyName}`])
+      }
       throw unavailable(err, 'rewrapped')
     }
   }

@@ -190,5 +190,10 @@ describe.each(DIALECTS)('rotating the transit key, on %s', (dialect: Dialect) =>
     expect(again.data_keys).toEqual({ rewrapped: 0, already_latest: 3, failed: 1, other_master_key: 1 })
     expect(again.failures).toEqual([{ kind: 'data_key', id: nodes[0]?.id, reason: expect.stringContaining('disallowed by policy') }])
     expect(((await t.db('node_data_keys').where({ node_id: nodes[0]?.id }).first('wrapped_key')) as { wrapped_key: string }).wrapped_key).toBe(oldDataKey.wrapped_key)
+
+    // A policy without rewrap is the operator's to fix (exit 78 from the command), not a retry.
+    v.denyPath('/v1/transit/rewrap/nodeplane-master')
+    const denied = await rewrapMasterKeyValues(t.db, masterKey).catch((e: unknown) => e)
+    expect(refusal(denied)).toContain('the policy must grant "update" on transit/rewrap/nodeplane-master')
   })
 })
