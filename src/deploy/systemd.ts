@@ -5,12 +5,12 @@
  */
 import path from 'node:path'
 import type { z } from 'zod'
-import { agentGatewayEnv, apiServerEnv, authServerEnv, databaseCommandEnv, healthEvaluatorEnv, orchestratorEnv, paymentServiceEnv } from '../config/env.js'
+import { agentGatewayEnv, apiServerEnv, authServerEnv, databaseCommandEnv, healthEvaluatorEnv, orchestratorEnv, paymentServiceEnv, rpcGatewayEnv } from '../config/env.js'
 import { SECRET_FILE_SETTINGS, SECRET_SETTINGS } from '../config/secret-settings.js'
 import { ValidationError } from '../errors.js'
 
 /** Daemons of the control-plane host (node-agent runs on node hosts). */
-export const CONTROL_PLANE_DAEMONS = ['api-server', 'auth-server', 'orchestrator', 'health-evaluator', 'agent-gateway', 'payment-service'] as const
+export const CONTROL_PLANE_DAEMONS = ['api-server', 'auth-server', 'orchestrator', 'health-evaluator', 'agent-gateway', 'payment-service', 'rpc-gateway'] as const
 export type ControlPlaneDaemon = (typeof CONTROL_PLANE_DAEMONS)[number]
 
 export const DEFAULT_ENV_FILE = '/etc/nodeplane/nodeplane.env'
@@ -44,6 +44,7 @@ export const DAEMON_PORTS: Record<ControlPlaneDaemon, Array<{ variable: string; 
     { variable: 'PAYMENT_HTTP_PORT', port: 8085 },
     { variable: 'PAYMENT_METRICS_PORT', port: 9086 },
   ],
+  'rpc-gateway': [{ variable: 'RPC_GATEWAY_PORT', port: 8545 }],
 }
 
 const DESCRIPTIONS: Record<ControlPlaneDaemon, string> = {
@@ -53,6 +54,7 @@ const DESCRIPTIONS: Record<ControlPlaneDaemon, string> = {
   'health-evaluator': 'health evaluator',
   'agent-gateway': 'agent gateway (gRPC for node agents)',
   'payment-service': 'payment service',
+  'rpc-gateway': "rpc-gateway (customers' node endpoints)",
 }
 
 export interface SystemdOptions {
@@ -93,6 +95,8 @@ const NATS_IDENTITY: Record<ControlPlaneDaemon, 'payment-service' | 'control-pla
   'health-evaluator': 'control-plane',
   'agent-gateway': 'control-plane',
   'payment-service': 'payment-service',
+  // Follows node moves through the health events (core NATS subscription).
+  'rpc-gateway': 'control-plane',
 }
 
 /** LoadCredential= lines and the NATS_* variables pointing into the unit's credentials directory (%d). */
@@ -121,6 +125,7 @@ const UNIT_SETTINGS: Record<ControlPlaneDaemon | 'migrate', z.AnyZodObject> = {
   'health-evaluator': healthEvaluatorEnv,
   'agent-gateway': agentGatewayEnv,
   'payment-service': paymentServiceEnv,
+  'rpc-gateway': rpcGatewayEnv,
 }
 
 /** NATS credentials come from --nats-dir; the Vault ids from --vault (which every unit gets). */

@@ -11,7 +11,7 @@ interface GenerateResult {
   warnings: string[]
 }
 
-const DAEMONS = ['api-server', 'auth-server', 'orchestrator', 'health-evaluator', 'agent-gateway', 'payment-service']
+const DAEMONS = ['api-server', 'auth-server', 'orchestrator', 'health-evaluator', 'agent-gateway', 'payment-service', 'rpc-gateway']
 
 /** systemd-analyze when this machine has it (it verifies unit files without a running systemd). */
 const systemdAnalyze = ['/usr/bin/systemd-analyze', '/bin/systemd-analyze'].find((p) => fs.existsSync(p))

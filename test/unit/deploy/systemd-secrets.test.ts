@@ -42,6 +42,12 @@ describe('secrets as systemd credentials', () => {
     expect(auth.Environment).toEqual(expect.arrayContaining(['AUTH_IDP_WEBHOOK_SIGNING_SECRET_FILE=%d/auth-idp-webhook-signing-secret', 'DATABASE_URL_FILE=%d/database-url']))
     expect(auth.LoadCredential?.join('\n')).not.toContain('secrets-master-key')
 
+    // The rpc-gateway reads the control plane's database and nothing secret besides (no master key, no payment secrets).
+    const gateway = service(files, 'nodeplane-rpc-gateway.service')
+    expect(gateway.LoadCredential).toContain('database-url:/etc/nodeplane/secrets/database-url')
+    expect(gateway.LoadCredential?.join('\n')).not.toMatch(/secrets-master-key|payments-database-url|card-provider|auth-idp/)
+    expect(gateway.Environment).toEqual(expect.arrayContaining(['DATABASE_URL_FILE=%d/database-url']))
+
     const migrate = service(files, 'nodeplane-migrate.service')
     expect(migrate.Environment).toEqual(expect.arrayContaining(['DATABASE_URL_FILE=%d/database-url', 'PAYMENTS_DATABASE_URL_FILE=%d/payments-database-url']))
     expect(migrate.LoadCredential).toHaveLength(2)
@@ -51,7 +57,7 @@ describe('secrets as systemd credentials', () => {
 
   it('--vault: every unit gets SECRETS_PROVIDER=vault and the AppRole ids as credentials, nothing else by default', () => {
     const vaultFiles = generateSystemdUnits({ bin: BIN, vault: true })
-    for (const name of ['nodeplane-migrate.service', 'nodeplane-api-server.service', 'nodeplane-payment-service.service', 'nodeplane-auth-server.service']) {
+    for (const name of ['nodeplane-migrate.service', 'nodeplane-api-server.service', 'nodeplane-payment-service.service', 'nodeplane-auth-server.service', 'nodeplane-rpc-gateway.service']) {
       const s = service(vaultFiles, name)
       expect(s.Environment).toEqual(expect.arrayContaining(['SECRETS_PROVIDER=vault', 'VAULT_ROLE_ID_FILE=%d/vault-role-id', 'VAULT_SECRET_ID_FILE=%d/vault-secret-id']))
       expect(s.LoadCredential).toEqual(expect.arrayContaining(['vault-role-id:/etc/nodeplane/secrets/vault-role-id', 'vault-secret-id:/etc/nodeplane/secrets/vault-secret-id']))

@@ -123,7 +123,7 @@ describe('generateSystemdUnits', () => {
   })
 
   it('--instances: a template per daemon, instance env files with ports that never collide, the target wants each instance', () => {
-    const many = generateSystemdUnits({ bin: BIN, instances: { 'api-server': 3, orchestrator: 2, 'payment-service': 2 } })
+    const many = generateSystemdUnits({ bin: BIN, instances: { 'api-server': 3, orchestrator: 2, 'payment-service': 2, 'rpc-gateway': 2 } })
     const names = many.map((f) => f.name)
     expect(names).toContain('nodeplane-api-server@.service')
     expect(names).not.toContain('nodeplane-api-server.service')
@@ -133,10 +133,12 @@ describe('generateSystemdUnits', () => {
     // No port: the instance file is optional.
     expect(byName(many, 'nodeplane-orchestrator@.service').Service?.EnvironmentFile?.[1]).toBe('-/etc/nodeplane/nodeplane-orchestrator@%i.env')
     const env = many.filter((f) => f.kind === 'env')
-    expect(env.map((f) => f.name)).toEqual(['nodeplane-api-server@1.env', 'nodeplane-api-server@2.env', 'nodeplane-api-server@3.env', 'nodeplane-payment-service@1.env', 'nodeplane-payment-service@2.env'])
+    expect(env.map((f) => f.name)).toEqual(['nodeplane-api-server@1.env', 'nodeplane-api-server@2.env', 'nodeplane-api-server@3.env', 'nodeplane-payment-service@1.env', 'nodeplane-payment-service@2.env', 'nodeplane-rpc-gateway@1.env', 'nodeplane-rpc-gateway@2.env'])
     expect(env[0]?.content).toContain('API_SERVER_PORT=8080\n')
     expect(env[2]?.content).toContain('API_SERVER_PORT=8280\n')
     expect(env[4]?.content).toContain('PAYMENT_GRPC_PORT=50151\nPAYMENT_HTTP_PORT=8185\nPAYMENT_METRICS_PORT=9186\n')
+    // Gateways behind a load balancer, two on one host: 8545 and 8645.
+    expect(env[6]?.content).toContain('RPC_GATEWAY_PORT=8645\n')
     const ports = [...env.flatMap((f) => [...f.content.matchAll(/=(\d+)$/gm)].map((m) => m[1])), '8081', '9090']
     expect(new Set(ports).size).toBe(ports.length)
     const wants = byName(many, 'nodeplane.target').Unit?.Wants?.[0]?.split(' ')
