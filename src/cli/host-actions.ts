@@ -1,6 +1,7 @@
 /** The `host cordon|uncordon|drain|remove` commands share this: one API call on one host, one line of output. */
 import type { ApiClient } from './api-client.js'
 import { hostNotFound } from './host-views.js'
+import type { HostDetail } from '../hosts/service.js'
 import type { Host } from '../hosts/store.js'
 
 export type HostCommandAction = 'cordon' | 'uncordon' | 'drain' | 'remove'
@@ -11,9 +12,17 @@ export async function hostAction(api: ApiClient, ref: string, action: HostComman
   return call.catch(hostNotFound(ref))
 }
 
+/** What `host drain` answered: cordoned at once, or a drain under way (or stopped) with its progress. */
+export function describeDrain(host: HostDetail): string {
+  if (host.state !== 'draining') return `Host ${host.name} is drained (no node on it) and now cordoned.`
+  const drain = host.drain
+  if (drain?.status === 'running') {
+    return `Host ${host.name} is draining: ${drain.nodes_left} node(s) to move to other hosts, one at a time; it is cordoned when none is left. Follow it with \`nodeplane host show ${host.name}\`.`
+  }
+  return `Host ${host.name} is draining; its last drain ${drain ? `is ${drain.status}${drain.stop_reason ? `: ${drain.stop_reason}` : ''}` : 'did not start'}.`
+}
+
 export function describeHostAction(host: Host, action: HostCommandAction): string {
-  if (action === 'drain' && host.state === 'draining') return `Host ${host.name} is draining: it takes no new nodes; its nodes are still on it.`
-  if (action === 'drain') return `Host ${host.name} is drained (no node on it) and now cordoned.`
   if (action === 'remove') return `Removed host ${host.name}; its SSH key was deleted from the key directory.`
   return `Host ${host.name} is ${host.state}.`
 }
