@@ -11,6 +11,8 @@ import type { ChainSource } from '../src/config/chain-source.js'
 import type { RpcGatewayConfig } from '../src/config/env.js'
 import type { Db } from '../src/db/knex.js'
 import { ConfigError } from '../src/errors.js'
+import { openHostFleet } from '../src/hosts/fleet.js'
+import { readFleetNodeFile } from '../src/provisioning/infrastructure/ssh.js'
 import type { EventBus } from '../src/events/bus.js'
 import { startHttpServer } from '../src/http/server.js'
 import { schedulePeriodicJob } from '../src/jobs/periodic.js'
@@ -40,7 +42,7 @@ export type RpcGatewaySettings = Pick<
   | 'RPC_GATEWAY_UPSTREAM_TIMEOUT'
   | 'RPC_GATEWAY_MAX_SUBSCRIPTIONS'
   | 'RPC_GATEWAY_KEY_RECHECK'
-> & { LOCAL_HOSTS_DIR?: string | undefined }
+> & { LOCAL_HOSTS_DIR?: string | undefined } & Partial<Pick<RpcGatewayConfig, 'HOSTS_SSH_KEY_DIR' | 'HOSTS_SSH_CONNECT_TIMEOUT' | 'HOSTS_SSH_MAX_SESSIONS'>>
 
 export interface RpcGatewayDeps {
   db: Db
@@ -64,11 +66,15 @@ export interface RunningRpcGateway {
 export async function startRpcGateway(config: RpcGatewaySettings, deps: RpcGatewayDeps): Promise<RunningRpcGateway> {
   const { db, logger } = deps
   const now = deps.now ?? (() => new Date())
+  // Fleet hosts are reached over SSH only for chains whose RPC wants a cookie kept on the host;
+  // the pool connects on first use.
+  const hostFleet = openHostFleet(config)
   const routes = new RouteTable({
     db,
     chains: deps.chains,
     ttlMs: config.RPC_GATEWAY_ROUTE_TTL,
     localHostsDir: config.LOCAL_HOSTS_DIR ?? path.join(config.NODEPLANE_DATA_DIR, 'hosts'),
+    fleetFiles: (hostId, relativePath, maxBytes) => readFleetNodeFile({ db, pool: hostFleet.pool, keys: hostFleet.keys }, hostId, relativePath, maxBytes),
     now: () => now().getTime(),
   })
   const limiter = createRpcRateLimiter({
@@ -152,6 +158,7 @@ export async function startRpcGateway(config: RpcGatewaySettings, deps: RpcGatew
     await usage.close()
     await upstreamHealth.close()
     upstream.close()
+    await hostFleet.close()
     if (err.code !== 'EADDRINUSE' && err.code !== 'EACCES') throw err
     const why = err.code === 'EADDRINUSE' ? 'is already in use' : 'needs privileges this user lacks'
     throw new ConfigError([`RPC_GATEWAY_PORT: port ${config.RPC_GATEWAY_PORT} on ${config.HTTP_HOST} ${why}; stop whatever listens there or choose another port`])
@@ -168,6 +175,7 @@ export async function startRpcGateway(config: RpcGatewaySettings, deps: RpcGatew
       await usage.close()
       await upstreamHealth.close()
       upstream.close()
+      await hostFleet.close()
     },
   }
 }

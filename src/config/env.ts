@@ -616,6 +616,8 @@ export type RpcGatewayConfig = ResolvedPaths<z.infer<typeof rpcGatewayEnv>>
 
 export const upEnv = z.object({
   ...sharedEnv,
+  /** A `nodeplane certs nats` directory: each service of `up` connects to NATS_URL as its own user (docs/events.md). */
+  NATS_DIR: z.string().min(1).optional(),
   ...artifactEnv,
   AGENT_REQUIRE_SIGNED_ARTIFACTS: requireSignedArtifactsSetting,
   ...eventsEnv,

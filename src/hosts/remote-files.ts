@@ -20,3 +20,17 @@ export async function writeRemoteFile(pool: SshPool, target: SshTarget, remotePa
   const result = await pool.exec(target, command, { stdin: data, ...(timeoutMs !== undefined ? { timeoutMs } : {}) })
   if (result.code !== 0) throw new Error(`could not write ${remotePath} on ${target.address}: ${result.stderr.trim() || `exit ${result.code ?? result.signal}`}`)
 }
+
+/**
+ * Reads a small file on a host over SSH (a chain's RPC cookie for the rpc-gateway): at most
+ * `maxBytes`, a larger file is refused rather than cut. Text (UTF-8), returned and never logged.
+ */
+export async function readRemoteFile(pool: SshPool, target: SshTarget, remotePath: string, maxBytes: number): Promise<string> {
+  if (!REMOTE_PATH.test(remotePath) || remotePath.includes('/../') || remotePath.endsWith('/..')) {
+    throw new ValidationError('invalid remote path', `${remotePath}: an absolute path of letters, digits, ".", "_", "-" and "/"`)
+  }
+  const result = await pool.exec(target, `head -c ${maxBytes + 1} -- '${remotePath}'`)
+  if (result.code !== 0) throw new Error(`could not read ${remotePath} on ${target.address}: ${result.stderr.trim().slice(0, 300) || `exit ${result.code ?? result.signal}`}`)
+  if (Buffer.byteLength(result.stdout, 'utf8') > maxBytes) throw new Error(`${remotePath} on ${target.address} is larger than ${maxBytes} bytes`)
+  return result.stdout
+}

@@ -176,6 +176,11 @@ export function createRpcHandler(deps: RpcGatewayDeps): (req: http.IncomingMessa
       if (!current.upstream) throw refuse(503, RPC_ERROR.nodeNotServing, `node ${route.nodeId} has no RPC address yet; retry shortly`, { 'Retry-After': String(NOT_SERVING_RETRY_AFTER_SECONDS) })
       try {
         const answer = await deps.upstream.post(current.upstream.url, body, await upstreamAuthorization(current.upstream))
+        // A cookie kept since before the chain restarted: read the new one, once.
+        if (answer.status === 401 && current.upstream.cookie && attempt === 0) {
+          current.upstream.cookie.forget()
+          continue
+        }
         deps.upstreamHealth?.record(route.nodeId, true)
         return answer
       } catch (err) {

@@ -17,6 +17,7 @@ import { isUuid } from '../db/ids.js'
 import type { Queryable } from '../db/knex.js'
 import type { NodeState } from '../nodes/states.js'
 import { compilePolicy, type MethodPolicy } from './policy.js'
+import { UpstreamError } from './upstream.js'
 
 /** States in which a node's RPC answers; every other one is refused with 503 (docs/rpc-gateway.md). */
 export const SERVING_STATES: readonly NodeState[] = ['syncing', 'healthy', 'degraded']
@@ -24,9 +25,26 @@ export const SERVING_STATES: readonly NodeState[] = ['syncing', 'healthy', 'degr
 export interface Upstream {
   /** `http://host:port/` */
   url: string
-  /** Where the chain's RPC credential is on this machine (a `local` host's cookie file), if the chain needs one. */
-  cookieFile?: string
+  /** The chain's RPC credential (a bitcoin-style cookie), if the chain needs one. */
+  cookie?: CookieSource
 }
+
+/**
+ * A chain's RPC cookie (Bitcoin Core's `__cookie__:<secret>`), rewritten by the chain at every
+ * start. A `local` host's is a file on this machine, read per call. A fleet host's is read over
+ * SSH once per route (a route lives RPC_GATEWAY_ROUTE_TTL) and again after the node refused it
+ * (`forget`: the chain restarted and wrote a new one). Never logged.
+ */
+export interface CookieSource {
+  read(): Promise<string>
+  forget(): void
+}
+
+/** Reads a file of a fleet node's directory over SSH (`readFleetNodeFile`). */
+export type FleetNodeFileReader = (hostId: string, relativePath: string, maxBytes: number) => Promise<string>
+
+/** A cookie is `__cookie__:` and 64 hex digits; anything far larger is not one. */
+const MAX_COOKIE_BYTES = 4_096
 
 export interface NodeRoute {
   nodeId: string
@@ -45,6 +63,8 @@ export interface RouteTableOptions {
   ttlMs: number
   /** Where `local` hosts live (LOCAL_HOSTS_DIR, default <data dir>/hosts): their chains' cookie files. */
   localHostsDir: string
+  /** How fleet (`ssh`) hosts' files are read; without it a fleet node's cookie cannot be, and its calls fail (502). */
+  fleetFiles?: FleetNodeFileReader
   now?: () => number
 }
 
@@ -81,7 +101,7 @@ export async function readRoute(options: Omit<RouteTableOptions, 'ttlMs'>, nodeI
   if (row.host_ip && rpcPort) {
     upstream = { url: `http://${hostPart(row.host_ip)}:${rpcPort}/` }
     const cookie = profile?.probe?.type === 'bitcoin_rpc' ? profile.probe.cookie_file : undefined
-    if (cookie && row.provider === 'local' && row.host_id) upstream.cookieFile = path.join(options.localHostsDir, row.host_id, 'state', cookie)
+    if (cookie && row.host_id) upstream.cookie = cookieSource(options, row.provider, row.host_id, `state/${cookie}`)
   }
   return {
     nodeId: row.id,
@@ -94,10 +114,33 @@ export async function readRoute(options: Omit<RouteTableOptions, 'ttlMs'>, nodeI
   }
 }
 
-/** The `Authorization` a chain that wants its cookie gets (Bitcoin Core's `__cookie__:<secret>`); read per call, a restart writes a new one. */
+function cookieSource(options: Pick<RouteTableOptions, 'localHostsDir' | 'fleetFiles'>, provider: string | null, hostId: string, relativePath: string): CookieSource | undefined {
+  if (provider === 'local') {
+    const file = path.join(options.localHostsDir, hostId, relativePath)
+    return { read: () => fs.readFile(file, 'utf8'), forget: () => undefined }
+  }
+  if (provider !== 'ssh') return undefined
+  let cached: Promise<string> | undefined
+  return {
+    read() {
+      const { fleetFiles } = options
+      if (!fleetFiles) return Promise.reject(new UpstreamError('unreachable', "the chain's RPC cookie is on a fleet host and this gateway has no SSH access to hosts (HOSTS_SSH_KEY_DIR)"))
+      cached ??= fleetFiles(hostId, relativePath, MAX_COOKIE_BYTES).catch((err: unknown) => {
+        cached = undefined
+        throw new UpstreamError('unreachable', `the chain's RPC cookie could not be read from its host: ${(err as Error).message}`)
+      })
+      return cached
+    },
+    forget() {
+      cached = undefined
+    },
+  }
+}
+
+/** The `Authorization` a chain that wants its cookie gets (Bitcoin Core's `__cookie__:<secret>`). */
 export async function upstreamAuthorization(upstream: Upstream): Promise<string | undefined> {
-  if (!upstream.cookieFile) return undefined
-  const cookie = (await fs.readFile(upstream.cookieFile, 'utf8')).trim()
+  if (!upstream.cookie) return undefined
+  const cookie = (await upstream.cookie.read()).trim()
   return `Basic ${Buffer.from(cookie).toString('base64')}`
 }
 
