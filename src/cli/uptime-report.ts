@@ -72,13 +72,21 @@ export function renderUptimeTable(nodes: readonly NodeUptimeRow[]): string {
 
 export interface DayBar {
   day: string
+  /** The last day of a run of days without data shown as this one line (absent: one day). */
+  until?: string
+  /** Days in the line: 1, or the length of a run without data. */
+  days: number
   percentage: number | null
   /** Filled cells out of `width`. */
   filled: number
   width: number
 }
 
-/** The days of the chart: one node's, or the fleet's (every node's seconds added up per day). */
+/**
+ * The days of the chart: one node's, or the fleet's (every node's seconds added up per day).
+ * Consecutive days without data (nothing counted up or down: before a node existed, or only
+ * syncing) are one line, so a new node's chart is not a month of empty bars.
+ */
 export function dailyBars(nodes: readonly NodeUptimeRow[], width = 40): DayBar[] {
   const days = new Map<string, { up: number; down: number }>()
   for (const node of nodes) {
@@ -90,11 +98,24 @@ export function dailyBars(nodes: readonly NodeUptimeRow[], width = 40): DayBar[]
       days.set(day, sum)
     }
   }
-  return [...days.entries()].map(([day, s]) => {
+  const bars: DayBar[] = []
+  for (const [day, s] of [...days.entries()].sort(([a], [b]) => a.localeCompare(b))) {
     const counted = s.up + s.down
     const percentage = counted === 0 ? null : Math.floor((s.up * 100_000) / counted) / 1_000
-    return { day, percentage, width, filled: percentage === null ? 0 : Math.floor((percentage / 100) * width) }
-  })
+    const last = bars.at(-1)
+    if (percentage === null && last && last.percentage === null) {
+      last.until = day
+      last.days++
+      continue
+    }
+    bars.push({ day, days: 1, percentage, width, filled: percentage === null ? 0 : Math.floor((percentage / 100) * width) })
+  }
+  return bars
+}
+
+/** The day column: one day, or the first and last of a run without data. */
+export function dayLabel(bar: DayBar): string {
+  return bar.until ? `${bar.day} to ${bar.until}` : bar.day
 }
 
 export function chartTitle(nodes: readonly NodeUptimeRow[]): string {
@@ -104,6 +125,7 @@ export function chartTitle(nodes: readonly NodeUptimeRow[]): string {
 }
 
 export function barText(bar: DayBar): string {
+  if (bar.until) return `${dayLabel(bar)}  no data (${bar.days} days)`
   if (bar.percentage === null) return `${bar.day}  ${' '.repeat(bar.width)}  no data`
   return `${bar.day}  ${'█'.repeat(bar.filled)}${'░'.repeat(bar.width - bar.filled)}  ${formatPercentage(bar.percentage)}`
 }

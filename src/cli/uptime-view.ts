@@ -4,7 +4,7 @@
  */
 import type { ReactElement } from 'react'
 import type { UptimeReport } from './uptime-report.js'
-import { chartTitle, dailyBars, describeCheck, formatPercentage, renderUptimeTable, type DayBar } from './uptime-report.js'
+import { barText, chartTitle, dailyBars, describeCheck, formatPercentage, renderUptimeTable, type DayBar } from './uptime-report.js'
 
 function barColour(bar: DayBar, min: number): string {
   if (bar.percentage === null) return 'gray'
@@ -25,14 +25,16 @@ export async function showUptimeReport(report: UptimeReport, stdout: NodeJS.Writ
     h(Text, null, ' '),
     h(Text, { bold: true }, chartTitle(report.nodes)),
     ...bars.map((bar) =>
-      h(
-        Box,
-        { key: bar.day },
-        h(Text, { dimColor: true }, `${bar.day}  `),
-        h(Text, { color: barColour(bar, min) }, '█'.repeat(bar.filled)),
-        h(Text, { dimColor: true }, `${'░'.repeat(bar.percentage === null ? bar.width : bar.width - bar.filled)}  `),
-        h(Text, { color: barColour(bar, min) }, formatPercentage(bar.percentage)),
-      ),
+      bar.until
+        ? h(Text, { key: bar.day, dimColor: true }, barText(bar))
+        : h(
+            Box,
+            { key: bar.day },
+            h(Text, { dimColor: true }, `${bar.day}  `),
+            h(Text, { color: barColour(bar, min) }, '█'.repeat(bar.filled)),
+            h(Text, { dimColor: true }, `${'░'.repeat(bar.percentage === null ? bar.width : bar.width - bar.filled)}  `),
+            h(Text, { color: barColour(bar, min) }, formatPercentage(bar.percentage)),
+          ),
     ),
     ...(report.check ? [h(Text, null, ' '), h(Text, { color: report.check.below.length > 0 ? 'red' : 'green' }, describeCheck(report.check))] : []),
   )

@@ -41,10 +41,30 @@ describe('uptime report rendering', () => {
 
   it('adds the fleet up per day, and leaves a day with nothing counted without a bar', () => {
     expect(dailyBars([a, b], 40)).toEqual([
-      { day: '2026-05-01', percentage: 100, filled: 40, width: 40 },
-      { day: '2026-05-02', percentage: 75, filled: 30, width: 40 },
+      { day: '2026-05-01', days: 1, percentage: 100, filled: 40, width: 40 },
+      { day: '2026-05-02', days: 1, percentage: 75, filled: 30, width: 40 },
     ])
-    expect(dailyBars([b], 10)[0]).toEqual({ day: '2026-05-01', percentage: null, filled: 0, width: 10 })
+    expect(dailyBars([b], 10)[0]).toEqual({ day: '2026-05-01', days: 1, percentage: null, filled: 0, width: 10 })
+  })
+
+  it('collapses consecutive days without data into one line, in plain text and in the ink view', async () => {
+    const late = node('node-late', [['2026-05-01', 0, 0], ['2026-05-02', 0, 0], ['2026-05-03', 0, 0], ['2026-05-04', 86_400, 0], ['2026-05-05', 0, 0], ['2026-05-06', 43_200, 43_200]])
+    expect(dailyBars([late], 10)).toEqual([
+      { day: '2026-05-01', until: '2026-05-03', days: 3, percentage: null, filled: 0, width: 10 },
+      { day: '2026-05-04', days: 1, percentage: 100, filled: 10, width: 10 },
+      // A single empty day stays a day of its own.
+      { day: '2026-05-05', days: 1, percentage: null, filled: 0, width: 10 },
+      { day: '2026-05-06', days: 1, percentage: 50, filled: 5, width: 10 },
+    ])
+    const text = renderUptimeReport({ generated_at: '2026-05-06T12:00:00.000Z', nodes: [late] })
+    expect(text).toContain('\n2026-05-01 to 2026-05-03  no data (3 days)\n2026-05-04  ████')
+    expect(text.split('\n').filter((l) => l.includes('no data'))).toHaveLength(2)
+
+    const screen = new Screen()
+    await showUptimeReport({ generated_at: '2026-05-06T12:00:00.000Z', nodes: [late] }, screen as unknown as NodeJS.WriteStream)
+    const shown = screen.text.replace(ANSI, '')
+    expect(shown).toContain('2026-05-01 to 2026-05-03  no data (3 days)')
+    expect(shown).not.toContain('2026-05-02')
   })
 
   it('finds the nodes below a minimum, never one without data', () => {
