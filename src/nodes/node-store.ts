@@ -1,7 +1,7 @@
 /** Node rows: one exported function per database operation, caller owns the transaction. */
 import crypto from 'node:crypto'
 import type { Queryable } from '../db/knex.js'
-import { toDate, toDateOrNull } from '../db/dialect.js'
+import { lockRow, toDate, toDateOrNull } from '../db/dialect.js'
 import { openFirstInterval } from '../uptime/state-log.js'
 import { INITIAL_NODE_STATE, type ApplicationHealth, type NodeState, type SyncStatus } from './states.js'
 
@@ -56,6 +56,16 @@ export function nodeFromRow(row: NodeRow): NodeRecord {
 export async function findNode(db: Queryable, id: string): Promise<NodeRecord | undefined> {
   const row = await db('nodes').where({ id }).first()
   return row ? nodeFromRow(row as NodeRow) : undefined
+}
+
+/**
+ * The node, its row locked until the transaction ends (Postgres; SQLite's write transactions are
+ * exclusive already). A read-modify-write of the node's health through it waits for a concurrent
+ * writer instead of losing the optimistic version check to it.
+ */
+export async function findNodeForUpdate(trx: Queryable, id: string): Promise<NodeRecord | undefined> {
+  await lockRow(trx, trx('nodes').where({ id }).first('id'))
+  return findNode(trx, id)
 }
 
 /** The nodes of `ids` that exist, in no particular order. */

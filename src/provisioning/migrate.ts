@@ -22,11 +22,10 @@ import { createAgentToken, revokeAgentToken } from '../agent-gateway/tokens.js'
 import { STREAM_TOKEN_RECHECK_MS } from '../agent-gateway/protocol.js'
 import { toDateOrNull } from '../db/dialect.js'
 import { getProfile } from '../config/chains.js'
-import { lockRow } from '../db/dialect.js'
 import { BACKUP_FORMAT } from '../secrets/backup-keys.js'
 import type { Queryable } from '../db/knex.js'
 import { applyHealthUpdate, forceNodeState } from '../nodes/health-state-machine.js'
-import { findNode, type NodeRecord } from '../nodes/node-store.js'
+import { findNodeForUpdate } from '../nodes/node-store.js'
 import type { NodeState } from '../nodes/states.js'
 import { NonRetryableStepError, StepFailedError, type WorkflowContext } from '../workflows/index.js'
 import { AGENT_WAIT_STEP, agentCommandStep, runAgentCommand } from './agent-calls.js'
@@ -328,14 +327,9 @@ async function bestEffort<T>(
   }
 }
 
-async function lockedNode(trx: Queryable, nodeId: string): Promise<NodeRecord | undefined> {
-  await lockRow(trx, trx('nodes').where({ id: nodeId }).first('id'))
-  return findNode(trx, nodeId)
-}
-
 async function enterMaintenance(deps: LifecycleDeps, input: MigrateInput, now: Date): Promise<MigrationPlan | { skip: string } | { notNeeded: string }> {
   return deps.db.transaction(async (trx) => {
-    const node = await lockedNode(trx, input.nodeId)
+    const node = await findNodeForUpdate(trx, input.nodeId)
     if (!node) return { skip: `node ${input.nodeId} does not exist` }
     const triggeredAt = new Date(input.triggeredAt)
     // This step committed before and the orchestrator died before journaling it: no other
@@ -461,7 +455,7 @@ export async function findBackup(storeUrl: string, backupId: string): Promise<Ba
 /** Compensation: out of maintenance by the forced path (maintenance -> degraded/failed is not in the table). */
 async function leaveMaintenance(deps: LifecycleDeps, nodeId: string, state: NodeState, reason: string, now: Date): Promise<NodeState | null> {
   return deps.db.transaction(async (trx) => {
-    const node = await lockedNode(trx, nodeId)
+    const node = await findNodeForUpdate(trx, nodeId)
     // A node that left maintenance meanwhile (e.g. it is being terminated) is not ours to move.
     if (!node || node.state !== 'maintenance') return null
     await forceNodeState(trx, { nodeId, state, reason, now })
@@ -471,7 +465,7 @@ async function leaveMaintenance(deps: LifecycleDeps, nodeId: string, state: Node
 
 async function updateHostInfo(deps: LifecycleDeps, nodeId: string, host: Host): Promise<{ updated: true } | { updated: false; state: string }> {
   return deps.db.transaction(async (trx) => {
-    const node = await lockedNode(trx, nodeId)
+    const node = await findNodeForUpdate(trx, nodeId)
     if (!node || node.state !== 'maintenance') return { updated: false, state: node?.state ?? 'deleted' }
     await recordHost(trx, nodeId, host)
     return { updated: true }
@@ -480,7 +474,7 @@ async function updateHostInfo(deps: LifecycleDeps, nodeId: string, host: Host): 
 
 async function markSyncing(deps: LifecycleDeps, nodeId: string, now: Date): Promise<boolean> {
   return deps.db.transaction(async (trx) => {
-    const node = await lockedNode(trx, nodeId)
+    const node = await findNodeForUpdate(trx, nodeId)
     if (!node || node.state !== 'maintenance') return false
     await applyHealthUpdate(trx, { nodeId, current: node, change: { writer: 'migration', state: 'syncing' }, reason: 'migrated to a new host', now })
     return true

@@ -5,9 +5,9 @@
  */
 import { createAgentToken, revokeAgentToken } from '../agent-gateway/tokens.js'
 import { getProfile } from '../config/chains.js'
-import type { Queryable } from '../db/knex.js'
+import type { Db, Queryable } from '../db/knex.js'
 import { applyHealthUpdate, forceNodeState } from '../nodes/health-state-machine.js'
-import { findNode, type NodeRecord } from '../nodes/node-store.js'
+import { findNode, findNodeForUpdate, type NodeRecord } from '../nodes/node-store.js'
 import { isTerminalState } from '../nodes/states.js'
 import type { WorkflowContext } from '../workflows/index.js'
 import { AGENT_WAIT_STEP, agentCommandStep, runAgentCommand, waitForAgent } from './agent-calls.js'
@@ -114,11 +114,7 @@ export function provisionWorkflow(deps: LifecycleDeps) {
       )
       await step('mark-inputs-applied', () => markInputsApplied(deps.db, plan.node.subscription_id, new Date(keys.inputs_read_at), (deps.now ?? (() => new Date()))()))
 
-      await step('mark-syncing', () =>
-        deps.db.transaction((trx) =>
-          applyHealthUpdate(trx, { nodeId: plan.node.id, change: { writer: 'provisioning', state: 'syncing' }, reason: 'provisioned', now: (deps.now ?? (() => new Date()))() }),
-        ).then(() => true),
-      )
+      await step('mark-syncing', () => markProvisionedSyncing(deps.db, plan.node.id, (deps.now ?? (() => new Date()))()))
       return {
         node_id: plan.node.id,
         outcome: 'provisioned',
@@ -134,6 +130,20 @@ export function provisionWorkflow(deps: LifecycleDeps) {
       throw err
     }
   }
+}
+
+/**
+ * provisioning -> syncing once the chain runs. The started agent already reports, and a sync
+ * report written between this step's read and its write would fail the optimistic check over and
+ * over while reports keep coming (seen with fleets of nodes starting at once): the node's row is
+ * locked first, so this waits for such a write instead.
+ */
+export async function markProvisionedSyncing(db: Db, nodeId: string, now: Date): Promise<boolean> {
+  return db.transaction(async (trx) => {
+    const node = await findNodeForUpdate(trx, nodeId)
+    await applyHealthUpdate(trx, { nodeId, ...(node ? { current: node } : {}), change: { writer: 'provisioning', state: 'syncing' }, reason: 'provisioned', now })
+    return true
+  })
 }
 
 async function loadPlan(deps: LifecycleDeps, nodeId: string): Promise<Plan | { skip: string }> {
