@@ -1,7 +1,8 @@
 /**
  * The operator node commands that read and write the control-plane database, through the built
  * binary with `--json`, on both databases: `node show --wide` (the agent's report with the chain
- * pid, issue 22 item 8) and `node terminate` on a paid subscription's node (item 6).
+ * pid, issue 22 item 8) and `node terminate --direct-db` (break-glass) on a paid subscription's node
+ * (item 6); the same over the admin API is in operator-remote-commands.test.ts.
  */
 import { afterEach, describe, expect, it } from 'vitest'
 import { nodeplane, type CliResult } from '../helpers/cli.js'
@@ -60,7 +61,7 @@ describe.each(DIALECTS)('operator node commands on %s', (dialect) => {
     const node = await insertTestNode(db)
     await setNodeState(db, node.id, 'healthy')
 
-    const refused = await run(['node', 'terminate', '--node', node.id])
+    const refused = await run(['node', 'terminate', '--node', node.id, '--direct-db'])
     expect(refused.exitCode).toBe(4)
     expect(refused.stderr).toContain(`Error: node ${node.id} is the node of subscription ${node.subscription_id}, which is active`)
     expect(refused.stderr).toContain(`nodeplane node migrate --node ${node.id}`)
@@ -69,14 +70,14 @@ describe.each(DIALECTS)('operator node commands on %s', (dialect) => {
     // Issue 20: without a terminal and without --yes a termination that would happen is refused
     // (exit 2, naming the node), nothing is started and the subscription stays; the id may be given
     // as the first argument, by a unique prefix (the database's prefix lookup).
-    const unconfirmed = await run(['node', 'terminate', node.id.slice(0, 23), '--end-subscription'])
+    const unconfirmed = await run(['node', 'terminate', node.id.slice(0, 23), '--end-subscription', '--direct-db'])
     expect(unconfirmed.exitCode).toBe(2)
     expect(unconfirmed.stderr).toContain(`Error: refusing to terminate node ${node.id} (devnet full, healthy; subscription ${node.subscription_id} active) without --yes`)
     expect(unconfirmed.stderr).toContain('add --yes (-y) to confirm')
     expect(await db('workflow_runs').where({ workflow_key: node.id })).toEqual([])
     expect((await db('subscriptions').where({ id: node.subscription_id }).first('status')).status).toBe('active')
 
-    const ended = await run(['node', 'terminate', node.id.slice(0, 23), '--reason', 'abuse report 1234', '--end-subscription', '--yes', '--json'])
+    const ended = await run(['node', 'terminate', node.id.slice(0, 23), '--reason', 'abuse report 1234', '--end-subscription', '--yes', '--direct-db', '--json'])
     expect(ended.exitCode, ended.stderr).toBe(0)
     expect(json<Record<string, unknown>>(ended)).toMatchObject({
       node_id: node.id,
@@ -91,7 +92,7 @@ describe.each(DIALECTS)('operator node commands on %s', (dialect) => {
     expect(sub.status).toBe('terminated')
     expect(await db('notifications').where({ user_id: sub.user_id }).pluck('kind')).toEqual(['subscription_terminated'])
 
-    const again = await run(['node', 'terminate', '--node', node.id, '--json'])
+    const again = await run(['node', 'terminate', '--node', node.id, '--direct-db', '--json'])
     expect(again.exitCode, again.stderr).toBe(0)
     expect(json<Record<string, unknown>>(again)).toMatchObject({ created: false, subscription_ended: false, subscription_status: 'terminated' })
   })

@@ -3,7 +3,7 @@ import { checkApiKey } from '../../src/auth/api-keys.js'
 import { createTestDatabase, DIALECTS, type TestDatabase } from '../helpers/db.js'
 import { nodeplane } from '../helpers/cli.js'
 
-describe.each(DIALECTS)('operator commands on %s (user *, api-key issue)', (dialect) => {
+describe.each(DIALECTS)('operator commands on the database on %s (user * --direct-db, api-key issue)', (dialect) => {
   let database: TestDatabase | undefined
   afterEach(async () => {
     await database?.destroy()
@@ -14,26 +14,26 @@ describe.each(DIALECTS)('operator commands on %s (user *, api-key issue)', (dial
     database = await createTestDatabase(dialect)
     const run = (args: string[]) => nodeplane(args, { env: { DATABASE_URL: database!.url } })
 
-    const created = await run(['user', 'create', '--email', 'ops@example.com', '--admin', '--json'])
+    const created = await run(['user', 'create', '--email', 'ops@example.com', '--admin', '--json', '--direct-db'])
     expect(created.exitCode).toBe(0)
     const ops = JSON.parse(created.stdout)
-    expect(ops).toEqual({ id: expect.stringMatching(/^[0-9a-f-]{36}$/), email: 'ops@example.com', wallet_address: null, is_admin: true, created_at: expect.any(String) })
+    expect(ops).toEqual({ id: expect.stringMatching(/^[0-9a-f-]{36}$/), email: 'ops@example.com', wallet_address: null, is_admin: true, disabled_at: null, created_at: expect.any(String) })
 
-    const duplicate = await run(['user', 'create', '--email', 'OPS@example.com', '--json'])
+    const duplicate = await run(['user', 'create', '--email', 'OPS@example.com', '--json', '--direct-db'])
     expect(duplicate.exitCode).toBe(4)
     expect(JSON.parse(duplicate.stdout).error).toMatchObject({ name: 'ConflictError', exit_code: 4 })
 
-    const unknown = await run(['user', 'grant-admin', '--user', 'nobody@example.com'])
+    const unknown = await run(['user', 'grant-admin', '--user', 'nobody@example.com', '--direct-db'])
     expect(unknown.exitCode).toBe(3)
     expect(unknown.stderr).toMatch(/^Error: no user nobody@example.com\n/)
 
-    expect((await run(['user', 'create', '--email', 'dev@example.com'])).exitCode).toBe(0)
-    const granted = await run(['user', 'grant-admin', '--user', 'dev@example.com', '--json'])
+    expect((await run(['user', 'create', '--email', 'dev@example.com', '--direct-db'])).exitCode).toBe(0)
+    const granted = await run(['user', 'grant-admin', '--user', 'dev@example.com', '--json', '--direct-db'])
     expect(JSON.parse(granted.stdout)).toMatchObject({ email: 'dev@example.com', is_admin: true, changed: true })
-    const revoked = await run(['user', 'revoke-admin', '--user', ops.id, '--yes', '--json'])
+    const revoked = await run(['user', 'revoke-admin', '--user', ops.id, '--yes', '--json', '--direct-db'])
     expect(JSON.parse(revoked.stdout)).toMatchObject({ id: ops.id, is_admin: false, changed: true, revoked_api_keys: [] })
 
-    const list = await run(['user', 'list', '--json'])
+    const list = await run(['user', 'list', '--json', '--direct-db'])
     expect(list.exitCode).toBe(0)
     expect(JSON.parse(list.stdout).users.map((u: { email: string; is_admin: boolean }) => [u.email, u.is_admin])).toEqual([
       ['ops@example.com', false],
@@ -45,8 +45,8 @@ describe.each(DIALECTS)('operator commands on %s (user *, api-key issue)', (dial
     database = await createTestDatabase(dialect)
     const db = database.db
     const run = (args: string[]) => nodeplane(args, { env: { DATABASE_URL: database!.url } })
-    expect((await run(['user', 'create', '--email', 'dev@example.com'])).exitCode).toBe(0)
-    expect((await run(['user', 'create', '--email', 'ops@example.com', '--admin'])).exitCode).toBe(0)
+    expect((await run(['user', 'create', '--email', 'dev@example.com', '--direct-db'])).exitCode).toBe(0)
+    expect((await run(['user', 'create', '--email', 'ops@example.com', '--admin', '--direct-db'])).exitCode).toBe(0)
 
     const json = await run(['api-key', 'issue', '--user', 'dev@example.com', '--name', 'ci', '--scopes', 'nodes:read, chains:read', '--expires-in', '30d', '--json'])
     expect(json.exitCode).toBe(0)
@@ -73,7 +73,7 @@ describe.each(DIALECTS)('operator commands on %s (user *, api-key issue)', (dial
     const check = await checkApiKey(db, adminKey)
     expect(check.ok && check.apiKey.scopes).toEqual(['*', 'admin'])
 
-    const demoted = await run(['user', 'revoke-admin', '--user', 'ops@example.com', '--yes', '--json'])
+    const demoted = await run(['user', 'revoke-admin', '--user', 'ops@example.com', '--yes', '--json', '--direct-db'])
     expect(JSON.parse(demoted.stdout).revoked_api_keys).toEqual([check.ok ? check.apiKey.id : ''])
     expect(await checkApiKey(db, adminKey)).toEqual({ ok: false, reason: 'revoked' })
   })

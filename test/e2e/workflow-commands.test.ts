@@ -10,7 +10,7 @@ import { silentLogger } from '../integration/workflows/harness.js'
 import { nodeplane, spawnNodeplane, tempDir } from '../helpers/cli.js'
 import { startNats, type NatsServer } from '../helpers/nats.js'
 
-describe('workflow list|show and the orchestrator daemon (SQLite file)', () => {
+describe('workflow list|show --direct-db and the orchestrator daemon (SQLite file)', () => {
   let db: Db | undefined
   let dir: string | undefined
   let nats: NatsServer | undefined
@@ -38,16 +38,16 @@ describe('workflow list|show and the orchestrator daemon (SQLite file)', () => {
     const pending = await startWorkflow(db, 'migrate', { node: 'n2' }, { key: 'n2' })
     const env = { DATABASE_URL: url }
 
-    const list = await nodeplane(['workflow', 'list', '--json'], { env })
+    const list = await nodeplane(['workflow', 'list', '--direct-db', '--json'], { env })
     expect(list.exitCode).toBe(0)
     const runs = JSON.parse(list.stdout).runs
     expect(runs.map((r: { id: string }) => r.id)).toEqual([pending.run.id, failed.run.id])
     expect(runs[1]).toMatchObject({ workflow: 'provision', key: 'n1', status: 'failed', current_step: 'configure#0', attempts: 1, error: expect.stringContaining('agent unreachable') })
 
-    const onlyFailed = await nodeplane(['workflow', 'list', '--status', 'failed', '--name', 'provision', '--json'], { env })
+    const onlyFailed = await nodeplane(['workflow', 'list', '--status', 'failed', '--name', 'provision', '--direct-db', '--json'], { env })
     expect(JSON.parse(onlyFailed.stdout).runs).toHaveLength(1)
 
-    const show = await nodeplane(['workflow', 'show', '--id', failed.run.id, '--json'], { env })
+    const show = await nodeplane(['workflow', 'show', '--id', failed.run.id, '--direct-db', '--json'], { env })
     expect(show.exitCode).toBe(0)
     expect(JSON.parse(show.stdout)).toMatchObject({
       id: failed.run.id,
@@ -58,11 +58,11 @@ describe('workflow list|show and the orchestrator daemon (SQLite file)', () => {
         { step: 'configure#0', status: 'failed', attempt: 1, error: 'agent unreachable' },
       ],
     })
-    const human = await nodeplane(['workflow', 'show', '--id', failed.run.id], { env })
+    const human = await nodeplane(['workflow', 'show', '--id', failed.run.id, '--direct-db'], { env })
     expect(human.stdout).toContain('last error:')
     expect(human.stdout).toMatch(/configure#0\s+failed\s+1/)
 
-    const missing = await nodeplane(['workflow', 'show', '--id', '00000000-0000-7000-8000-000000000000'], { env })
+    const missing = await nodeplane(['workflow', 'show', '--id', '00000000-0000-7000-8000-000000000000', '--direct-db'], { env })
     expect(missing.exitCode).toBe(3)
     expect(missing.stderr).toMatch(/^Error: no workflow run/)
   })

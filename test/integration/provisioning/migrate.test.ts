@@ -319,8 +319,8 @@ describeEachDialectConcurrently('the migrate workflow on the local provider on %
 
     // Neither of these two writes anything: they run side by side.
     const [cooldown, unknown] = await Promise.all([
-      nodeplane(['node', 'migrate', '--node', node.id], { env }),
-      nodeplane(['node', 'migrate', '--node', '0190f5c2-0000-7000-8000-000000000000', '--json'], { env }),
+      nodeplane(['node', 'migrate', '--node', node.id, '--direct-db'], { env }),
+      nodeplane(['node', 'migrate', '--node', '0190f5c2-0000-7000-8000-000000000000', '--direct-db', '--json'], { env }),
     ])
     expect(cooldown.exitCode, cooldown.stderr).toBe(4)
     expect(cooldown.stderr.split('\n')[0]).toBe(`Error: node ${node.id} is in its migration cooldown until ${new Date(last.getTime() + HOUR).toISOString()}`)
@@ -328,15 +328,15 @@ describeEachDialectConcurrently('the migrate workflow on the local provider on %
     expect(unknown.exitCode).toBe(3)
     expect(JSON.parse(unknown.stdout)).toMatchObject({ error: { name: 'NotFoundError', exit_code: 3 } })
 
-    const forced = await nodeplane(['node', 'migrate', '--node', node.id.toUpperCase(), '--force', '--reason', 'operator', '--json'], { env })
+    const forced = await nodeplane(['node', 'migrate', '--node', node.id.toUpperCase(), '--force', '--reason', 'operator', '--direct-db', '--json'], { env })
     expect(forced.exitCode, forced.stderr).toBe(0)
     const out = JSON.parse(forced.stdout) as { node_id: string; workflow: string; run_id: string; created: boolean; status: string }
     expect(out).toMatchObject({ node_id: node.id, workflow: 'migrate', created: true })
     const run = await finished(out.run_id)
     expect(run.input).toMatchObject({ nodeId: node.id, reason: 'operator', forced: true })
-    // The CLI reads the cooldown from MIGRATION_COOLDOWN like the daemons do.
+    // On the database (--direct-db) the CLI reads the cooldown from MIGRATION_COOLDOWN like the daemons do.
     await db('nodes').where({ id: node.id }).update({ state: 'down' })
-    const short = await nodeplane(['node', 'migrate', '--node', node.id, '--json'], { env: { ...env, MIGRATION_COOLDOWN: '1ms' } })
+    const short = await nodeplane(['node', 'migrate', '--node', node.id, '--direct-db', '--json'], { env: { ...env, MIGRATION_COOLDOWN: '1ms' } })
     expect(short.exitCode, short.stdout).toBe(0)
     await finished((JSON.parse(short.stdout) as { run_id: string }).run_id)
   })
