@@ -8,7 +8,8 @@
 import type { Db } from '../db/knex.js'
 import { ConflictError } from '../errors.js'
 import { sendSignal, startWorkflow } from '../workflows/index.js'
-import { notifyOperator, publishRolloutEvent, rolloutProgress } from './events.js'
+import { publishRolloutEvent, rolloutProgress } from './events.js'
+import { assertSignalApplies } from './signal-rules.js'
 import { CONTROL_SIGNAL, GROUP_CONTROL_SIGNAL, GROUP_WORKFLOW, ROLLOUT_WORKFLOW, type ControlSignal, type GroupControlSignal } from './workflow-names.js'
 import type { GroupSignal, RolloutSignal, RolloutStatus } from './states.js'
 import {
@@ -49,38 +50,17 @@ export async function startRollout(db: Db, rolloutId: string, options: ActionOpt
     const moved = await updateRolloutStatus(trx, rolloutId, to, { expectedVersion: current.version, now })
     await startWorkflow(trx, ROLLOUT_WORKFLOW, { rolloutId }, { key: rolloutId, now })
     if (to === 'running') {
+      // rollout_started is notified once its workflow has planned the nodes (rollout-workflow.ts).
       await publishRolloutEvent(trx, 'started', rolloutProgress(moved), now)
-      await notifyOperator(trx, 'rollout_started', moved.created_by, rolloutProgress(moved), now)
     }
     return moved
   })
 }
 
-/** When each signal makes sense; anything else is a 409 naming the status. */
-function refusal(r: RolloutRecord, signal: RolloutSignal): string | null {
-  const rollingBack = r.pause_reason === 'rollback'
-  switch (signal) {
-    case 'pause':
-      return r.status === 'running' ? null : 'only a running rollout can be paused'
-    case 'resume':
-      return r.status === 'paused' && !rollingBack ? null : rollingBack ? 'it is being rolled back' : 'only a paused rollout can be resumed'
-    case 'cancel':
-      if ((r.status === 'pending' || r.status === 'scheduled') && r.group_id) return 'its group decides its components: cancel the group instead'
-      return ['pending', 'scheduled', 'running', 'paused'].includes(r.status) && !rollingBack ? null : rollingBack ? 'it is being rolled back' : 'only a pending, scheduled, running or paused rollout can be cancelled'
-    case 'rollback':
-      return (r.status === 'running' || r.status === 'paused') && !rollingBack ? null : rollingBack ? 'it is already being rolled back' : 'only a running or paused rollout can be rolled back'
-    case 'force':
-      return (r.status === 'running' || r.status === 'paused') && !rollingBack ? null : 'only a running or paused rollout can be forced past its failure threshold'
-    case 'approve_canary':
-      return r.status === 'running' && r.awaiting === 'approve_canary' ? null : 'it is not waiting for a canary approval'
-  }
-}
-
 export async function signalRollout(db: Db, rolloutId: string, signal: RolloutSignal, options: ActionOptions): Promise<RolloutRecord> {
   const now = options.now ?? new Date()
   const current = await requireRollout(db, rolloutId)
-  const refused = refusal(current, signal)
-  if (refused) throw new ConflictError(`cannot ${signal.replace('_', ' ')} rollout ${current.id}: it is ${current.status}`, refused)
+  assertSignalApplies(current, signal)
   if (signal === 'cancel' && (current.status === 'pending' || current.status === 'scheduled')) return cancelBeforeStart(db, current, now)
   const payload: ControlSignal = { signal, by: options.by }
   await sendSignal(db, { name: ROLLOUT_WORKFLOW, key: rolloutId }, CONTROL_SIGNAL, payload, { now })

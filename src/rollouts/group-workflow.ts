@@ -21,7 +21,7 @@
 import type { Db, Queryable } from '../db/knex.js'
 import { sendSignal, startWorkflow, StepFailedError, type WorkflowContext, type WorkflowRegistry } from '../workflows/index.js'
 import { componentRollout } from './create.js'
-import { notifyOperator, publishRolloutEvent, rolloutProgress } from './events.js'
+import { publishRolloutEvent, rolloutProgress } from './events.js'
 import { rollBackRolloutNodes } from './node-configuration.js'
 import { rollbackStepTimeoutMs, upgradeStep, type NodeUpgradeDeps } from './node-upgrade.js'
 import { UPGRADEABLE_STATES } from './planning.js'
@@ -225,9 +225,8 @@ async function startComponent(deps: NodeUpgradeDeps, groupId: string, index: num
     const rollout = await insertRollout(trx, componentRollout(g, index, { sourceVersion: source, reason: `component ${index} of rollout group ${groupId}` }), now)
     const running = await updateRolloutStatus(trx, rollout.id, 'running', { now })
     await startWorkflow(trx, ROLLOUT_WORKFLOW, { rolloutId: rollout.id }, { key: rollout.id, now })
-    // As a standalone rollout's start (control.ts, startRollout): the event and the notification.
+    // As a standalone rollout's start (control.ts, startRollout): the event; the notification follows its plan.
     await publishRolloutEvent(trx, 'started', rolloutProgress(running), now)
-    await notifyOperator(trx, 'rollout_started', running.created_by, rolloutProgress(running), now)
     return rollout.id
   })
 }
