@@ -26,7 +26,7 @@ import { DATABASE_NAMES } from '../src/db/migrate.js'
 import { migrateDatabases } from '../src/db/operations.js'
 import { redactDatabaseUrl } from '../src/db/url.js'
 import { ConflictError } from '../src/errors.js'
-import { openEventBus } from '../src/events/open-bus.js'
+import { openStackBuses } from '../src/events/open-bus.js'
 import { createLogger } from '../src/log.js'
 import { scheduleBackupPurge } from '../src/provisioning/backup-store.js'
 import { ensureSecrets } from '../src/secrets/setup.js'
@@ -66,7 +66,9 @@ export default class Up extends BaseCommand<typeof Up> {
     const resources = new Resources(logger)
     const stack = await resources.starting(async () => {
       const db = resources.add('database', await openDatabase(config.DATABASE_URL, 'nodeplane-up', logger), (d) => d.destroy())
-      const bus = resources.add('bus', await openEventBus({ settings: config, service: undefined, singleProcess: true, logger: logFor('event-bus'), name: 'up' }), (b) => b.close())
+      // With NATS_DIR the payment service connects as its own NATS user (docs/events.md, "Security").
+      const buses = resources.add('bus', await openStackBuses({ settings: config, logger: logFor('event-bus'), name: 'up' }), (b) => b.close())
+      const bus = buses.controlPlane
       resources.add('outbox relay', startRelay(db, bus, config, logFor('outbox-relay')), (r) => r.stop())
       resources.add('housekeeping', startHousekeeping(db, config, logFor('housekeeping')), (j) => j.stop())
       // The key hierarchy: the master key file and the server key pair, created on the first start.
@@ -93,10 +95,10 @@ export default class Up extends BaseCommand<typeof Up> {
       resources.add('health-evaluator', await startHealthEvaluator(config, { db, bus, logger: logFor('health-evaluator'), chains }), (h) => h.stop())
       // The payment service with its own database, and mutual TLS even here (`nodeplane certs dev` set).
       const paymentsDb = resources.add('payments database', await openDatabase(config.PAYMENTS_DATABASE_URL, 'nodeplane-up-payments', logger), (d) => d.destroy())
-      resources.add('payments outbox relay', startRelay(paymentsDb, bus, config, logFor('payments-outbox-relay')), (r) => r.stop())
+      resources.add('payments outbox relay', startRelay(paymentsDb, buses.payments, config, logFor('payments-outbox-relay')), (r) => r.stop())
       resources.add('payments housekeeping', startHousekeeping(paymentsDb, config, logFor('payments-housekeeping')), (j) => j.stop())
       if (!config.PAYMENT_TLS_CA_FILE) ensurePaymentDevCertificates(paymentsCaDir(dataDir))
-      const paymentService = resources.add('payment-service', await startPaymentService(config, { db: paymentsDb, bus, logger: logFor('payment-service') }), (s) => s.stop())
+      const paymentService = resources.add('payment-service', await startPaymentService(config, { db: paymentsDb, bus: buses.payments, logger: logFor('payment-service') }), (s) => s.stop())
       const payments = paymentClientFromSettings({ ...config, PAYMENT_SERVICE_URL: config.PAYMENT_SERVICE_URL ?? paymentService.grpcTarget })
       if (payments) resources.add('payment client', payments, (c) => c.close())
       // Added after the payment service and the orchestrator: closed before them.

@@ -161,6 +161,16 @@ export interface NatsSecurityFiles {
   services: Record<NatsIdentity, NatsServiceCredentials>
 }
 
+/**
+ * A service's connection settings from a `nodeplane certs nats` directory (its CA, client
+ * certificate and nkey seed): how `nodeplane up` with NATS_DIR connects each of its services as
+ * its own user.
+ */
+export function natsSettingsFromDir(url: string, dir: string, service: NatsService): { NATS_URL: string; NATS_CA_FILE: string; NATS_CERT_FILE: string; NATS_KEY_FILE: string; NATS_NKEY_SEED_FILE: string } {
+  const files = serviceFiles(dir, service)
+  return { NATS_URL: url, NATS_CA_FILE: path.join(dir, 'ca.pem'), NATS_CERT_FILE: files.certFile, NATS_KEY_FILE: files.keyFile, NATS_NKEY_SEED_FILE: files.seedFile }
+}
+
 function serviceFiles(dir: string, service: NatsIdentity): Omit<NatsServiceCredentials, 'publicKey'> {
   return {
     service,

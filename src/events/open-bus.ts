@@ -10,7 +10,7 @@ import type { EventBus } from './bus.js'
 import { createLocalBus } from './local-bus.js'
 import type { NatsBusOptions } from './nats-bus.js'
 import { natsConnectionSettings, type NatsSettings } from './nats-connection.js'
-import { ownedStreams, type NatsService } from './nats-security.js'
+import { natsSettingsFromDir, ownedStreams, type NatsService } from './nats-security.js'
 
 export interface OpenEventBusOptions {
   /** NATS_URL (NATS is used when it is set) and the TLS and credential files. */
@@ -51,4 +51,50 @@ export async function openEventBus(options: OpenEventBusOptions): Promise<EventB
   }
   options.logger.info('NATS_URL not set: using the in-process event bus (single process only)')
   return createLocalBus({ logger: options.logger })
+}
+
+/** `nodeplane up`'s buses: the control plane's and the payment service's (the same one unless NATS_DIR). */
+export interface StackBuses {
+  controlPlane: EventBus
+  payments: EventBus
+  close(): Promise<void>
+}
+
+/**
+ * `nodeplane up` runs both services in one process. On the in-process bus, or on a NATS without
+ * per-service users, one connection serves both. With NATS_DIR (a `nodeplane certs nats`
+ * directory) each service connects as its own NATS user over mutual TLS, exactly as the split
+ * daemons do, so `up` works against a NATS that enforces the per-service permissions.
+ */
+export async function openStackBuses(options: { settings: NatsSettings & { NATS_DIR?: string | undefined }; logger: Logger; name: string }): Promise<StackBuses> {
+  const { NATS_DIR: dir, ...settings } = options.settings
+  if (!dir) {
+    const bus = await openEventBus({ settings, service: undefined, singleProcess: true, logger: options.logger, name: options.name })
+    return { controlPlane: bus, payments: bus, close: () => bus.close() }
+  }
+  const given = (['NATS_CA_FILE', 'NATS_CERT_FILE', 'NATS_KEY_FILE', 'NATS_NKEY_SEED_FILE', 'NATS_NKEY_SEED'] as const).filter((name) => settings[name] !== undefined)
+  const problems = [
+    ...(settings.NATS_URL ? [] : ['NATS_DIR: needs NATS_URL (the NATS server its files are for)']),
+    ...(given.length > 0 ? [`NATS_DIR and ${given.join(', ')}: set NATS_DIR (one identity per service) or the single identity's files, not both`] : []),
+  ]
+  if (problems.length > 0) throw new ConfigError(problems)
+  const url = settings.NATS_URL as string
+  const open = (service: NatsService) =>
+    openEventBus({ settings: natsSettingsFromDir(url, dir, service), service, singleProcess: true, logger: options.logger, name: `${options.name}-${service}` })
+  const controlPlane = await open('control-plane')
+  let payments: EventBus
+  try {
+    payments = await open('payment-service')
+  } catch (err) {
+    await controlPlane.close()
+    throw err
+  }
+  return {
+    controlPlane,
+    payments,
+    close: async () => {
+      await payments.close()
+      await controlPlane.close()
+    },
+  }
 }
