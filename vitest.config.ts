@@ -20,6 +20,14 @@ export const WAITING_FILES = [
   'test/integration/health/heartbeat-evaluation.test.ts',
   'test/integration/incidents/resolution.test.ts',
   'test/integration/workflows/crash.test.ts',
+  // Real chains and `nodeplane up` stacks that mostly wait for blocks, health waits and rollout
+  // batches: 0.24-0.37 CPU seconds per wall second in a full run (the forks pool's CPU figures).
+  'test/e2e/rollout-commands.test.ts',
+  'test/e2e/anvil-journey.test.ts',
+  'test/e2e/anvil-journey-postgres.test.ts',
+  'test/e2e/litecoin-journey.test.ts',
+  'test/e2e/litecoin-journey-postgres.test.ts',
+  'test/integration/payments/card-provider.test.ts',
 ]
 
 export default defineConfig({
