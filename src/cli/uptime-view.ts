@@ -4,9 +4,12 @@
  */
 import type { ReactElement } from 'react'
 import type { UptimeReport } from './uptime-report.js'
+import { colourAllowed } from './terminal.js'
 import { barText, chartTitle, dailyBars, describeCheck, formatPercentage, renderUptimeTable, type DayBar } from './uptime-report.js'
 
-function barColour(bar: DayBar, min: number): string {
+function barColour(bar: DayBar, min: number): string | undefined {
+  // NO_COLOR: ink's chalk does not read it (src/cli/terminal.ts).
+  if (!colourAllowed()) return undefined
   if (bar.percentage === null) return 'gray'
   if (bar.percentage >= min) return 'green'
   return bar.percentage >= min - 1 ? 'yellow' : 'red'
@@ -36,7 +39,7 @@ export async function showUptimeReport(report: UptimeReport, stdout: NodeJS.Writ
             h(Text, { color: barColour(bar, min) }, formatPercentage(bar.percentage)),
           ),
     ),
-    ...(report.check ? [h(Text, null, ' '), h(Text, { color: report.check.below.length > 0 ? 'red' : 'green' }, describeCheck(report.check))] : []),
+    ...(report.check ? [h(Text, null, ' '), h(Text, { color: colourAllowed() ? (report.check.below.length > 0 ? 'red' : 'green') : undefined }, describeCheck(report.check))] : []),
   )
   const app = render(view, { stdout, patchConsole: false, exitOnCtrlC: false })
   // ink creates the exit promise on the first waitUntilExit(): ask before unmounting, or it never settles.
