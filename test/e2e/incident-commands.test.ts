@@ -142,16 +142,16 @@ describe('incident commands (against nodeplane up)', () => {
       [alice.stalled.id, 'acknowledged'],
     ])
 
-    // One already acknowledged, one unknown, one open: the open one is still acknowledged.
+    // One already acknowledged (a repeat: changed false), one unknown, one open: the open one is still acknowledged.
     const unknown = '00000000-0000-4000-8000-000000000000'
     const mixed = await run(['incident', 'ack', '--id', alice.down.id, '--id', unknown, '--id', alice.failed.id, '--json'], aliceEnv)
-    expect(mixed.exitCode, mixed.stdout + mixed.stderr).toBe(4)
-    const mixedResult = json<{ acknowledged: Incident[]; failed: Array<{ id: string; error: { name: string; exit_code: number } }> }>(mixed)
-    expect(mixedResult.acknowledged.map((i) => i.id)).toEqual([alice.failed.id])
-    expect(mixedResult.failed).toEqual([
-      { id: alice.down.id, error: expect.objectContaining({ name: 'ConflictError', exit_code: 4 }) },
-      { id: unknown, error: expect.objectContaining({ name: 'NotFoundError', exit_code: 3 }) },
+    expect(mixed.exitCode, mixed.stdout + mixed.stderr).toBe(3)
+    const mixedResult = json<{ acknowledged: Array<Incident & { changed: boolean }>; failed: Array<{ id: string; error: { name: string; exit_code: number } }> }>(mixed)
+    expect(mixedResult.acknowledged.map((i) => [i.id, i.status, i.changed])).toEqual([
+      [alice.down.id, 'acknowledged', false],
+      [alice.failed.id, 'acknowledged', true],
     ])
+    expect(mixedResult.failed).toEqual([{ id: unknown, error: expect.objectContaining({ name: 'NotFoundError', exit_code: 3 }) }])
     const human = await run(['incident', 'ack', '--id', unknown], aliceEnv)
     expect(human.exitCode).toBe(3)
     expect(human.stderr.trim()).toBe(`Error: no incident ${unknown} among the incidents you can see`)
@@ -162,12 +162,15 @@ describe('incident commands (against nodeplane up)', () => {
     const text = await run(['incident', 'resolve', '--id', alice.other.id, '--yes'], aliceEnv)
     expect(text.stdout.trim()).toBe(`Resolved incident ${alice.other.id}: ${alice.other.title}`)
 
+    // A repeat (docs/cli.md, "Repeats"): exit 0, nothing asked nor changed, and said so; a move the status forbids is 4.
     const again = await run(['incident', 'resolve', '--id', alice.down.id], aliceEnv)
-    expect(again.exitCode).toBe(4)
-    expect(again.stderr.split('\n')[0]).toBe(`Error: incident ${alice.down.id} is resolved; it cannot be resolved: resolved is final`)
+    expect(again.exitCode, again.stderr).toBe(0)
+    expect(again.stdout).toMatch(new RegExp(`^Incident ${alice.down.id} was already resolved (just now|\\d+s ago) by \\S+; nothing changed\\.$`))
     const againJson = await run(['incident', 'resolve', '--id', alice.down.id, '--yes', '--json'], aliceEnv)
-    expect(json<ErrorOutput>(againJson).error).toMatchObject({ name: 'ConflictError', exit_code: 4 })
-    expect((await run(['incident', 'ack', '--id', alice.down.id], aliceEnv)).exitCode).toBe(4)
+    expect(json<Incident & { changed: boolean }>(againJson)).toMatchObject({ id: alice.down.id, status: 'resolved', changed: false })
+    const ackResolved = await run(['incident', 'ack', alice.down.id], aliceEnv)
+    expect(ackResolved.exitCode).toBe(4)
+    expect(ackResolved.stderr).toContain(`incident ${alice.down.id} is resolved; it cannot be acknowledged`)
 
     const notifications = json<{ notifications: Array<{ kind: string; data: Record<string, unknown> }> }>(await run(['notification', 'list', '--json'], aliceEnv)).notifications
     expect(notifications.filter((n) => n.kind === 'incident_resolved').map((n) => n.data.incident_id).sort()).toEqual([alice.down.id, alice.other.id].sort())
