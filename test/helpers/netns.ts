@@ -278,7 +278,7 @@ export async function startNetnsHost(): Promise<NetnsHost> {
       },
       async rotateHostKey() {
         const old = sshd
-        if (old && old.exitCode === null) {
+        if (old && old.exitCode === null && old.signalCode === null) {
           const exited = new Promise((r) => old.once('exit', r))
           old.kill('SIGTERM')
           await exited
