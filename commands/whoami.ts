@@ -11,10 +11,10 @@ export default class Whoami extends BaseCommand<typeof Whoami> {
   static override examples = ['<%= config.bin %> whoami', 'NODEPLANE_API_KEY=$(cat .nodeplane/admin-api-key) <%= config.bin %> whoami --json']
   static override flags = { 'api-url': apiUrlFlag }
 
-  async run(): Promise<Me & { api_url: string; credentials_from: KeySource | null }> {
+  async run(): Promise<Me & { api_url: string; credentials_from: KeySource | null; context: string | null }> {
     const api = apiClientFor(this.env(), this.flags['api-url'])
     const me = await api.get<Me>('/me')
-    const result = { ...me, api_url: api.url, credentials_from: api.target.credential?.source ?? null }
+    const result = { ...me, api_url: api.url, credentials_from: api.target.credential?.source ?? null, context: api.target.credential?.context ?? null }
     if (!this.jsonEnabled()) this.log(renderMe(me, api.url))
     return result
   }

@@ -1,7 +1,8 @@
 /**
  * Which API a command talks to, and with which credential (docs/cli.md, "Credentials").
  *
- * URL, first found wins: `--api-url`, `NODEPLANE_API_URL`, the stored login, the `api_url` of
+ * URL, first found wins: `--api-url`, `NODEPLANE_API_URL`, the stored login (the context of
+ * `--context` / `NODEPLANE_CONTEXT`, else the current one), the `api_url` of
  * a `nodeplane up` running for the current data dir.
  *
  * Key, first found wins: the command's own key (`nodeplane login --api-key / --with-key-stdin`),
@@ -11,7 +12,7 @@
  */
 import type { Env } from '../config/env.js'
 import { ConfigError, UnauthorizedError, ValidationError } from '../errors.js'
-import { CredentialsFileError, readCredentials } from './credentials.js'
+import { CredentialsFileError, readCredentials, requestedContext, UnknownContextError } from './credentials.js'
 import { currentDataDir, readLocalStack } from './local-stack.js'
 
 export type UrlSource = 'flag' | 'env' | 'login' | 'stack'
@@ -20,6 +21,8 @@ export type KeySource = 'flag' | 'stdin' | 'prompt' | 'env' | 'login' | 'stack'
 export interface ApiCredential {
   key: string
   source: KeySource
+  /** The stored login's context, when the key is one. */
+  context?: string
 }
 
 export interface ApiTarget {
@@ -49,10 +52,13 @@ export function resolveApiTarget(options: ResolveTargetOptions): ApiTarget {
     try {
       return readCredentials(env)
     } catch (err) {
-      if (options.tolerateBadLogin && err instanceof CredentialsFileError) return undefined
+      if (options.tolerateBadLogin && (err instanceof CredentialsFileError || err instanceof UnknownContextError)) return undefined
       throw err
     }
   })
+  // A context asked for by name must exist, whichever URL and key win: a typo in --context must
+  // not quietly send the command elsewhere.
+  if (requestedContext(env) !== undefined) login()
   const stack = once(() => readLocalStack(env))
 
   const [raw, urlSource] = ((): [string, UrlSource] => {
@@ -71,7 +77,7 @@ export function resolveApiTarget(options: ResolveTargetOptions): ApiTarget {
   let credential: ApiCredential | undefined = options.apiKey
   if (!credential && env.NODEPLANE_API_KEY) credential = { key: env.NODEPLANE_API_KEY.trim(), source: 'env' }
   const stored = credential ? undefined : login()
-  if (!credential && stored && sameApi(stored.api_url, url)) credential = { key: stored.api_key, source: 'login' }
+  if (!credential && stored && sameApi(stored.api_url, url)) credential = { key: stored.api_key, source: 'login', context: stored.context }
   const local = credential ? undefined : stack()
   if (!credential && local && sameApi(local.apiUrl, url)) {
     const key = local.adminKey()

@@ -28,6 +28,10 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
       description: 'print tables and views whole: full ids, no cutting at the terminal width',
       helpGroup: 'GLOBAL',
     }),
+    context: Flags.string({
+      description: 'the stored login to use (default: $NODEPLANE_CONTEXT or the current context; `nodeplane context list`)',
+      helpGroup: 'GLOBAL',
+    }),
   }
 
   protected flags!: CommandFlags<T>
@@ -65,10 +69,12 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
     return `${this.config.bin} ${(this.id ?? '').replaceAll(':', ' ')}`
   }
 
-  /** The environment the command's config is read from, with `--data-dir` applied. */
+  /** The environment the command's config is read from, with `--data-dir` and `--context` applied. */
   protected env(): Env {
     const dataDir = this.flags?.['data-dir']
-    return dataDir ? { ...process.env, NODEPLANE_DATA_DIR: dataDir } : process.env
+    const context = this.flags?.context
+    if (!dataDir && !context) return process.env
+    return { ...process.env, ...(dataDir ? { NODEPLANE_DATA_DIR: dataDir } : {}), ...(context ? { NODEPLANE_CONTEXT: context } : {}) }
   }
 
   protected override async catch(err: Error & { exitCode?: number }): Promise<unknown> {

@@ -131,7 +131,7 @@ describe('commands over the API (against nodeplane up)', () => {
     fs.chmodSync(file, 0o600)
 
     const logout = await run(['logout', '--json'], { cwd: env.HOME })
-    expect(json(logout)).toEqual({ credentials_file: file, removed: true })
+    expect(json(logout)).toEqual({ credentials_file: file, removed: true, context: 'default' })
     const anonymous = await run(['whoami'], { cwd: env.HOME })
     expect(anonymous.exitCode).toBe(78)
   })

@@ -52,7 +52,7 @@ describe('API URL and credential resolution', () => {
   it('flag beats env beats login beats stack for the URL; env key beats the stored one', () => {
     const { env } = setup({ login: 'https://login.example.com' })
     expect(resolveApiTarget({ env }).url).toBe('https://login.example.com')
-    expect(resolveApiTarget({ env }).credential).toEqual({ key: LOGIN_KEY, source: 'login' })
+    expect(resolveApiTarget({ env }).credential).toEqual({ key: LOGIN_KEY, source: 'login', context: 'default' })
     const withEnv = { ...env, NODEPLANE_API_URL: 'https://env.example.com/api/v1/', NODEPLANE_API_KEY: 'np_from_env' }
     expect(resolveApiTarget({ env: withEnv })).toMatchObject({ url: 'https://env.example.com', urlSource: 'env', credential: { key: 'np_from_env', source: 'env' } })
     expect(resolveApiTarget({ env: withEnv, apiUrl: 'http://flag.example.com:9000' })).toMatchObject({ url: 'http://flag.example.com:9000', urlSource: 'flag' })
