@@ -1,4 +1,5 @@
 import fs from 'node:fs'
+import * as Flags from '@oclif/core/flags'
 import { startAgentGateway } from '../daemons/agent-gateway.js'
 import { startApiServer } from '../daemons/api-server.js'
 import { startAuthServer } from '../daemons/auth-server.js'
@@ -8,9 +9,13 @@ import { startPaymentService } from '../daemons/payment-service.js'
 import { startRpcGateway } from '../daemons/rpc-gateway.js'
 import { openDatabase, startHousekeeping, startRelay } from '../daemons/runtime.js'
 import { BaseCommand } from '../src/cli/base-command.js'
+import { renderHostsLeft, renderUpStatus } from '../src/cli/up-status.js'
+import { localHostsRoot, runningLocalHosts } from '../src/daemon/local-hosts.js'
+import { openLogFile, routeGrpcLogs, UP_LOG_FORMATS, upLogTarget } from '../src/daemon/up-logs.js'
+import { notifySystemd } from '../src/daemon/sd-notify.js'
 import { ensureLocalOperator, LOCAL_OPERATOR_EMAIL } from '../src/cli/operator.js'
 import { openChainCatalogueFromSettings } from '../src/config/chain-source.js'
-import { loadConfig, upEnv } from '../src/config/env.js'
+import { loadConfig, upEnv, type Env } from '../src/config/env.js'
 import { Resources } from '../src/daemon/resources.js'
 import { installShutdown } from '../src/daemon/shutdown.js'
 import {
@@ -35,6 +40,9 @@ import { unconfiguredPaymentLookup } from '../src/subscriptions/payment-confirma
 import { ensurePaymentDevCertificates, paymentsCaDir } from '../src/payments/tls.js'
 import { assertFencing } from '../src/config/fencing.js'
 
+/** The ports `--port-base` sets, in order. */
+const PORT_VARIABLES = ['API_SERVER_PORT', 'AUTH_SERVER_PORT', 'AGENT_GATEWAY_PORT', 'PAYMENT_GRPC_PORT', 'PAYMENT_HTTP_PORT', 'PAYMENT_METRICS_PORT', 'RPC_GATEWAY_PORT'] as const
+
 export default class Up extends BaseCommand<typeof Up> {
   static override summary = 'Run the whole stack in one process (SQLite by default): migrate, start every daemon, write stack.json'
   static override description = [
@@ -43,12 +51,26 @@ export default class Up extends BaseCommand<typeof Up> {
   ].join('\n')
   static override examples = [
     '<%= config.bin %> up',
-    'NODEPLANE_DATA_DIR=/tmp/np API_SERVER_PORT=18080 AUTH_SERVER_PORT=18081 <%= config.bin %> up',
+    '<%= config.bin %> up --data-dir /tmp/np --port-base 18080   # a second stack beside the first: ports 18080-18086',
+    '<%= config.bin %> down   # in another terminal, same directory: stops it and its local hosts',
     '<%= config.bin %> whoami   # in another terminal, same directory: uses .nodeplane/admin-api-key',
   ]
 
+  static override flags = {
+    'port-base': Flags.integer({
+      description: `the first of ${PORT_VARIABLES.length} consecutive ports: ${PORT_VARIABLES.join(', ')} in that order (instead of the defaults 8080, 8081, 9090, 50051, 8085, 9086, 8545 or those variables)`,
+      min: 1024,
+      max: 65_535 - PORT_VARIABLES.length + 1,
+    }),
+    'log-format': Flags.option({
+      options: UP_LOG_FORMATS,
+      default: 'auto' as const,
+      description: 'auto: the JSON logs go to <data dir>/logs/up.log on a terminal, to stdout otherwise; json: stdout; file: the log file',
+    })(),
+  }
+
   async run(): Promise<StackFile> {
-    const config = loadConfig(upEnv, this.env())
+    const config = loadConfig(upEnv, this.upEnvironment())
     assertFencing(config)
     const dataDir = config.NODEPLANE_DATA_DIR
     fs.mkdirSync(dataDir, { recursive: true })
@@ -60,8 +82,11 @@ export default class Up extends BaseCommand<typeof Up> {
       )
     }
 
-    const logFor = (daemon: string) => createLogger({ level: config.LOG_LEVEL, daemon })
+    const logFile = upLogTarget(this.flags['log-format'], dataDir, process.stdout.isTTY === true)
+    const logStream = logFile ? openLogFile(logFile) : undefined
+    const logFor = (daemon: string) => createLogger({ level: config.LOG_LEVEL, daemon, ...(logStream ? { destination: logStream } : {}) })
     const logger = logFor('up')
+    routeGrpcLogs(logFor('grpc'))
     await migrateDatabases(config, DATABASE_NAMES)
     const resources = new Resources(logger)
     const stack = await resources.starting(async () => {
@@ -78,7 +103,7 @@ export default class Up extends BaseCommand<typeof Up> {
       const adminKeyFile = writeAdminApiKeyFile(dataDir, operator.issued.key)
       logger.info({ user_id: operator.user.id, api_key_id: operator.issued.apiKey.id, admin_api_key_file: adminKeyFile }, 'local operator ready')
 
-      const agents = resources.add('agent-gateway', await startAgentGateway(config, { db, logger: logFor('agent-gateway') }), (g) => g.stop())
+      const agents = resources.add('agent-gateway', await startAgentGateway(config, { db, logger: logFor('agent-gateway'), localStack: true }), (g) => g.stop())
       // One catalogue for the orchestrator and the api-server, so both see the same version.
       const chains = resources.add('chain catalogue', await openChainCatalogueFromSettings(config, logFor('chains')), (c) => c.close())
       // New nodes' agents dial the gateway started here and trust its CA.
@@ -98,12 +123,12 @@ export default class Up extends BaseCommand<typeof Up> {
       resources.add('payments outbox relay', startRelay(paymentsDb, buses.payments, config, logFor('payments-outbox-relay')), (r) => r.stop())
       resources.add('payments housekeeping', startHousekeeping(paymentsDb, config, logFor('payments-housekeeping')), (j) => j.stop())
       if (!config.PAYMENT_TLS_CA_FILE) ensurePaymentDevCertificates(paymentsCaDir(dataDir))
-      const paymentService = resources.add('payment-service', await startPaymentService(config, { db: paymentsDb, bus: buses.payments, logger: logFor('payment-service') }), (s) => s.stop())
+      const paymentService = resources.add('payment-service', await startPaymentService(config, { db: paymentsDb, bus: buses.payments, logger: logFor('payment-service'), localStack: true }), (s) => s.stop())
       const payments = paymentClientFromSettings({ ...config, PAYMENT_SERVICE_URL: config.PAYMENT_SERVICE_URL ?? paymentService.grpcTarget })
       if (payments) resources.add('payment client', payments, (c) => c.close())
       // Added after the payment service and the orchestrator: closed before them.
       resources.add('payment consumer', await startPaymentActivation(config, { bus, db, logger: logFor('orchestrator'), chains, payments: payments ?? unconfiguredPaymentLookup() }), (c) => c.close())
-      const auth = resources.add('auth-server', await startAuthServer(config, { db, logger: logFor('auth-server') }), (s) => s.stop())
+      const auth = resources.add('auth-server', await startAuthServer(config, { db, logger: logFor('auth-server'), localStack: true }), (s) => s.stop())
       // Customers' endpoints; it hears of node moves on the same bus as everything here.
       const rpc = resources.add('rpc-gateway', await startRpcGateway(config, { db, logger: logFor('rpc-gateway'), chains, events: { bus } }), (g) => g.stop())
       // The api-server verifies legacy wallet tokens against the auth-server started here, and shows the gateway started here as nodes' endpoints.
@@ -114,7 +139,7 @@ export default class Up extends BaseCommand<typeof Up> {
       }
       const api = resources.add(
         'api-server',
-        await startApiServer(apiConfig, { db, bus, logger: logFor('api-server'), masterKey: secrets.masterKey, chains, ...(payments ? { payments } : {}) }),
+        await startApiServer(apiConfig, { db, bus, logger: logFor('api-server'), localStack: true, masterKey: secrets.masterKey, chains, ...(payments ? { payments } : {}) }),
         (s) => s.stop(),
       )
       const file: StackFile = {
@@ -141,14 +166,29 @@ export default class Up extends BaseCommand<typeof Up> {
       return file
     })
 
-    installShutdown({ logger, timeoutMs: config.SHUTDOWN_TIMEOUT, stop: () => resources.closeAll() })
+    const hostsRoot = localHostsRoot(config)
+    installShutdown({
+      logger,
+      timeoutMs: config.SHUTDOWN_TIMEOUT,
+      stop: async () => {
+        await resources.closeAll()
+        // Local hosts outlive the stack on purpose; say so, and how to stop them.
+        const hosts = runningLocalHosts(hostsRoot, logger)
+        logger.info({ local_hosts: hosts }, 'local hosts left running')
+        if (!this.jsonEnabled()) process.stderr.write(`${renderHostsLeft(hosts, this.flags['data-dir'] ? ` --data-dir ${this.flags['data-dir']}` : '')}\n`)
+      },
+    })
     logger.info({ api_url: stack.api_url, auth_url: stack.auth_url, stack_file: stackFilePath(dataDir) }, 'ready')
-    if (!this.jsonEnabled()) {
-      process.stderr.write(
-        `nodeplane is up: API ${stack.api_url}, auth ${stack.auth_url} (data in ${dataDir}; see ${stackFilePath(dataDir)}). Stop with Ctrl-C.\n` +
-          `Admin API key of ${LOCAL_OPERATOR_EMAIL}: ${stack.admin_api_key_file}; commands run here use it (try \`nodeplane whoami\`).\n`,
-      )
-    }
+    await notifySystemd('READY=1', logger)
+    if (!this.jsonEnabled()) process.stderr.write(`${renderUpStatus(stack, { logFile, operator: LOCAL_OPERATOR_EMAIL })}\n`)
     return stack
+  }
+
+  /** The environment with `--port-base` applied: it sets every port, over the variables. */
+  private upEnvironment(): Env {
+    const env = this.env()
+    const base = this.flags['port-base']
+    if (base === undefined) return env
+    return { ...env, ...Object.fromEntries(PORT_VARIABLES.map((variable, i) => [variable, String(base + i)])) }
   }
 }

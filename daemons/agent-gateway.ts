@@ -31,7 +31,8 @@ export function devCaDir(dataDir: string): string {
   return path.join(dataDir, 'agent-ca')
 }
 
-export function gatewayTlsFiles(settings: AgentGatewaySettings, logger: Logger): { certFile: string; keyFile: string; caFile?: string } {
+/** `localStack`: under `nodeplane up` the development CA is the expected choice, not a production mistake to warn about. */
+export function gatewayTlsFiles(settings: AgentGatewaySettings, logger: Logger, localStack = false): { certFile: string; keyFile: string; caFile?: string } {
   const cert = settings.AGENT_GATEWAY_TLS_CERT_FILE
   const key = settings.AGENT_GATEWAY_TLS_KEY_FILE
   if (cert || key) {
@@ -42,12 +43,12 @@ export function gatewayTlsFiles(settings: AgentGatewaySettings, logger: Logger):
     return { certFile: cert, keyFile: key }
   }
   const files = ensureDevCertificates(devCaDir(settings.NODEPLANE_DATA_DIR))
-  logger.warn({ ca_file: files.caFile }, 'serving agents with the development CA; set AGENT_GATEWAY_TLS_CERT_FILE and AGENT_GATEWAY_TLS_KEY_FILE in production')
+  logger[localStack ? 'info' : 'warn']({ ca_file: files.caFile }, 'serving agents with the development CA; set AGENT_GATEWAY_TLS_CERT_FILE and AGENT_GATEWAY_TLS_KEY_FILE in production')
   return files
 }
 
-export async function startAgentGateway(settings: AgentGatewaySettings, deps: { db: Db; logger: Logger; now?: () => Date }): Promise<RunningAgentGateway> {
-  const files = gatewayTlsFiles(settings, deps.logger)
+export async function startAgentGateway(settings: AgentGatewaySettings, deps: { db: Db; logger: Logger; now?: () => Date; localStack?: boolean }): Promise<RunningAgentGateway> {
+  const files = gatewayTlsFiles(settings, deps.logger, deps.localStack)
   const cert = fs.readFileSync(files.certFile)
   const key = fs.readFileSync(files.keyFile)
   const gateway = new AgentGateway({

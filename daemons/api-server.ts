@@ -49,6 +49,8 @@ export interface ApiServerDeps {
   db: Db
   bus: EventBus
   logger: Logger
+  /** Under `nodeplane up`: no identity provider is the expected laptop setup, said at info, not warn. */
+  localStack?: boolean
   /** Injected clock for tests; the wall clock otherwise. */
   now?: () => Date
   /** Key set caching of the token verifiers (tests shorten the refetch cooldown). */
@@ -73,9 +75,9 @@ export async function startApiServer(settings: ApiServerSettings, deps: ApiServe
   const now = deps.now ?? (() => new Date())
   const { authenticate, provider, idp } = authenticatorFromSettings(settings, { db: deps.db, now, logger: deps.logger, ...(deps.keySet ? { keySet: deps.keySet } : {}) })
   if (provider !== 'siwe' && !idp.configured) {
-    deps.logger.warn({ AUTH_PROVIDER: provider }, 'AUTH_IDP_JWKS_URL is not set: identity-provider tokens are refused; API keys still work')
+    deps.logger[deps.localStack ? 'info' : 'warn']({ AUTH_PROVIDER: provider }, 'AUTH_IDP_JWKS_URL is not set: identity-provider tokens are refused; API keys still work')
   } else if (provider !== 'siwe' && (settings.AUTH_IDP_AUTHORIZED_PARTY ?? []).length === 0) {
-    deps.logger.warn({ AUTH_PROVIDER: provider }, 'AUTH_IDP_AUTHORIZED_PARTY is empty: no identity-provider token can pass the azp check')
+    deps.logger[deps.localStack ? 'info' : 'warn']({ AUTH_PROVIDER: provider }, 'AUTH_IDP_AUTHORIZED_PARTY is empty: no identity-provider token can pass the azp check')
   }
   // Adding hosts (POST /hosts) connects to them over SSH and keeps their keys under the data directory.
   const hostFleet = settings.NODEPLANE_DATA_DIR ? openHostFleet({ ...settings, NODEPLANE_DATA_DIR: settings.NODEPLANE_DATA_DIR }) : undefined

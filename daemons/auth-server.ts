@@ -44,6 +44,8 @@ export interface AuthServerDeps {
   logger: Logger
   /** The clock every rule reads (nonce and token lifetimes, rate-limit windows, webhook tolerance). */
   now?: () => Date
+  /** Under `nodeplane up`: no identity provider is the expected laptop setup, said at info, not warn. */
+  localStack?: boolean
 }
 
 export interface RunningAuthServer {
@@ -67,7 +69,7 @@ export async function startAuthServer(config: AuthServerSettings, deps: AuthServ
   let webhookKey: Buffer | undefined
   if (idpWebhookEnabled(mode)) {
     if (config.AUTH_IDP_WEBHOOK_SIGNING_SECRET) webhookKey = parseWebhookSecret(config.AUTH_IDP_WEBHOOK_SIGNING_SECRET)
-    else logger.warn({ mode }, 'AUTH_IDP_WEBHOOK_SIGNING_SECRET is not set: POST /webhooks/idp is not served, so users created at the identity provider are not created here')
+    else logger[deps.localStack ? 'info' : 'warn']({ mode }, 'AUTH_IDP_WEBHOOK_SIGNING_SECRET is not set: POST /webhooks/idp is not served, so users created at the identity provider are not created here')
   }
 
   const limiter = createAuthRateLimiter({ db, limitPerMinute: config.AUTH_RATE_LIMIT_PER_MINUTE, logger, now })

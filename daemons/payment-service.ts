@@ -113,7 +113,7 @@ export function paymentServiceConfigProblems(settings: PaymentServiceSettings, l
   return problems
 }
 
-function serverTls(settings: PaymentServiceSettings, logger: Logger): { caFile: string; ca: Buffer; cert: Buffer; key: Buffer } {
+function serverTls(settings: PaymentServiceSettings, logger: Logger, localStack: boolean): { caFile: string; ca: Buffer; cert: Buffer; key: Buffer } {
   const explicit = explicitTls(settings)
   let files: { caFile: string; certFile: string; keyFile: string }
   if (Object.values(explicit).some((v) => v !== undefined)) {
@@ -122,7 +122,8 @@ function serverTls(settings: PaymentServiceSettings, logger: Logger): { caFile: 
     files = { caFile: explicit.PAYMENT_TLS_CA_FILE as string, certFile: explicit.PAYMENT_TLS_CERT_FILE as string, keyFile: explicit.PAYMENT_TLS_KEY_FILE as string }
   } else {
     const dev = ensurePaymentDevCertificates(paymentsCaDir(settings.NODEPLANE_DATA_DIR))
-    logger.warn({ ca_file: dev.caFile }, 'serving PaymentService with the development CA; set PAYMENT_TLS_CA_FILE, PAYMENT_TLS_CERT_FILE and PAYMENT_TLS_KEY_FILE in production')
+    // Under `nodeplane up` the development CA is the expected choice, not a production mistake.
+    logger[localStack ? 'info' : 'warn']({ ca_file: dev.caFile }, 'serving PaymentService with the development CA; set PAYMENT_TLS_CA_FILE, PAYMENT_TLS_CERT_FILE and PAYMENT_TLS_KEY_FILE in production')
     files = { caFile: dev.caFile, certFile: dev.serverCertFile, keyFile: dev.serverKeyFile }
   }
   return { caFile: files.caFile, ca: fs.readFileSync(files.caFile), cert: fs.readFileSync(files.certFile), key: fs.readFileSync(files.keyFile) }
@@ -166,12 +167,12 @@ function portInUse(variable: string, host: string, port: number) {
 
 export async function startPaymentService(
   settings: PaymentServiceSettings,
-  deps: { db: Db; bus?: EventBus; logger: Logger; now?: () => Date; providers?: PaymentProvider[] },
+  deps: { db: Db; bus?: EventBus; logger: Logger; now?: () => Date; providers?: PaymentProvider[]; localStack?: boolean },
 ): Promise<RunningPaymentService> {
   const now = deps.now ?? (() => new Date())
   const logger = deps.logger
   const pricing = loadPricingConfig(pricingFile(settings))
-  const tls = serverTls(settings, logger)
+  const tls = serverTls(settings, logger, deps.localStack ?? false)
   const providers = deps.providers ?? paymentProvidersFromSettings(settings, { db: deps.db, logger, now }, pricing)
   if (providers.length === 0) throw new ConfigError([NO_PROVIDER])
   const registry = new ProviderRegistry(providers)

@@ -36,7 +36,7 @@ export const REDACTED_PATHS = [
 export interface LoggerSettings {
   level?: LoggerOptions['level']
   daemon?: string
-  destination?: NodeJS.WritableStream
+  destination?: NodeJS.WritableStream | DestinationStream
 }
 
 /** JSON lines on stdout (journald-friendly), with a fixed `daemon` key when given. */

@@ -36,6 +36,18 @@ function ephemeralRangeStart(): number {
   }
 }
 
+/** The first of `count` consecutive free ports (`nodeplane up --port-base`), from the worker's slice. */
+export async function freePortRange(count: number): Promise<number> {
+  for (let tries = 0; tries < 100; tries += 1) {
+    const base = await freePort()
+    let free = true
+    for (let i = 1; i < count && free; i += 1) free = await bindable(base + i)
+    nextInSlice += count
+    if (free) return base
+  }
+  throw new Error(`no ${count} consecutive free ports`)
+}
+
 function bindable(port: number): Promise<boolean> {
   return new Promise((resolve) => {
     const server = net.createServer()

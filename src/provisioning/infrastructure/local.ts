@@ -114,6 +114,24 @@ export class LocalInfrastructureProvider implements InfrastructureProvider {
     return this.agentPids(hostId).some(isAlive) ? 'running' : 'stopped'
   }
 
+  /** The hosts whose agent still runs: what `nodeplane up` leaves running when it stops. */
+  runningHosts(): Array<{ host_id: string; node_id: string; pid: number }> {
+    const running: Array<{ host_id: string; node_id: string; pid: number }> = []
+    for (const entry of fs.readdirSync(this.options.root, { withFileTypes: true })) {
+      if (!entry.isDirectory() || !HOST_ID.test(entry.name)) continue
+      const record = this.readRecord(entry.name)
+      const pid = this.agentPids(entry.name).find(isAlive)
+      if (record && pid !== undefined) running.push({ host_id: record.host_id, node_id: record.node_id, pid })
+    }
+    return running.sort((a, b) => a.host_id.localeCompare(b.host_id))
+  }
+
+  /** Stops the host's agent and its chain (their process group); the directory, with the chain's data, stays. */
+  async stopHost(hostId: string): Promise<void> {
+    await this.stopAgents(hostId)
+    this.options.logger.info({ host_id: hostId }, 'local host stopped')
+  }
+
   /**
    * Every agent that may run on the host: the one recorded in host.json and the one that wrote
    * `state/agent.pid` (an agent started by a creator killed before it could record the pid).
