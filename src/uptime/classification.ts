@@ -28,6 +28,18 @@ export const STATE_CLASSES: Readonly<Record<NodeState, UptimeClass>> = {
   failed: 'none',
 }
 
+/**
+ * Planned maintenance (issue 20 item 12): a node in `maintenance` put there by a rollout the
+ * operator started (the state machine's `upgrade` writer, rollbacks included). It stays downtime
+ * in the SLA figure; reports show it apart. Migrations (`migration`: after a failure, or an
+ * operator's move) and compensations are not planned.
+ */
+export const PLANNED_MAINTENANCE_TRIGGER = 'upgrade'
+
+export function isPlannedDowntime(state: string, trigger: string | undefined): boolean {
+  return state === 'maintenance' && trigger === PLANNED_MAINTENANCE_TRIGGER
+}
+
 export function classOfState(state: string): UptimeClass {
   return (STATE_CLASSES as Record<string, UptimeClass | undefined>)[state] ?? 'unknown'
 }

@@ -3,7 +3,7 @@
  * `now` is passed in. Times are cut to whole seconds first, so a bucket's up, down and unknown
  * seconds always add up to its total exactly.
  */
-import { classOfState, PROVISIONING_GRACE_MS, type UptimeClass } from './classification.js'
+import { classOfState, isPlannedDowntime, PROVISIONING_GRACE_MS, type UptimeClass } from './classification.js'
 
 export const HOUR_MS = 3_600_000
 export const DAY_MS = 24 * HOUR_MS
@@ -13,11 +13,15 @@ export interface LogInterval {
   entered_at: Date
   /** null: the node is still in this state (the interval runs to `now`). */
   exited_at: Date | null
+  /** Who made the change (the state log's trigger): planned maintenance is a rollout's. */
+  trigger?: string
 }
 
 export interface UptimeSeconds {
   uptime_seconds: number
   downtime_seconds: number
+  /** The part of downtime_seconds that was planned maintenance (a rollout the operator started). */
+  planned_downtime_seconds: number
   unknown_seconds: number
   total_seconds: number
 }
@@ -37,12 +41,13 @@ export function floorDay(ms: number): number {
 }
 
 export function emptySeconds(): UptimeSeconds {
-  return { uptime_seconds: 0, downtime_seconds: 0, unknown_seconds: 0, total_seconds: 0 }
+  return { uptime_seconds: 0, downtime_seconds: 0, planned_downtime_seconds: 0, unknown_seconds: 0, total_seconds: 0 }
 }
 
 export function addSeconds(into: UptimeSeconds, add: UptimeSeconds): UptimeSeconds {
   into.uptime_seconds += add.uptime_seconds
   into.downtime_seconds += add.downtime_seconds
+  into.planned_downtime_seconds += add.planned_downtime_seconds
   into.unknown_seconds += add.unknown_seconds
   into.total_seconds += add.total_seconds
   return into
@@ -60,6 +65,7 @@ export function uptimePercentage(s: UptimeSeconds): number | null {
 
 interface Segment {
   cls: Exclude<UptimeClass, 'none'>
+  planned?: boolean
   /** Whole seconds since the epoch, [start, end). */
   start: number
   end: number
@@ -80,7 +86,7 @@ function segmentsOf(interval: LogInterval, nowMs: number): Segment[] {
     if (end > graceEnd) out.push({ cls: 'down', start: sec(graceEnd), end: sec(end) })
     return out
   }
-  return [{ cls, start: sec(start), end: sec(end) }]
+  return [{ cls, start: sec(start), end: sec(end), ...(isPlannedDowntime(interval.state, interval.trigger) ? { planned: true } : {}) }]
 }
 
 export interface ComputeOptions {
@@ -129,7 +135,10 @@ export function computeHourlyBuckets(intervals: readonly LogInterval[], options:
         if (bucket) {
           const n = cut - s
           if (seg.cls === 'up') bucket.uptime_seconds += n
-          else if (seg.cls === 'down') bucket.downtime_seconds += n
+          else if (seg.cls === 'down') {
+            bucket.downtime_seconds += n
+            if (seg.planned) bucket.planned_downtime_seconds += n
+          }
           else bucket.unknown_seconds += n
           bucket.total_seconds += n
         }

@@ -35,6 +35,8 @@ export function windowBounds(window: UptimeWindow, now: Date): WindowBounds {
 export interface UptimeFigures extends UptimeSeconds {
   /** up / (up + down) x 100, cut to 3 decimals; null when the window holds no up or down time. */
   uptime_percentage: number | null
+  /** downtime_seconds less planned_downtime_seconds: what the operator did not plan. */
+  unplanned_downtime_seconds: number
 }
 
 export interface UptimeSummary extends UptimeFigures {
@@ -59,7 +61,7 @@ export interface UptimeHistory {
 }
 
 export function figures(seconds: UptimeSeconds): UptimeFigures {
-  return { ...seconds, uptime_percentage: uptimePercentage(seconds) }
+  return { ...seconds, unplanned_downtime_seconds: seconds.downtime_seconds - seconds.planned_downtime_seconds, uptime_percentage: uptimePercentage(seconds) }
 }
 
 const num = (v: unknown): number => (v === null || v === undefined ? 0 : Number(v))
@@ -93,8 +95,8 @@ async function liveHours(db: Queryable, fromByNode: ReadonlyMap<string, number>,
     for (const [nodeId, list] of intervals) {
       const hours = new Map<number, UptimeSeconds>()
       for (const bucket of computeHourlyBuckets(list, { nodeId, fromHourMs: from, now: end })) {
-        const { uptime_seconds, downtime_seconds, unknown_seconds, total_seconds } = bucket
-        hours.set(bucket.bucket_hour.getTime(), { uptime_seconds, downtime_seconds, unknown_seconds, total_seconds })
+        const { uptime_seconds, downtime_seconds, planned_downtime_seconds, unknown_seconds, total_seconds } = bucket
+        hours.set(bucket.bucket_hour.getTime(), { uptime_seconds, downtime_seconds, planned_downtime_seconds, unknown_seconds, total_seconds })
       }
       out.set(nodeId, hours)
     }
@@ -122,9 +124,9 @@ export async function readUptimeSummary(db: Queryable, nodeId: string, window: U
   if (liveFrom > bounds.startMs) {
     const row = (await inWindow()
       .where('bucket_hour', '<', new Date(liveFrom))
-      .sum({ up: 'uptime_seconds', down: 'downtime_seconds', unknown: 'unknown_seconds', total: 'total_seconds' })
+      .sum({ up: 'uptime_seconds', down: 'downtime_seconds', planned: 'planned_downtime_seconds', unknown: 'unknown_seconds', total: 'total_seconds' })
       .first()) as Record<string, unknown> | undefined
-    addSeconds(seconds, { uptime_seconds: num(row?.up), downtime_seconds: num(row?.down), unknown_seconds: num(row?.unknown), total_seconds: num(row?.total) })
+    addSeconds(seconds, { uptime_seconds: num(row?.up), downtime_seconds: num(row?.down), planned_downtime_seconds: num(row?.planned), unknown_seconds: num(row?.unknown), total_seconds: num(row?.total) })
   }
   const live = (await liveHours(db, new Map([[nodeId, liveFrom]]), bounds.end)).get(nodeId)
   for (const hour of live?.values() ?? []) addSeconds(seconds, hour)
@@ -140,7 +142,7 @@ export async function readUptimeHours(db: Queryable, nodeIds: readonly string[],
   const out = new Map<string, Map<number, UptimeSeconds>>(nodeIds.map((id) => [id, new Map()]))
   if (nodeIds.length === 0) return out
   const rows = (await db(BUCKETS_TABLE)
-    .select('node_id', 'bucket_hour', 'uptime_seconds', 'downtime_seconds', 'unknown_seconds', 'total_seconds', 'is_complete')
+    .select('node_id', 'bucket_hour', 'uptime_seconds', 'downtime_seconds', 'planned_downtime_seconds', 'unknown_seconds', 'total_seconds', 'is_complete')
     .whereIn('node_id', nodeIds)
     .where('bucket_hour', '>=', new Date(bounds.startMs))
     .where('bucket_hour', '<', new Date(bounds.currentHourMs))) as Record<string, unknown>[]
@@ -154,6 +156,7 @@ export async function readUptimeHours(db: Queryable, nodeIds: readonly string[],
     out.get(nodeId)?.set(hour, {
       uptime_seconds: num(r.uptime_seconds),
       downtime_seconds: num(r.downtime_seconds),
+      planned_downtime_seconds: num(r.planned_downtime_seconds),
       unknown_seconds: num(r.unknown_seconds),
       total_seconds: num(r.total_seconds),
     })

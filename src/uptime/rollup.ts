@@ -126,7 +126,7 @@ async function nodePositions(db: Queryable, after: string | undefined, limit: nu
 /** Log rows of these nodes overlapping [from, now), grouped by node. */
 export async function readIntervals(db: Queryable, nodeIds: readonly string[], from: Date, now: Date): Promise<Map<string, LogInterval[]>> {
   const rows = (await db(STATE_LOG_TABLE)
-    .select('node_id', 'state', 'entered_at', 'exited_at')
+    .select('node_id', 'state', 'entered_at', 'exited_at', 'trigger')
     .whereIn('node_id', nodeIds)
     .where('entered_at', '<', now)
     .where((q) => q.whereNull('exited_at').orWhere('exited_at', '>', from))) as Record<string, unknown>[]
@@ -135,12 +135,12 @@ export async function readIntervals(db: Queryable, nodeIds: readonly string[], f
     const nodeId = String(r.node_id)
     let list = byNode.get(nodeId)
     if (!list) byNode.set(nodeId, (list = []))
-    list.push({ state: String(r.state), entered_at: toDateOrNull(r.entered_at) as Date, exited_at: toDateOrNull(r.exited_at) })
+    list.push({ state: String(r.state), entered_at: toDateOrNull(r.entered_at) as Date, exited_at: toDateOrNull(r.exited_at), trigger: String(r.trigger) })
   }
   return byNode
 }
 
-const BUCKET_COLUMNS = ['uptime_seconds', 'downtime_seconds', 'unknown_seconds', 'total_seconds', 'is_complete', 'computed_at'] as const
+const BUCKET_COLUMNS = ['uptime_seconds', 'downtime_seconds', 'planned_downtime_seconds', 'unknown_seconds', 'total_seconds', 'is_complete', 'computed_at'] as const
 
 async function upsertBuckets(db: Queryable, buckets: readonly HourlyBucket[], computedAt: Date): Promise<void> {
   if (buckets.length === 0) return
@@ -161,9 +161,9 @@ async function upsertBuckets(db: Queryable, buckets: readonly HourlyBucket[], co
 async function upsertBucketsPostgres(db: Queryable, buckets: readonly HourlyBucket[], computedAt: Date): Promise<void> {
   await db.raw(
     `INSERT INTO ${BUCKETS_TABLE} (node_id, bucket_hour, ${BUCKET_COLUMNS.join(', ')})
-     SELECT node_id, bucket_hour, uptime_seconds, downtime_seconds, unknown_seconds, total_seconds, is_complete, ?::timestamptz
-     FROM unnest(?::uuid[], ?::timestamptz[], ?::int[], ?::int[], ?::int[], ?::int[], ?::boolean[])
-       AS b(node_id, bucket_hour, uptime_seconds, downtime_seconds, unknown_seconds, total_seconds, is_complete)
+     SELECT node_id, bucket_hour, uptime_seconds, downtime_seconds, planned_downtime_seconds, unknown_seconds, total_seconds, is_complete, ?::timestamptz
+     FROM unnest(?::uuid[], ?::timestamptz[], ?::int[], ?::int[], ?::int[], ?::int[], ?::int[], ?::boolean[])
+       AS b(node_id, bucket_hour, uptime_seconds, downtime_seconds, planned_downtime_seconds, unknown_seconds, total_seconds, is_complete)
      ON CONFLICT (node_id, bucket_hour) DO UPDATE SET ${BUCKET_COLUMNS.map((c) => `${c} = excluded.${c}`).join(', ')}`,
     [
       computedAt,
@@ -171,6 +171,7 @@ async function upsertBucketsPostgres(db: Queryable, buckets: readonly HourlyBuck
       buckets.map((b) => b.bucket_hour),
       buckets.map((b) => b.uptime_seconds),
       buckets.map((b) => b.downtime_seconds),
+      buckets.map((b) => b.planned_downtime_seconds),
       buckets.map((b) => b.unknown_seconds),
       buckets.map((b) => b.total_seconds),
       buckets.map((b) => b.is_complete),

@@ -34,7 +34,9 @@ const figureFields = {
     example: 99.95,
   }),
   uptime_seconds: seconds('Seconds counted as up (healthy, degraded, provisioning within its 10-minute grace)'),
-  downtime_seconds: seconds('Seconds counted as down (down, maintenance, provisioning past its grace)'),
+  downtime_seconds: seconds('Seconds counted as down (down, maintenance, provisioning past its grace); the SLA figure counts all of them'),
+  planned_downtime_seconds: seconds('The part of downtime_seconds that was planned maintenance: the node in maintenance for a rollout an operator started'),
+  unplanned_downtime_seconds: seconds('downtime_seconds less planned_downtime_seconds: failures, migrations, provisioning past its grace'),
   unknown_seconds: seconds('Seconds counted neither way (syncing, terminating)'),
   total_seconds: seconds('All seconds the node existed in the period'),
 }

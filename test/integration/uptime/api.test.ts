@@ -110,6 +110,45 @@ describe.each(DIALECTS)('uptime API on %s', (dialect) => {
     }
   })
 
+  it('shows a rollout’s maintenance as planned downtime apart from a migration’s, in the worker’s buckets and the live hours; the SLA figure counts both', async () => {
+    const { db } = await resources.database(dialect)
+    const clock = new TestClock(at('2026-05-02T02:30:00Z').getTime())
+    const api = await startAuthApi(resources, db, { clock })
+    const s = await setup(db, api)
+    const node = await nodeOf(db, s.alice.id, at('2026-05-01T23:00:00Z'))
+    await move(db, node, 'syncing', at('2026-05-01T23:05:00Z'), 'provisioning')
+    await move(db, node, 'healthy', at('2026-05-01T23:06:00Z'))
+    // A rollout's upgrade: 10 minutes of planned maintenance in the 00:00 hour.
+    await move(db, node, 'maintenance', at('2026-05-02T00:10:00Z'), 'upgrade')
+    await move(db, node, 'syncing', at('2026-05-02T00:20:00Z'), 'upgrade')
+    await move(db, node, 'healthy', at('2026-05-02T00:21:00Z'))
+    // A migration: 5 minutes of unplanned maintenance in the current hour.
+    await move(db, node, 'maintenance', at('2026-05-02T02:00:00Z'), 'migration')
+    await move(db, node, 'syncing', at('2026-05-02T02:05:00Z'), 'migration')
+    await move(db, node, 'healthy', at('2026-05-02T02:06:00Z'))
+    // The worker has settled 23:00 and 00:00 into buckets; 01:00 and 02:00 come from the log.
+    await runUptimeRollup(db, { now: at('2026-05-02T01:05:00Z') })
+    const bucket = (await db('uptime_hourly_buckets').where({ node_id: node, bucket_hour: at('2026-05-02T00:00:00Z') }).first()) as Record<string, unknown>
+    expect([Number(bucket.downtime_seconds), Number(bucket.planned_downtime_seconds), Boolean(bucket.is_complete)]).toEqual([600, 600, true])
+
+    const day = await api.call('GET', `/api/v1/nodes/${node}/uptime?window=24h`, { bearer: s.aliceKey })
+    expect(day.status).toBe(200)
+    // Up: 5 min of provisioning, 64 + 99 + 24 min healthy; down: both maintenances, as the SLA figure counts them.
+    expect(day.body).toMatchObject({ downtime_seconds: 900, planned_downtime_seconds: 600, unplanned_downtime_seconds: 300, uptime_seconds: 192 * 60, uptime_percentage: 92.753 })
+    const hourly = await api.call('GET', `/api/v1/nodes/${node}/uptime/history?window=24h`, { bearer: s.aliceKey })
+    type Period = { period_start: string; total_seconds: number; planned_downtime_seconds: number; unplanned_downtime_seconds: number }
+    expect((hourly.body as { periods: Period[] }).periods.filter((p) => p.total_seconds > 0).map((p) => [p.period_start.slice(11, 16), p.planned_downtime_seconds, p.unplanned_downtime_seconds])).toEqual([
+      ['23:00', 0, 0],
+      ['00:00', 600, 0],
+      ['01:00', 0, 0],
+      ['02:00', 0, 300],
+    ])
+    // The fleet report carries the split per window too.
+    const fleet = await api.call('GET', '/api/v1/uptime', { bearer: s.aliceKey })
+    const item = (fleet.body as { items: Array<{ node_id: string; windows: Record<string, { planned_downtime_seconds: number; unplanned_downtime_seconds: number }> }> }).items.find((i) => i.node_id === node)
+    expect(item?.windows['30d']).toMatchObject({ planned_downtime_seconds: 600, unplanned_downtime_seconds: 300 })
+  })
+
   it('sums the worker’s buckets and adds the current hour from the state log', async () => {
     const { db } = await resources.database(dialect)
     const clock = new TestClock(at('2026-05-02T00:30:00Z').getTime())
@@ -129,6 +168,9 @@ describe.each(DIALECTS)('uptime API on %s', (dialect) => {
       uptime_percentage: 70.588,
       uptime_seconds: 3600,
       downtime_seconds: 1500,
+      // Heartbeat evaluation's down: nothing planned.
+      planned_downtime_seconds: 0,
+      unplanned_downtime_seconds: 1500,
       unknown_seconds: 900,
       total_seconds: 6000,
     })

@@ -52,9 +52,9 @@ describe('hourly buckets from the state log', () => {
 
 describe('percentages and periods', () => {
   it('leaves unknown time out and never rounds a percentage up', () => {
-    expect(uptimePercentage({ uptime_seconds: 3600, downtime_seconds: 1500, unknown_seconds: 900, total_seconds: 6000 })).toBe(70.588)
-    expect(uptimePercentage({ uptime_seconds: 2_591_999, downtime_seconds: 1, unknown_seconds: 0, total_seconds: 2_592_000 })).toBe(99.999)
-    expect(uptimePercentage({ uptime_seconds: 0, downtime_seconds: 0, unknown_seconds: 60, total_seconds: 60 })).toBeNull()
+    expect(uptimePercentage({ uptime_seconds: 3600, downtime_seconds: 1500, planned_downtime_seconds: 0, unknown_seconds: 900, total_seconds: 6000 })).toBe(70.588)
+    expect(uptimePercentage({ uptime_seconds: 2_591_999, downtime_seconds: 1, planned_downtime_seconds: 0, unknown_seconds: 0, total_seconds: 2_592_000 })).toBe(99.999)
+    expect(uptimePercentage({ uptime_seconds: 0, downtime_seconds: 0, planned_downtime_seconds: 0, unknown_seconds: 60, total_seconds: 60 })).toBeNull()
   })
 
   it('makes a 24h window the current hour and the 23 before it, and daily periods UTC days cut to the window', () => {
