@@ -25,6 +25,7 @@ import { FakeCardProcessor } from '../helpers/fake-card-processor.js'
 import { startFakeVault, type FakeVault } from '../helpers/fake-vault.js'
 import { insertTestNode } from '../helpers/fixtures.js'
 import { startNats, type NatsServer } from '../helpers/nats.js'
+import { cardPaymentRequest } from '../helpers/payment-requests.js'
 import { freePort, waitFor } from '../helpers/ports.js'
 
 describe('nodeplane daemons and secrets commands with Vault over HTTPS', () => {
@@ -185,16 +186,7 @@ describe('nodeplane daemons and secrets commands with Vault over HTTPS', () => {
         // It needs Vault only at start: the token that read the secrets is already revoked.
         expect(vault.revokedTokens.length).toBe(revokedBefore + 1)
         const customerId = crypto.randomUUID()
-        const { payment } = await controlPlane.initiatePayment({
-          customer: { id: customerId, email: 'payer@example.test', wallet_address: '' },
-          items: [{ chain_profile_id: 'devnet', node_type: 'full', duration: '1w' }],
-          subscription_ids: [],
-          method: 'card',
-          idempotency_key: crypto.randomUUID(),
-          return_url: 'https://example.test/return',
-          cancel_url: 'https://example.test/cancel',
-          context: { request_id: crypto.randomUUID(), ip: '127.0.0.1', actor: `user:${customerId}` },
-        })
+        const { payment } = await controlPlane.initiatePayment(cardPaymentRequest(customerId))
         expect(payment).toMatchObject({ status: 'pending', method: 'card', provider: 'card' })
         // The processor created the session, and only ever saw the key Vault holds.
         expect([...processor.sessions.values()].some((session) => session.client_reference_id === payment.id)).toBe(true)
@@ -244,7 +236,7 @@ describe('nodeplane daemons and secrets commands with Vault over HTTPS', () => {
     })
   }
 
-  it('secrets rewrap with the local master key file: exit 78 naming SECRETS_PROVIDER, nothing changed', async () => {
+  it('secrets rewrap with the local master key file: exit 78 naming SECRETS_PROVIDER, before touching any database', async () => {
     const local = await nodeplane(['secrets', 'rewrap', '--json'], { env: { ...env, SECRETS_PROVIDER: 'local' } })
     expect(local.exitCode).toBe(78)
     expect(JSON.parse(local.stdout)).toMatchObject({ error: { message: expect.stringContaining('SECRETS_PROVIDER: secrets rewrap is for the Vault transit key') } })

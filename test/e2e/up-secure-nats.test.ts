@@ -16,6 +16,7 @@ import { ensurePaymentDevCertificates } from '../../src/payments/tls.js'
 import { PAYMENT_CONSUMER_DURABLE } from '../../src/subscriptions/activation.js'
 import { jsonLogLines, nodeplane, spawnNodeplane, tempDir, upPorts, waitForFile } from '../helpers/cli.js'
 import { startNats, type NatsServer } from '../helpers/nats.js'
+import { cardPaymentRequest } from '../helpers/payment-requests.js'
 import { waitFor } from '../helpers/ports.js'
 
 describe('nodeplane up on a NATS with mutual TLS and per-service users', () => {
@@ -61,16 +62,7 @@ describe('nodeplane up on a NATS with mutual TLS and per-service users', () => {
         timeoutMs: 10_000,
       })
       const customerId = crypto.randomUUID()
-      const { payment } = await client.initiatePayment({
-        customer: { id: customerId, email: 'payer@example.test', wallet_address: '' },
-        items: [{ chain_profile_id: 'devnet', node_type: 'full', duration: '1w' }],
-        subscription_ids: [],
-        method: 'card',
-        idempotency_key: crypto.randomUUID(),
-        return_url: 'https://example.test/return',
-        cancel_url: 'https://example.test/cancel',
-        context: { request_id: crypto.randomUUID(), ip: '127.0.0.1', actor: `user:${customerId}` },
-      })
+      const { payment } = await client.initiatePayment(cardPaymentRequest(customerId))
       paymentId = payment.id
 
       // Seen from the operator's identity: the completion is in PAYMENTS (published by the payment
