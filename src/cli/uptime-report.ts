@@ -6,6 +6,7 @@ import type { UptimeFigures, UptimePeriod, UptimeSummary, UptimeHistory, UptimeW
 import type { NodeView } from '../nodes/views.js'
 import type { ApiClient } from './api-client.js'
 import { renderTable } from './display.js'
+import { span } from './human-time.js'
 import { listAll } from './pages.js'
 
 /** Exit code when `--min` is given and a node is below it (docs/cli.md, Exit codes). */
@@ -67,7 +68,15 @@ export function renderUptimeTable(nodes: readonly NodeUptimeRow[]): string {
     { header: 'chain', value: (n) => n.chain_profile_id },
     { header: 'state', value: (n) => n.state },
     ...REPORT_WINDOWS.map((w) => ({ header: w, value: (n: NodeUptimeRow) => formatPercentage(n.windows[w].uptime_percentage) })),
+    // The 30 days' downtime, split: the percentages above count both (the SLA figure).
+    { header: 'planned 30d', value: (n) => downtime(n.windows['30d'].planned_downtime_seconds) },
+    { header: 'unplanned 30d', value: (n) => downtime(n.windows['30d'].unplanned_downtime_seconds) },
   ])
+}
+
+/** Seconds of downtime as `1h30m`, `0s` for none. */
+export function downtime(seconds: number): string {
+  return seconds === 0 ? '0s' : span(seconds * 1000)
 }
 
 export interface DayBar {

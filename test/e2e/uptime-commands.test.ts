@@ -25,10 +25,11 @@ interface Report {
 }
 
 /**
- * A node healthy for the 70 hours from `start`, down during the hours listed, then terminated
- * (two hours before the current one): its log and the complete buckets the worker would write.
+ * A node healthy for the 70 hours from `start`, down during the hours listed (in maintenance for
+ * a rollout, planned, during those of `plannedHours`), then terminated (two hours before the
+ * current one): its log and the complete buckets the worker would write.
  */
-async function endedNode(db: Db, userId: string, start: number, downHours: readonly number[]): Promise<string> {
+async function endedNode(db: Db, userId: string, start: number, downHours: readonly number[], plannedHours: readonly number[] = []): Promise<string> {
   const subscriptionId = await insertSubscription(db, userId, new Date(start))
   const id = (await insertNode(db, { subscription_id: subscriptionId, chain_profile_id: 'devnet', node_type: 'full' }, new Date(start))).id
   const end = start + 70 * HOUR
@@ -37,14 +38,14 @@ async function endedNode(db: Db, userId: string, start: number, downHours: reado
   const log: Array<{ state: string; from: number; to: number | null }> = []
   let cursor = start
   for (const h of downHours) {
-    log.push({ state: 'healthy', from: cursor, to: start + h * HOUR }, { state: 'down', from: start + h * HOUR, to: start + (h + 1) * HOUR })
+    log.push({ state: 'healthy', from: cursor, to: start + h * HOUR }, { state: plannedHours.includes(h) ? 'maintenance' : 'down', from: start + h * HOUR, to: start + (h + 1) * HOUR })
     cursor = start + (h + 1) * HOUR
   }
   log.push({ state: 'healthy', from: cursor, to: end }, { state: 'terminated', from: end, to: null })
-  await db('uptime_state_log').insert(log.map((l) => ({ node_id: id, state: l.state, entered_at: new Date(l.from), exited_at: l.to === null ? null : new Date(l.to), trigger: 'test' })))
+  await db('uptime_state_log').insert(log.map((l) => ({ node_id: id, state: l.state, entered_at: new Date(l.from), exited_at: l.to === null ? null : new Date(l.to), trigger: l.state === 'maintenance' ? 'upgrade' : 'test' })))
   const buckets = Array.from({ length: 70 }, (_, h) => {
     const down = downHours.includes(h)
-    return { node_id: id, bucket_hour: new Date(start + h * HOUR), uptime_seconds: down ? 0 : 3600, downtime_seconds: down ? 3600 : 0, unknown_seconds: 0, total_seconds: 3600, is_complete: true, computed_at: new Date(end) }
+    return { node_id: id, bucket_hour: new Date(start + h * HOUR), uptime_seconds: down ? 0 : 3600, downtime_seconds: down ? 3600 : 0, planned_downtime_seconds: plannedHours.includes(h) ? 3600 : 0, unknown_seconds: 0, total_seconds: 3600, is_complete: true, computed_at: new Date(end) }
   })
   await db('uptime_hourly_buckets').insert(buckets)
   return id
@@ -80,8 +81,8 @@ describe('uptime report (against nodeplane up)', () => {
     try {
       const start = Math.floor(Date.now() / HOUR) * HOUR - 72 * HOUR
       perfect = await endedNode(db, ids[0]!, start, [])
-      // One hour down inside the last 24 hours, one two days before.
-      flaky = await endedNode(db, ids[0]!, start, [20, 60])
+      // One hour down inside the last 24 hours, one two days before: a rollout's maintenance.
+      flaky = await endedNode(db, ids[0]!, start, [20, 60], [20])
       bobs = await endedNode(db, ids[1]!, start, [0, 1, 2, 3, 4, 5, 6])
     } finally {
       await db.destroy()
@@ -104,7 +105,9 @@ describe('uptime report (against nodeplane up)', () => {
     expect(node).toMatchObject({ node_id: flaky, state: 'terminated' })
     // 24h: the 21 hours before the node ended, one of them down. 30d: 68 of 70 hours up.
     expect(node.windows['24h']).toMatchObject({ uptime_percentage: 95.238, uptime_seconds: 20 * 3600, downtime_seconds: 3600 })
-    expect(node.windows['30d']).toMatchObject({ uptime_percentage: 97.142, uptime_seconds: 68 * 3600, downtime_seconds: 2 * 3600 })
+    // The SLA figure counts both hours; the split shows the rollout's apart.
+    expect(node.windows['30d']).toMatchObject({ uptime_percentage: 97.142, uptime_seconds: 68 * 3600, downtime_seconds: 2 * 3600, planned_downtime_seconds: 3600, unplanned_downtime_seconds: 3600 })
+    expect(node.windows['24h']).toMatchObject({ planned_downtime_seconds: 0, unplanned_downtime_seconds: 3600 })
     expect(node.daily.length).toBeGreaterThanOrEqual(30)
     expect(node.daily.reduce((sum, d) => sum + d.uptime_seconds, 0)).toBe(68 * 3600)
     expect(report.check).toBeUndefined()
@@ -122,9 +125,9 @@ describe('uptime report (against nodeplane up)', () => {
     const result = await run(['uptime', 'report'], aliceEnv)
     expect(result.exitCode, result.stderr).toBe(0)
     const lines = result.stdout.split('\n')
-    expect(lines[0]).toMatch(/^NODE\s+CHAIN\s+STATE\s+24H\s+7D\s+30D$/)
-    expect(result.stdout).toMatch(new RegExp(`^${flaky}\\s+devnet\\s+terminated\\s+95\\.238%\\s+97\\.142%\\s+97\\.142%$`, 'm'))
-    expect(result.stdout).toMatch(new RegExp(`^${perfect}\\s+devnet\\s+terminated\\s+100\\.000%\\s+100\\.000%\\s+100\\.000%$`, 'm'))
+    expect(lines[0]).toMatch(/^NODE\s+CHAIN\s+STATE\s+24H\s+7D\s+30D\s+PLANNED 30D\s+UNPLANNED 30D$/)
+    expect(result.stdout).toMatch(new RegExp(`^${flaky}\\s+devnet\\s+terminated\\s+95\\.238%\\s+97\\.142%\\s+97\\.142%\\s+1h\\s+1h$`, 'm'))
+    expect(result.stdout).toMatch(new RegExp(`^${perfect}\\s+devnet\\s+terminated\\s+100\\.000%\\s+100\\.000%\\s+100\\.000%\\s+0s\\s+0s$`, 'm'))
     expect(result.stdout).toContain('Uptime per UTC day, last 30 days (2 nodes together)')
     expect(result.stdout).toMatch(/^\d{4}-\d{2}-\d{2}  █{40}  100\.000%$/m)
     // The 26 or 27 days of the window before the nodes existed (by the time of day): one line, not

@@ -3,12 +3,12 @@ import { describe, expect, it } from 'vitest'
 import { dailyBars, nodesBelow, renderUptimeReport, type NodeUptimeRow } from '../../../src/cli/uptime-report.js'
 import { showUptimeReport } from '../../../src/cli/uptime-view.js'
 
-function figures(up: number, down: number) {
+function figures(up: number, down: number, planned = 0) {
   const counted = up + down
-  return { window_start: '2026-05-01T00:00:00.000Z', uptime_seconds: up, downtime_seconds: down, unknown_seconds: 0, total_seconds: counted, uptime_percentage: counted === 0 ? null : Math.floor((up * 100_000) / counted) / 1_000 }
+  return { window_start: '2026-05-01T00:00:00.000Z', uptime_seconds: up, downtime_seconds: down, planned_downtime_seconds: planned, unplanned_downtime_seconds: down - planned, unknown_seconds: 0, total_seconds: counted, uptime_percentage: counted === 0 ? null : Math.floor((up * 100_000) / counted) / 1_000 }
 }
 
-function node(id: string, days: Array<[string, number, number]>): NodeUptimeRow {
+function node(id: string, days: Array<[string, number, number]>, planned = 0): NodeUptimeRow {
   const up = days.reduce((s, d) => s + d[1], 0)
   const down = days.reduce((s, d) => s + d[2], 0)
   return {
@@ -16,7 +16,7 @@ function node(id: string, days: Array<[string, number, number]>): NodeUptimeRow 
     chain_profile_id: 'devnet',
     node_type: 'full',
     state: 'healthy',
-    windows: { '24h': figures(up, down), '7d': figures(up, down), '30d': figures(up, down) },
+    windows: { '24h': figures(up, down, planned), '7d': figures(up, down, planned), '30d': figures(up, down, planned) },
     daily: days.map(([day, u, d]) => ({ period_start: `${day}T00:00:00.000Z`, period_end: `${day}T23:59:59.000Z`, ...figures(u, d) })),
   }
 }
@@ -69,6 +69,13 @@ describe('uptime report rendering', () => {
 
   it('finds the nodes below a minimum, never one without data', () => {
     expect(nodesBelow([a, b, node('node-c', [])], 99.9, '30d')).toEqual(['node-a'])
+  })
+
+  it('shows the 30 days’ downtime split into planned (rollouts) and unplanned beside the SLA figures', () => {
+    const upgraded = node('node-up', [['2026-05-01', 84_600, 1_800]], 1_200)
+    const text = renderUptimeReport({ generated_at: '2026-05-02T12:00:00.000Z', nodes: [upgraded] })
+    expect(text.split('\n')[0]).toMatch(/^NODE\s+CHAIN\s+STATE\s+24H\s+7D\s+30D\s+PLANNED 30D\s+UNPLANNED 30D$/)
+    expect(text).toMatch(/^node-up\s+devnet\s+healthy\s+97\.916%\s+97\.916%\s+97\.916%\s+20m\s+10m$/m)
   })
 
   it('draws the table and one bar per day, in plain text and in the ink view', async () => {
