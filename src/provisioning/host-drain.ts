@@ -19,8 +19,10 @@
  *   a migration that cannot place its new host fails the node;
  * - only nodes that cannot migrate now (provisioning, syncing, in another workflow's maintenance,
  *   terminating): the drain waits for them to finish, and says so in its activity.
- * A migration that fails stops the drain with its error. Waits are durable (a signal with a
- * timeout: an uncordon wakes the drain at once), so a killed orchestrator's drain resumes.
+ * A migration that fails stops the drain with its error. A migration is watched from inside a
+ * step (every poll interval, one step per minute); the waits for nodes that cannot move are
+ * durable (a signal with a timeout: an uncordon wakes the drain at once). Every step is safe to
+ * run again, so a killed orchestrator's drain resumes where it was.
  */
 import type { Queryable } from '../db/knex.js'
 import { ConflictError } from '../errors.js'
@@ -53,7 +55,11 @@ export interface HostDrainResult {
 type Ended = { end: Exclude<DrainStatus, 'running'> }
 type Round = Ended | { empty: true } | { wait: string } | { migration: { nodeId: string; runId: string } }
 
+/** How long a drain looks again at nodes it waits for (provisioning, syncing, ...). */
 const DEFAULT_DRAIN_POLL_MS = 5_000
+/** One watch step of a migration lasts at most this long. */
+const WATCH_MS = 60_000
+const WATCH_STEP = { timeoutMs: WATCH_MS + 60_000, heartbeatTimeoutMs: 60_000 }
 
 export function hostDrainWorkflow(deps: LifecycleDeps) {
   const now = () => (deps.now ?? (() => new Date()))()
@@ -73,14 +79,11 @@ export function hostDrainWorkflow(deps: LifecycleDeps) {
       }
       const { nodeId, runId } = round.migration
       for (;;) {
-        const seen = await ctx.step('migration-status', () => migrationStatus(deps, input, runId, now()))
+        const seen = await ctx.step('watch-migration', (step) => watchMigration(deps, input, runId, step.heartbeat), WATCH_STEP)
         if (seen === 'cancelled') return result()
-        if (seen !== 'running') {
-          if (await ctx.step('migration-ended', () => afterMigration(deps, input, nodeId, runId, now()))) return result()
-          break
-        }
-        await ctx.waitForSignal(HOST_DRAIN_SIGNAL, { timeoutMs: pollMs })
+        if (seen === 'ended') break
       }
+      if (await ctx.step('migration-ended', () => afterMigration(deps, input, nodeId, runId, now()))) return result()
     }
   }
 }
@@ -167,10 +170,22 @@ async function nextRound(deps: LifecycleDeps, input: HostDrainInput, now: Date):
   return { migration: { nodeId: node.id, runId: started.run.id } }
 }
 
-async function migrationStatus(deps: LifecycleDeps, input: HostDrainInput, runId: string, now: Date): Promise<'running' | 'ended' | 'cancelled'> {
-  if (!(await stillDraining(deps, input, now))) return 'cancelled'
-  const run = await getRun(deps.db, runId)
-  return !run || run.status === 'completed' || run.status === 'failed' ? 'ended' : 'running'
+/**
+ * Watches the migration run (and the host: an uncordon ends the drain) every poll interval for up
+ * to WATCH_MS, then returns `running` so the workflow journals one step per minute of a long
+ * migration rather than one per look.
+ */
+async function watchMigration(deps: LifecycleDeps, input: HostDrainInput, runId: string, heartbeat: () => void): Promise<'running' | 'ended' | 'cancelled'> {
+  const clock = deps.now ?? (() => new Date())
+  const until = clock().getTime() + WATCH_MS
+  for (;;) {
+    heartbeat()
+    if (!(await stillDraining(deps, input, clock()))) return 'cancelled'
+    const run = await getRun(deps.db, runId)
+    if (!run || run.status === 'completed' || run.status === 'failed') return 'ended'
+    if (clock().getTime() >= until) return 'running'
+    await new Promise((resolve) => setTimeout(resolve, deps.pollIntervalMs))
+  }
 }
 
 /** Counts a moved node, or stops the drain at a failed migration; true when the drain ended. */
