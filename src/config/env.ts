@@ -548,6 +548,8 @@ export const apiServerEnv = z.object({
   NODEPLANE_CONFIG_DIR: lifecycleEnv.NODEPLANE_CONFIG_DIR,
   CHAIN_PROFILE_VERSION: lifecycleEnv.CHAIN_PROFILE_VERSION,
   CHAINS_CHECK_INTERVAL: lifecycleEnv.CHAINS_CHECK_INTERVAL,
+  // Operator migrations through the admin API (POST /api/v1/admin/nodes/{id}/migrate).
+  MIGRATION_COOLDOWN: lifecycleEnv.MIGRATION_COOLDOWN,
   ...eventsEnv,
   ...httpEnv,
   ...authEnv,
