@@ -192,7 +192,7 @@ describe('the whole journey on the split stack (separate daemon processes, Postg
     expect(chainPid).toEqual(expect.any(Number))
     expect(fs.readFileSync(`/proc/${chainPid as number}/cmdline`, 'utf8')).toContain('devnet-node')
     // Item 6: the live node of an active subscription is not terminated silently; nothing changes.
-    const terminate = await stack.cli(['node', 'terminate', '--node', nodeId])
+    const terminate = await stack.cli(['node', 'terminate', '--node', nodeId], { NODEPLANE_API_URL: stack.apiUrls[0] as string, NODEPLANE_API_KEY: stack.admin.key })
     expect(terminate.exitCode).toBe(4)
     expect(terminate.stderr).toContain(`Error: node ${nodeId} is the node of subscription ${sub.id}, which is active`)
     expect(await count(stack.db, 'workflow_runs', { workflow_name: TERMINATE_WORKFLOW })).toBe(0)

@@ -289,7 +289,7 @@ export async function startSplitStack(options: SplitStackOptions = {}): Promise<
 
     const createUser = async (opts: { email?: string; admin?: boolean } = {}): Promise<SplitStackUser> => {
       const email = opts.email ?? `user-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}@split.test`
-      const user = JSON.parse(await must(['user', 'create', '--email', email, ...(opts.admin ? ['--admin'] : []), '--json'])) as { id: string }
+      const user = JSON.parse(await must(['user', 'create', '--email', email, ...(opts.admin ? ['--admin'] : []), '--direct-db', '--json'])) as { id: string }
       const issued = JSON.parse(
         await must(['api-key', 'issue', '--user', email, '--name', opts.admin ? 'split-stack-admin' : 'split-stack', '--scopes', '*', ...(opts.admin ? ['--admin'] : []), '--json']),
       ) as { key: string }
