@@ -6,6 +6,7 @@ import { apiClientFor, apiUrlFlag } from '../../src/cli/api-flags.js'
 import { describeFailure } from '../../src/cli/errors.js'
 import { describeMove, incidentNotFound } from '../../src/cli/incident-views.js'
 import type { Incident } from '../../src/health/incident-store.js'
+import type { Changed } from '../../src/cli/repeats.js'
 
 export interface AckFailure {
   id: string
@@ -13,14 +14,15 @@ export interface AckFailure {
 }
 
 export interface AckResult {
-  acknowledged: Incident[]
+  /** Every incident now acknowledged; `changed: false` for one that already was (docs/cli.md, "Repeats"). */
+  acknowledged: Changed<Incident>[]
   failed: AckFailure[]
 }
 
 export default class IncidentAck extends BaseCommand<typeof IncidentAck> {
   static override summary = 'Acknowledge one or more open incidents (someone is on it)'
   static override description =
-    'Takes the ids as arguments (or --id, repeatable). Each id is acknowledged on its own: one that fails does not stop the others. Exit 0 when all were acknowledged, else the exit code of the first failure (3 unknown or not yours, 4 not open). An acknowledged incident still auto-resolves when the node recovers. Needs the scope nodes:write.'
+    'Takes the ids as arguments (or --id, repeatable). Each id is acknowledged on its own: one that fails does not stop the others. Exit 0 when all are acknowledged (one that already was is said so, and changes nothing), else the exit code of the first failure (3 unknown or not yours, 4 resolved). An acknowledged incident still auto-resolves when the node recovers. Needs the scope nodes:write.'
   static override examples = [
     '<%= config.bin %> incident ack 0193a1b2',
     '<%= config.bin %> incident ack "$A" "$B" --json | jq ".failed"',
@@ -41,7 +43,10 @@ export default class IncidentAck extends BaseCommand<typeof IncidentAck> {
       let id = ref
       try {
         id = await resolveApiId(api, 'incident', ref)
-        const incident = await api.post<Incident>(`/incidents/${encodeURIComponent(id)}/acknowledge`, {}).catch(incidentNotFound(id))
+        const path = `/incidents/${encodeURIComponent(id)}`
+        const current = await api.get<Incident>(path).catch(incidentNotFound(id))
+        const incident: Changed<Incident> =
+          current.status === 'acknowledged' ? { ...current, changed: false } : { ...(await api.post<Incident>(`${path}/acknowledge`, {}).catch(incidentNotFound(id))), changed: true }
         result.acknowledged.push(incident)
         if (!this.jsonEnabled()) this.log(describeMove(incident))
       } catch (err) {

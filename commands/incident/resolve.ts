@@ -5,11 +5,12 @@ import { apiClientFor, apiUrlFlag, yesFlag } from '../../src/cli/api-flags.js'
 import { confirmDestructive } from '../../src/cli/prompt.js'
 import { describeMove, incidentNotFound } from '../../src/cli/incident-views.js'
 import type { Incident } from '../../src/health/incident-store.js'
+import type { Changed } from '../../src/cli/repeats.js'
 
 export default class IncidentResolve extends BaseCommand<typeof IncidentResolve> {
   static override summary = 'Resolve an open or acknowledged incident by hand'
   static override description =
-    'A resolved or auto_resolved incident exits 4; an unknown id, or an incident that is not yours, exits 3. A later failure of the same kind opens a new incident. Asks for confirmation on a terminal unless --yes (without a terminal, --yes is required). Needs the scope nodes:write.'
+    'A resolved incident is a repeat: exit 0, nothing changed. An auto_resolved one exits 4; an unknown id, or an incident that is not yours, exits 3. A later failure of the same kind opens a new incident. Asks for confirmation on a terminal unless --yes (without a terminal, --yes is required). Needs the scope nodes:write.'
   static override examples = ['<%= config.bin %> incident resolve "$INCIDENT" --yes', '<%= config.bin %> incident resolve "$INCIDENT" --yes --json | jq -r .resolved_at']
   static override args = { id: subjectArg('incident') }
   static override flags = {
@@ -18,16 +19,20 @@ export default class IncidentResolve extends BaseCommand<typeof IncidentResolve>
     'api-url': apiUrlFlag,
   }
 
-  async run(): Promise<Incident> {
+  async run(): Promise<Changed<Incident>> {
     const api = apiClientFor(this.env(), this.flags['api-url'])
     const id = await resolveApiId(api, 'incident', this.subject('incident'))
-    await confirmDestructive(this.flags.yes, async () => {
-      const i = await api.get<Incident>(`/incidents/${encodeURIComponent(id)}`).catch(incidentNotFound(id))
-      // An incident already resolved is not asked about: the API refuses it (exit 4).
-      if (i.status !== 'open' && i.status !== 'acknowledged') return undefined
-      return { action: `resolve incident ${i.id} (${i.severity} ${i.category} on node ${i.node_id}, ${i.status})`, consequence: 'It is closed by hand; a later failure of the same kind opens a new incident' }
-    })
-    const incident = await api.post<Incident>(`/incidents/${encodeURIComponent(id)}/resolve`, {}).catch(incidentNotFound(id))
+    const path = `/incidents/${encodeURIComponent(id)}`
+    const i = await api.get<Incident>(path).catch(incidentNotFound(id))
+    // Already resolved: a repeat, nothing to ask (docs/cli.md, "Repeats"). Auto-resolved: the API refuses (exit 4).
+    const incident: Changed<Incident> =
+      i.status === 'resolved'
+        ? { ...i, changed: false }
+        : await confirmDestructive(this.flags.yes, () =>
+            i.status === 'open' || i.status === 'acknowledged'
+              ? { action: `resolve incident ${i.id} (${i.severity} ${i.category} on node ${i.node_id}, ${i.status})`, consequence: 'It is closed by hand; a later failure of the same kind opens a new incident' }
+              : undefined,
+          ).then(async () => ({ ...(await api.post<Incident>(`${path}/resolve`, {}).catch(incidentNotFound(id))), changed: true }))
     if (!this.jsonEnabled()) this.log(describeMove(incident))
     return incident
   }

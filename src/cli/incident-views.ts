@@ -3,6 +3,7 @@ import type { Incident } from '../health/incident-store.js'
 import { NotFoundError } from '../errors.js'
 import { renderTable } from './display.js'
 import { age, moment } from './human-time.js'
+import { alreadyNote, type Changed } from './repeats.js'
 
 function statusText(i: Pick<Incident, 'status' | 'is_flapping'>): string {
   return i.is_flapping ? `${i.status} (flapping)` : i.status
@@ -47,7 +48,8 @@ export function describeIncident(i: Incident): string {
   return lines.join('\n')
 }
 
-export function describeMove(i: Incident): string {
+export function describeMove(i: Changed<Incident>): string {
+  if (!i.changed) return i.status === 'acknowledged' ? alreadyNote(`Incident ${i.id}`, 'acknowledged', i.acknowledged_at, i.acknowledged_by) : alreadyNote(`Incident ${i.id}`, 'resolved', i.resolved_at, i.resolved_by)
   return `${i.status === 'acknowledged' ? 'Acknowledged' : 'Resolved'} incident ${i.id}: ${i.title}`
 }
 

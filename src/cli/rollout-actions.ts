@@ -6,7 +6,8 @@
 import * as Flags from '@oclif/core/flags'
 import type { RolloutDetailView, RolloutView } from '../rollouts/views.js'
 import type { ApiClient } from './api-client.js'
-import { ACTIVE_ROLLOUT_STATUSES } from '../rollouts/states.js'
+import type { RolloutSignal } from '../rollouts/states.js'
+import { assertSignalApplies } from '../rollouts/signal-rules.js'
 import { confirmDestructive } from './prompt.js'
 import { describeSignal, outcomeExitCode, rolloutNotFound, rolloutOutcome, statusText } from './rollout-views.js'
 import { changeLines, finalLines, parseInterval, watchRollout, type RolloutSnapshot } from './rollout-watch.js'
@@ -33,17 +34,22 @@ export const watchFlags = {
   interval: Flags.string({ description: 'with --watch: how often to ask the API (a duration: 500ms, 1s, 5s)', default: '1s' }),
 }
 
+/** The workflow signal each action sends (start is no signal: it moves a pending rollout). */
+const SIGNALS: Partial<Record<RolloutAction, RolloutSignal>> = { pause: 'pause', resume: 'resume', cancel: 'cancel', rollback: 'rollback', 'approve-canary': 'approve_canary', force: 'force' }
+
 /**
  * Unless --yes: names the rollout and what the action does to it, asked on a terminal, refused
- * without one (exit 2). A rollout that has ended, or an approval nothing waits for, is not asked
- * about: the API refuses the action (exit 4).
+ * without one (exit 2). An action the rollout's state refuses (a rollout that has ended, one
+ * already rolling back, an approval nothing waits for) is refused first, exit 4, with the API's
+ * words (src/rollouts/signal-rules.ts): nobody is asked to confirm what cannot happen.
  */
 export async function confirmRolloutAction(api: ApiClient, id: string, action: RolloutAction, consequence: string, yes: boolean): Promise<void> {
   await confirmDestructive(yes, async () => {
     const r = await api.get<RolloutDetailView>(`/rollouts/${encodeURIComponent(id)}`).catch(rolloutNotFound(id))
-    if (!ACTIVE_ROLLOUT_STATUSES.includes(r.status)) return undefined
+    const signal = SIGNALS[action]
+    if (signal) assertSignalApplies(r, signal)
     // Only a breaking migration's canary gate is confirmed: approving it lets the migration reach every node.
-    if (action === 'approve-canary' && !(r.awaiting === 'approve_canary' && r.migration_type === 'breaking')) return undefined
+    if (action === 'approve-canary' && r.migration_type !== 'breaking') return undefined
     const what = `${r.chain_profile_id}/${r.node_type} ${r.binary_name} ${r.source_version} -> ${r.target_version}, ${statusText(r)}, ${r.succeeded_nodes}/${r.total_nodes} succeeded`
     return { action: `${ACTION_WORDS[action]} rollout ${r.id} (${what})`, consequence }
   })

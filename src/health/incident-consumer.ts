@@ -111,6 +111,7 @@ export interface IncidentConsumerDeps {
   bus: EventBus
   /** The control-plane database (nodes, incidents, notifications, idempotency keys). */
   db: Db
+  /** Bound to `component: 'incidents'` by the daemon (a second binding would repeat the key in every line). */
   logger: Logger
   /** IDEMPOTENCY_KEY_TTL. */
   idempotencyTtlMs: number
@@ -126,7 +127,6 @@ export interface IncidentConsumerDeps {
 /** The consumer's options, for `runConsumer` or a caller driving `createEventHandler` itself. */
 export function incidentConsumerOptions(deps: IncidentConsumerDeps): ConsumerOptions<DecodedHealthEvent> {
   const now = deps.now ?? (() => new Date())
-  const logger = deps.logger.child({ component: 'incidents' })
   const flapping = deps.flapping ?? DEFAULT_INCIDENT_SETTINGS.flapping
   return {
     bus: deps.bus,
@@ -138,7 +138,7 @@ export function incidentConsumerOptions(deps: IncidentConsumerDeps): ConsumerOpt
     now,
     decode: (payload) => healthEventSchema.parse(payload),
     handle: async (trx, event) => {
-      await handleHealthEvent(trx, event, { logger, flapping, now: now() })
+      await handleHealthEvent(trx, event, { logger: deps.logger, flapping, now: now() })
     },
     ...(deps.retryDelayMs ? { retryDelayMs: deps.retryDelayMs } : {}),
     ...(deps.onOutcome ? { onOutcome: deps.onOutcome } : {}),

@@ -132,7 +132,8 @@ async function advance(trx: Knex.Transaction, options: IncidentResolutionOptions
     escalated: escalatedRows.length,
   }
   if (result.auto_resolved + result.node_gone + result.flapping_cleared + result.escalated > 0) {
-    options.logger.info({ component: 'incidents', ...result }, 'incident cycle')
+    // The daemon's logger already carries `component: 'incidents'`.
+    options.logger.info(result, 'incident cycle')
   }
   return result
 }

@@ -303,13 +303,16 @@ export interface IncidentMove {
 
 /**
  * A user's move (spec "Incident status": open -> acknowledged; open/acknowledged -> resolved).
- * Another move is a ConflictError naming the current status. Optimistic locking on `version`:
+ * A repeat (acknowledging an acknowledged incident, resolving a resolved one) returns it
+ * unchanged, as revoking a revoked API key does (docs/cli.md, "Repeats"); another move is a
+ * ConflictError naming the current status. Optimistic locking on `version`:
  * a concurrent change (an auto-resolution in the same instant) is a ConflictError too, never a
  * silent overwrite. A manual resolution notifies the owner unless the incident is flapping.
  */
 export async function moveIncident(trx: Knex.Transaction, move: IncidentMove): Promise<Incident> {
   const incident = await findIncident(trx, move.visibility, move.id)
   if (!incident) throw new NotFoundError('not found', 'no incident with this id among the incidents you can see')
+  if (incident.status === move.to) return incident
   if (!canMoveIncident(incident.status, move.to)) throw statusConflict(incident, move.to)
   const changes: Record<string, unknown> =
     move.to === 'acknowledged'
@@ -319,6 +322,8 @@ export async function moveIncident(trx: Knex.Transaction, move: IncidentMove): P
   const updated = await trx('incidents').where({ id: incident.id, version: incident.version }).update(changes)
   if (updated !== 1) {
     const now = await findIncident(trx, move.visibility, move.id)
+    // Another operator's same move in the same instant: a repeat, as above.
+    if (now && now.status === move.to) return now
     if (now && !canMoveIncident(now.status, move.to)) throw statusConflict(now, move.to)
     throw new ConflictError(`incident ${incident.id} was changed concurrently`, 'read it again and retry')
   }

@@ -67,7 +67,7 @@ export async function publishNodeUpgradeEvent(trx: Queryable, kind: NodeUpgradeE
 }
 
 const TITLES: Record<string, (p: RolloutProgress) => string> = {
-  rollout_started: (p) => `Rollout ${p.rollout_id} of ${p.chain_profile_id} started (${p.total_nodes} nodes)`,
+  rollout_started: (p) => `Rollout ${p.rollout_id} of ${p.chain_profile_id} started: ${p.total_nodes} ${p.total_nodes === 1 ? 'node' : 'nodes'} to upgrade`,
   rollout_completed: (p) => `Rollout ${p.rollout_id} of ${p.chain_profile_id} completed: ${p.succeeded_nodes} of ${p.total_nodes} nodes upgraded`,
   rollout_paused: (p) => `Rollout ${p.rollout_id} of ${p.chain_profile_id} paused (${p.pause_reason ?? 'operator'})`,
   rollout_failed: (p) => `Rollout ${p.rollout_id} of ${p.chain_profile_id} failed: ${p.failed_nodes} of ${p.total_nodes} nodes failed`,

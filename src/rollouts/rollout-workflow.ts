@@ -82,7 +82,7 @@ async function runRollout(ctx: WorkflowContext, deps: RolloutDeps, rolloutId: st
     const started = await ctx.step('scheduled-start', async () => {
       // Cancelled while it waited (control.ts): nothing to start.
       if ((await requireRollout(deps.db, rolloutId)).status === 'cancelled') return 'cancelled'
-      return move(deps, rolloutId, 'running', {}, { event: 'started', notify: 'rollout_started' })
+      return move(deps, rolloutId, 'running', {}, { event: 'started' })
     })
     if (started === 'cancelled') return result(deps.db, rolloutId)
   }
@@ -185,6 +185,8 @@ async function planRollout(deps: RolloutDeps, rolloutId: string): Promise<Plan> 
     )
     const updated = await updateRolloutFields(trx, rolloutId, { total_nodes: ids.length, batch_count: plan.batches.length, current_batch: null }, { now })
     await publishRolloutEvent(trx, 'progress', rolloutProgress(updated), now)
+    // The operator's rollout_started waits for the plan, so that it says how many nodes it upgrades.
+    await notifyOperator(trx, 'rollout_started', updated.created_by, rolloutProgress(updated), now)
     return { batchCount: plan.batches.length, canaryCount: plan.canaryCount, healthWaitMs: r.health_wait_duration_ms, breaking }
   })
 }

@@ -149,7 +149,7 @@ describe.each(DIALECTS)('incidents API on %s', (dialect) => {
     expect((await api.call('GET', `/api/v1/incidents/${bobs.id}`, adminKey)).body).toMatchObject({ status: 'open' })
   })
 
-  it('moves exactly as the spec table: open -> acknowledged -> resolved; every other move is 409 and changes nothing; nodes:write is needed', async () => {
+  it('moves exactly as the spec table: open -> acknowledged -> resolved; a repeat answers it unchanged, every other move is 409 and changes nothing; nodes:write is needed', async () => {
     const { db } = await resources.database(dialect)
     const api = await startApi(db)
     const alice = await newUser(db)
@@ -166,17 +166,22 @@ describe.each(DIALECTS)('incidents API on %s', (dialect) => {
     const acked = await post(incident.id, 'acknowledge')
     expect(acked.status).toBe(200)
     expect(acked.body).toMatchObject({ status: 'acknowledged', acknowledged_at: api.clock.now().toISOString(), acknowledged_by: alice.id, version: incident.version + 1 })
+    // A repeat answers the incident unchanged (docs/cli.md, "Repeats"): same time, same version.
+    api.clock.advance(1_000)
     const again = await post(incident.id, 'acknowledge')
-    expect(again.status).toBe(409)
-    expect(again.body).toEqual({ error: `incident ${incident.id} is acknowledged; it cannot be acknowledged`, details: 'from acknowledged it can only become: resolved, auto_resolved' })
+    expect(again.status).toBe(200)
+    expect(again.body).toEqual(acked.body)
 
     api.clock.advance(60_000)
     const resolved = await post(incident.id, 'resolve')
     expect(resolved.body).toMatchObject({ status: 'resolved', resolved_at: api.clock.now().toISOString(), resolved_by: alice.id, acknowledged_by: alice.id })
+    const resolvedAgain = await post(incident.id, 'resolve')
+    expect(resolvedAgain.status).toBe(200)
+    expect(resolvedAgain.body).toEqual(resolved.body)
+    const ackResolved = await post(incident.id, 'acknowledge')
+    expect(ackResolved.status).toBe(409)
+    expect((ackResolved.body as { details: string }).details).toBe('resolved is final')
     for (const move of ['acknowledge', 'resolve']) {
-      const res = await post(incident.id, move)
-      expect(res.status, move).toBe(409)
-      expect((res.body as { details: string }).details).toBe('resolved is final')
       const onAuto = await post(auto.id, move)
       expect(onAuto.status, move).toBe(409)
       expect((onAuto.body as { error: string }).error).toContain('is auto_resolved')
@@ -184,9 +189,10 @@ describe.each(DIALECTS)('incidents API on %s', (dialect) => {
     expect(((await api.call('GET', `/api/v1/incidents/${incident.id}`, key)).body as Incident).status).toBe('resolved')
     expect(((await api.call('GET', `/api/v1/incidents/${auto.id}`, key)).body as Incident).status).toBe('auto_resolved')
 
-    // open -> resolved directly; two resolutions racing: one wins, the other is a 409.
+    // open -> resolved directly; two resolutions racing: one resolves, the other is a repeat (one notification).
     const raced = await Promise.all([post(direct.id, 'resolve'), post(direct.id, 'resolve')])
-    expect(raced.map((r) => r.status).sort()).toEqual([200, 409])
+    expect(raced.map((r) => r.status)).toEqual([200, 200])
+    expect(raced.map((r) => (r.body as Incident).version)).toEqual([direct.version + 1, direct.version + 1])
     expect((await notificationsOf(db, alice.id)).filter((n) => n.kind === 'incident_resolved').map((n) => n.data.incident_id).sort()).toEqual([incident.id, direct.id].sort())
   })
 

@@ -4,9 +4,12 @@
  * auto-resolve, nodes that are gone, flapping on and off, escalation of long-open warnings, and
  * a statement count that does not grow with the fleet.
  */
+import { Writable } from 'node:stream'
+import { pino } from 'pino'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import type { Db } from '../../../src/db/knex.js'
-import { handleHealthEvent, healthEventSchema } from '../../../src/health/incident-consumer.js'
+import { handleHealthEvent, healthEventSchema, incidentConsumerOptions } from '../../../src/health/incident-consumer.js'
+import { createLocalBus } from '../../../src/events/local-bus.js'
 import { advanceIncidentResolution } from '../../../src/health/incident-resolution.js'
 import type { FlappingRule } from '../../../src/health/incident-rules.js'
 import { createLogger } from '../../../src/log.js'
@@ -38,6 +41,29 @@ describe.each(DIALECTS)('incident resolution cycle on %s', (dialect) => {
   }
 
   const cycle = (now: Date, escalateAfterMs?: number) => advanceIncidentResolution(db, { now, debounce: K, logger: silent, flapping: FLAPPING, ...(escalateAfterMs ? { escalateAfterMs } : {}) })
+
+  it('logs incident lines with one "component" key under the daemon\'s component logger (the consumer and the cycle add none)', async () => {
+    const raw: string[] = []
+    const sink = new Writable({
+      write(chunk: Buffer, _encoding, done) {
+        raw.push(...chunk.toString('utf8').split('\n').filter((l) => l.trim().length > 0))
+        done()
+      },
+    })
+    // As daemons/health-evaluator.ts binds it.
+    const logger = pino({ level: 'info' }, sink).child({ component: 'incidents' })
+    const bus = createLocalBus()
+    const options = incidentConsumerOptions({ bus, db, logger, idempotencyTtlMs: MINUTE, now: () => at(0), flapping: FLAPPING })
+    const node = await ownedNode(db, 'healthy')
+    const { event } = await change(db, node.id, { writer: 'heartbeat_evaluation', state: 'down' }, at(0))
+    if (!event) throw new Error('the change wrote no health event')
+    await db.transaction((trx) => options.handle(trx, healthEventSchema.parse(event)))
+    await change(db, node.id, { writer: 'heartbeat_evaluation', state: 'healthy' }, at(1 * MINUTE))
+    for (let i = 1; i <= K; i += 1) await advanceIncidentResolution(db, { now: at((1 + i) * MINUTE), debounce: K, logger, flapping: FLAPPING })
+    await bus.close()
+    expect(raw.map((l) => (JSON.parse(l) as { msg: string }).msg)).toEqual(['incident opened', 'incident cycle'])
+    for (const line of raw) expect(line.match(/"component":/g)).toHaveLength(1)
+  })
 
   it('auto-resolves only after K consecutive recovered cycles; a relapse in between starts the count over', async () => {
     const node = await ownedNode(db, 'healthy')

@@ -71,6 +71,9 @@ export function rollingRolloutsSuite(dialects: readonly Dialect[]): void {
       )
       const notes = (await db('notifications').where({ user_id: fleet.operatorId }).orderBy('created_at').pluck('kind')) as string[]
       expect(notes).toEqual(['rollout_started', 'rollout_completed'])
+      // Told once the nodes are planned: how many it upgrades (issue 20: never "0 nodes").
+      const startedNote = (await db('notifications').where({ user_id: fleet.operatorId, kind: 'rollout_started' }).first('title')) as { title: string }
+      expect(startedNote.title).toBe(`Rollout ${rollout.id} of ${rollout.chain_profile_id} started: ${fleet.nodes.length} ${fleet.nodes.length === 1 ? 'node' : 'nodes'} to upgrade`)
     })
 
     it('a bad checksum fails the node and the agent leaves 1.0.0 running; the threshold pauses the rollout, force takes it on, it ends failed', { timeout: 240_000 }, async (context) => {
