@@ -85,7 +85,8 @@ describe.each(DIALECTS)('host commands on %s', (dialect) => {
     expect(json<{ hosts: Host[] }>(list).hosts).toEqual([h])
     expect(table.stdout).toMatch(/NAME\s+STATE\s+REGION\s+ADDRESS/)
     expect(table.stdout).toMatch(/fra-1\s+ready\s+eu-central\s+root@10\.213\.\d+\.2:22\s+cpu=8,memory=32GiB,disk=500GiB/)
-    expect(json<Host>(show)).toEqual(h)
+    // show adds what is placed on the host: nothing yet, all of it free, no drain.
+    expect(json<Host>(show)).toEqual({ ...h, reservations: [], used: { cpu: 0, memory_bytes: 0, disk_bytes: 0, nodes: 0 }, free: h.capacity, drain: null })
 
     const cordon = await run(['cordon', '--host', 'fra-1'])
     expect(cordon.exitCode, cordon.stderr).toBe(0)
@@ -96,12 +97,20 @@ describe.each(DIALECTS)('host commands on %s', (dialect) => {
     expect(json<Host>(removed)).toMatchObject({ state: 'removed' })
     expect(fs.existsSync(keyFile)).toBe(false)
 
-    const gone = await run(['show', '--host', 'fra-1'])
+    const [gone, uncordonRemoved, drainRemoved, drainUnknown] = await Promise.all([
+      run(['show', '--host', 'fra-1']),
+      run(['uncordon', '--host', h.id]),
+      run(['drain', '--host', h.id]),
+      run(['drain', '--host', 'nope']),
+    ])
     expect(gone.exitCode).toBe(3)
     expect(gone.stderr).toMatch(/^Error: no host fra-1\n/)
-    const uncordonRemoved = await run(['uncordon', '--host', h.id])
     expect(uncordonRemoved.exitCode).toBe(4)
     expect(uncordonRemoved.stderr).toMatch(/^Error: uncordon applies to a host that is cordoned or draining; host fra-1 is removed$/)
+    expect(drainRemoved.exitCode).toBe(4)
+    expect(drainRemoved.stderr).toMatch(/^Error: drain applies to a host that is ready or cordoned or unreachable; host fra-1 is removed$/)
+    expect(drainUnknown.exitCode).toBe(3)
+    expect(drainUnknown.stderr).toMatch(/^Error: no host nope\n/)
   })
 
   it('says what failed and writes nothing: a changed host key, a missing root directory, bad flags before any request', { timeout: 60_000 }, async () => {
