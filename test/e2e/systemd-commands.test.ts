@@ -70,7 +70,8 @@ describe('nodeplane systemd generate', () => {
     const refused = await nodeplane(['systemd', 'generate', '--out', out], { cwd })
     expect(refused.exitCode).toBe(4)
     expect(refused.stderr.trim().split('\n')).toHaveLength(1)
-    expect(refused.stderr).toMatch(/^Error: 7 file\(s\) already exist.*--force/)
+    // The eight units but the removed orchestrator's: the migration, six daemons, the target.
+    expect(refused.stderr).toMatch(/^Error: 8 file\(s\) already exist.*--force/)
     expect(fs.readFileSync(target, 'utf8')).toBe('# edited by hand\n')
     expect(fs.existsSync(path.join(out, 'nodeplane-orchestrator.service'))).toBe(false)
 
