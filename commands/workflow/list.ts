@@ -3,7 +3,8 @@ import { BaseCommand } from '../../src/cli/base-command.js'
 import { apiClientFor, apiUrlFlag } from '../../src/cli/api-flags.js'
 import { withControlPlaneDatabase } from '../../src/cli/control-plane-db.js'
 import { directDbFlag } from '../../src/cli/direct-db.js'
-import { columnsFlag, renderTable, shortTime } from '../../src/cli/display.js'
+import { columnsFlag, renderTable } from '../../src/cli/display.js'
+import { age } from '../../src/cli/human-time.js'
 import { listAll } from '../../src/cli/pages.js'
 import { currentSteps, listRuns, RUN_STATUSES, toRunView, type RunStatus, type WorkflowRunView } from '../../src/workflows/index.js'
 
@@ -39,13 +40,13 @@ export default class WorkflowList extends BaseCommand<typeof WorkflowList> {
         runs.length === 0
           ? 'No workflow runs.'
           : renderTable(runs, [
-              { header: 'id', value: (r) => r.id },
+              { header: 'id', value: (r) => r.id, id: true },
               { header: 'workflow', value: (r) => r.workflow },
               { header: 'key', value: (r) => r.key },
-              { header: 'status', value: (r) => r.status },
+              { header: 'status', value: (r) => r.status, state: true },
               { header: 'step', value: (r) => r.current_step ?? '-' },
               { header: 'attempts', value: (r) => String(r.attempts) },
-              { header: 'created', value: (r) => shortTime(r.created_at) },
+              { header: 'created', value: (r) => age(r.created_at) },
               { header: 'error', value: (r) => (r.error ?? '').slice(0, 80) },
             ]),
       )

@@ -4,7 +4,8 @@ import { apiClientFor, apiUrlFlag } from '../../src/cli/api-flags.js'
 import { withControlPlaneDatabase } from '../../src/cli/control-plane-db.js'
 import { directDbFlag } from '../../src/cli/direct-db.js'
 import { resolveApiId, resolveDbId } from '../../src/cli/id-prefix.js'
-import { renderTable, shortTime } from '../../src/cli/display.js'
+import { renderTable } from '../../src/cli/display.js'
+import { age, moment, remaining, stamp, took } from '../../src/cli/human-time.js'
 import { NotFoundError } from '../../src/errors.js'
 import { getRun, listSteps, toRunView, toStepView, type WorkflowRunDetail } from '../../src/workflows/index.js'
 
@@ -24,9 +25,9 @@ export default class WorkflowShow extends BaseCommand<typeof WorkflowShow> {
     const detail = this.flags['direct-db'] ? await this.onDatabase(id) : await this.overApi(id)
     if (!this.jsonEnabled()) {
       this.log(`${detail.workflow} ${detail.key} (${detail.id})`)
-      this.log(`  status:       ${detail.status}${detail.wake_at ? ` until ${shortTime(detail.wake_at)}` : ''}`)
+      this.log(`  status:       ${detail.status}${detail.wake_at ? ` until ${stamp(detail.wake_at)} (${remaining(detail.wake_at)})` : ''}`)
       this.log(`  current step: ${detail.current_step ?? '-'} (attempts: ${detail.attempts})`)
-      if (detail.lease_owner) this.log(`  lease:        ${detail.lease_owner} until ${shortTime(detail.lease_expires_at)}`)
+      if (detail.lease_owner) this.log(`  lease:        ${detail.lease_owner} until ${moment(detail.lease_expires_at)}`)
       if (detail.error) this.log(`  last error:   ${detail.error}`)
       this.log('')
       this.log(
@@ -34,10 +35,10 @@ export default class WorkflowShow extends BaseCommand<typeof WorkflowShow> {
           ? 'No steps yet.'
           : renderTable(detail.steps, [
               { header: 'step', value: (s) => s.step },
-              { header: 'status', value: (s) => s.status },
+              { header: 'status', value: (s) => s.status, state: true },
               { header: 'attempt', value: (s) => String(s.attempt) },
-              { header: 'started', value: (s) => shortTime(s.started_at) },
-              { header: 'finished', value: (s) => shortTime(s.finished_at) },
+              { header: 'started', value: (s) => age(s.started_at, { precise: true }) },
+              { header: 'took', value: (s) => took(s.started_at, s.finished_at) },
               { header: 'error', value: (s) => (s.error ?? '').slice(0, 80) },
             ]),
       )
