@@ -119,8 +119,9 @@ describe.each(DIALECTS)('hosts API on %s', (dialect) => {
     expect(row).not.toContain('PRIVATE KEY')
     expect(api.logs.text()).not.toContain('PRIVATE KEY')
 
+    // One host adds what is placed on it: nothing yet, all of it free, no drain.
     const byName = await call('GET', '/hosts/fra-1')
-    expect(byName.body).toEqual(added)
+    expect(byName.body).toEqual({ ...added, reservations: [], used: { cpu: 0, memory_bytes: 0, disk_bytes: 0, nodes: 0 }, free: CAPACITY, drain: null })
     const list = await call('GET', '/hosts')
     expect(list.body).toMatchObject({ items: [{ id: added.id }], next_cursor: null })
 
