@@ -137,7 +137,7 @@ export function createWebSocketProxy(options: WebSocketProxyOptions) {
       // Calls sent on, by id, until the node answers them: their method and when they were sent.
       const pending = new Map<string, { method: string; at: number }>()
       const tally = (outcome: WebSocketCallOutcome, calls = 1) => options.metrics?.websocketCalls.inc({ node_id: route.nodeId, api_key_id: apiKeyId, outcome }, calls)
-      /** A call the node answered (latency measured), one it never answered, or one the policy refused (latency 0). */
+      /** A call the node answered (with its latency), or one ended without an answer time: refused by the policy, or a notification. */
       const count = (method: string, outcome: WebSocketCallOutcome, latencyMs?: number) => {
         options.usage?.record({ nodeId: route.nodeId, apiKeyId, method, error: outcome !== 'ok', latencyMs: latencyMs ?? 0, at: now().getTime() })
         tally(outcome)
