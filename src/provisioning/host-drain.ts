@@ -24,6 +24,7 @@
  * durable (a signal with a timeout: an uncordon wakes the drain at once). Every step is safe to
  * run again, so a killed orchestrator's drain resumes where it was.
  */
+import { toDateOrNull } from '../db/dialect.js'
 import type { Queryable } from '../db/knex.js'
 import { ConflictError } from '../errors.js'
 import { finishDrain, findDrain, updateDrainProgress, type DrainStatus, type HostDrain } from '../hosts/drains.js'
@@ -132,7 +133,7 @@ async function nextRound(deps: LifecycleDeps, input: HostDrainInput, now: Date):
 
   // A migration under way (ours from before a crash, the health evaluator's, an operator's).
   for (const node of nodes) {
-    const triggered = node.last_migration_triggered_at ? new Date(node.last_migration_triggered_at as string | number | Date) : null
+    const triggered = toDateOrNull(node.last_migration_triggered_at)
     if (node.state !== 'maintenance' || !triggered) continue
     const run = await findRunByKey(deps.db, MIGRATE_WORKFLOW, migrationKey(node.id, triggered))
     if (run && run.status !== 'completed' && run.status !== 'failed') {
