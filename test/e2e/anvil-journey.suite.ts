@@ -2,15 +2,17 @@ import crypto from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { Wallet, parseEther, type JsonRpcProvider, type TransactionReceipt } from 'ethers'
+import { JsonRpcProvider, Wallet, parseEther, type TransactionReceipt } from 'ethers'
 import { describe, expect, it } from 'vitest'
 import type { ArtifactView } from '../../src/artifacts/service.js'
 import type { RolloutDetailView, RolloutNodeView, RolloutView } from '../../src/rollouts/views.js'
 import { DEV_ACCOUNT_KEY, withAnvil } from '../helpers/anvil.js'
 import { nodeplane, tempDir } from '../helpers/cli.js'
+import { waitFor } from '../helpers/ports.js'
 import type { Dialect } from '../helpers/db.js'
 import { useJourneyStack, type NodeView } from './chain-journey-stack.js'
 import { minedReceipt } from '../helpers/receipts.js'
+import { pollEndpoint } from '../helpers/endpoint-poller.js'
 
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
 
@@ -55,7 +57,9 @@ async function operatorConfigDir(releaseKey: string): Promise<string> {
  * manifest anvil-1.7.1 rolls them to 1.7.1, the canary first, and each answers
  * `web3_clientVersion` anvil/v1.7.1 with its transaction still at its block; a deliberately broken
  * build, stored and signed in the artifact store and named by `rollout create --artifact`, fails to start on each node and is rolled back
- * to 1.7.1 with the chain intact; an operator's migration moves a node with a live backup, and
+ * to 1.7.1 with the chain intact; an operator's migration moves a node with a live backup while
+ * a client polls the node's endpoint on the rpc-gateway every 100 ms (it fails only during the
+ * move, then the same URL reaches the chain on its new host), and
  * when that node's host is then killed outright the control plane notices, migrates it from the
  * snapshot, and the chain is still there. Tests run in order, each from where the last left off.
  */
@@ -166,22 +170,69 @@ export function anvilJourneySuite(dialect: Dialect): void {
       }
     })
 
-    it('an operator migration moves a node with a live backup; its host then killed, it is migrated from that snapshot by itself with the chain intact', { timeout: 120_000 }, async () => {
-      const node = nodes[0] as NodeView
-      const firstHost = await s.hostId(node.id)
-      const migrate = s.json<{ run_id: string; created: boolean }>(await s.run(['node', 'migrate', '--node', node.id, '--reason', 'e2e: move it', '--json']))
-      expect(migrate.created).toBe(true)
-      const moved = await s.untilRun(migrate.run_id)
-      expect(moved).toMatchObject({ status: 'completed', result: { outcome: 'migrated', restored: true, backup: { taken: true } } })
-      expect(await s.hostId(node.id)).not.toBe(firstHost)
-      await s.untilHealthy(node.id, 'the migrated node healthy')
-      await expectChain(node.id, 'anvil/v1.7.1')
+    let migrationRun = ''
+    let firstHost = ''
 
+    it('an operator migration moves a node with a live backup while a client polls its endpoint: it fails only in the move, then the same URL reaches the chain on the new host', { timeout: 120_000 }, async () => {
+      const node = nodes[0] as NodeView
+      firstHost = await s.hostId(node.id)
+      // The customer's client: the node's endpoint (key in the URL), eth_blockNumber every 100 ms, before, during and after the move.
+      const rpcKey = s.json<{ key: string }>(await s.run(['api-key', 'create', '--name', 'poller', '--scopes', 'nodes:rpc', '--json'])).key
+      const endpoint = `${s.json<{ endpoints: { http: string } }>(await s.run(['node', 'show', '--id', node.id, '--json'])).endpoints.http}/${rpcKey}`
+      const poller = pollEndpoint(endpoint, 'eth_blockNumber')
+      let migrationAsked = 0
+      let migrationDone = 0
+      try {
+        await waitFor(async () => poller.answers.filter((a) => a.status === 200).length >= 3, 'the client answered before the move', 10_000, 25)
+        migrationAsked = Date.now()
+        const migrate = s.json<{ run_id: string; created: boolean }>(await s.run(['node', 'migrate', '--node', node.id, '--reason', 'e2e: move it', '--json']))
+        expect(migrate.created).toBe(true)
+        migrationRun = migrate.run_id
+        const moved = await s.untilRun(migrate.run_id)
+        expect(moved).toMatchObject({ status: 'completed', result: { outcome: 'migrated', restored: true, backup: { taken: true } } })
+        expect(await s.hostId(node.id)).not.toBe(firstHost)
+        await s.untilHealthy(node.id, 'the migrated node healthy')
+        migrationDone = Date.now()
+        await waitFor(async () => poller.answers.filter((a) => a.sentAt > migrationDone && a.status === 200).length >= 3, 'the client answered after the move', 10_000, 25)
+      } finally {
+        await poller.stop()
+      }
+      const answers = poller.answers
+      const failed = answers.filter((a) => a.status !== 200)
+      // It saw the move (the node was in maintenance for it), and only in the move: every failure
+      // between the command and the node healthy again, in one run, each a JSON-RPC error saying why.
+      expect(failed.length).toBeGreaterThan(0)
+      for (const a of failed) {
+        expect(a.sentAt).toBeGreaterThanOrEqual(migrationAsked)
+        expect(a.sentAt).toBeLessThan(migrationDone)
+        expect([502, 503, 504]).toContain(a.status)
+        expect(a.error?.code, JSON.stringify(a)).toBeOneOf([-32010, -32011])
+      }
+      const firstFailure = answers.indexOf(failed[0] as (typeof answers)[number])
+      const lastFailure = answers.indexOf(failed.at(-1) as (typeof answers)[number])
+      expect(answers.slice(firstFailure, lastFailure + 1).filter((a) => a.status === 200).length, 'answers inside the window').toBe(0)
+      // The same chain, moved with its state: block numbers never go back.
+      const heights = answers.filter((a) => a.status === 200).map((a) => Number(a.result))
+      expect(heights).toEqual([...heights].sort((a, b) => a - b))
+      // The same URL now reaches the chain on the new host: a transaction sent through it is on that host's chain.
+      const client = new JsonRpcProvider(endpoint, undefined, { staticNetwork: true })
+      try {
+        const tx = await new Wallet(DEV_ACCOUNT_KEY, client).sendTransaction({ to: Wallet.createRandom().address, value: parseEther('1') })
+        await minedReceipt(client, tx.hash)
+        await withChain(node.id, async (provider) => expect((await provider.getTransactionReceipt(tx.hash))?.status).toBe(1))
+      } finally {
+        client.destroy()
+      }
+      await expectChain(node.id, 'anvil/v1.7.1')
+    })
+
+    it('its host then killed, the node is migrated from the snapshot of that move by itself with the chain intact', { timeout: 120_000 }, async () => {
+      const node = nodes[0] as NodeView
       // The host dies: no backup can be taken now; the control plane notices the silence,
       // marks the node down and migrates it from the snapshot of the move above.
       const secondHost = await s.hostId(node.id)
       await s.killHost(node.id)
-      const healed = await s.untilNextMigration(node.id, [migrate.run_id])
+      const healed = await s.untilNextMigration(node.id, [migrationRun])
       expect(healed).toMatchObject({ status: 'completed', result: { outcome: 'migrated', restored: true, backup: { taken: false } } })
       const thirdHost = await s.hostId(node.id)
       expect([firstHost, secondHost]).not.toContain(thirdHost)
