@@ -95,7 +95,7 @@ describe('the whole journey on the split stack (separate daemon processes, Postg
   beforeAll(async () => {
     const t = Date.now()
     // The journey's user is made by the bootstrap commands while the daemons start.
-    stack = await startSplitStack({ users: 1 })
+    stack = await startSplitStack({ users: 1, rpcGateway: true })
     process.stderr.write(`[split-stack journey] stack started in ${((Date.now() - t) / 1000).toFixed(1)}s\n`)
   }, 180_000)
   afterAll(async () => {
@@ -199,6 +199,17 @@ describe('the whole journey on the split stack (separate daemon processes, Postg
     expect((await subscription(sub.id)).status).toBe('active')
     mark('operator: chain pid shown, terminate of an active node refused')
 
+    // The customer's endpoint (issue 18) through the rpc-gateway daemon, with the user's key: the
+    // devnet chain answers; after the migration below the same URL reaches it on its new host.
+    const endpoint = ((await node(nodeId)) as NodeView & { endpoints: { http: string } }).endpoints.http
+    expect(endpoint).toBe(`${stack.rpcUrl as string}/v1/${nodeId}`)
+    // Not eth_chainId: the gateway answers that from memory once known.
+    const clientVersion = async () => {
+      const res = await fetch(endpoint, { method: 'POST', headers: { 'X-API-Key': key, 'content-type': 'application/json' }, body: '{"jsonrpc":"2.0","id":1,"method":"web3_clientVersion","params":[]}' })
+      return { status: res.status, body: (await res.json()) as unknown }
+    }
+    expect(await clientVersion()).toEqual({ status: 200, body: { jsonrpc: '2.0', id: 1, result: 'devnet-node/v1.0.0' } })
+
     // An incident: the host dies (its agent's process group: agent and devnet-node), heartbeats stop.
     const record = JSON.parse(fs.readFileSync(path.join(stack.hostsDir, `local-${nodeId}`, 'host.json'), 'utf8')) as { pid: number }
     process.kill(-record.pid, 'SIGKILL')
@@ -221,7 +232,8 @@ describe('the whole journey on the split stack (separate daemon processes, Postg
       throw new Error(`${err.message}; incidents ${JSON.stringify(seen.map((i) => ({ category: i.category, status: i.status })))}`)
     })
     expect(resolved[0]).toMatchObject({ id: raised?.id, category: 'node_down', resolved_by: 'auto' })
-    mark('migrated, incident auto-resolved')
+    expect(await clientVersion()).toEqual({ status: 200, body: { jsonrpc: '2.0', id: 1, result: 'devnet-node/v1.0.0' } })
+    mark('migrated, incident auto-resolved, the endpoint answers from the new host')
 
     // A canary rollout of devnet 1.0.0 -> 1.1.0 from the manifest, by an admin.
     const adminKey = stack.admin.key

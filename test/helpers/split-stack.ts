@@ -9,6 +9,7 @@
  * make one. The orchestrators share one local-provider hosts dir (either may migrate or
  * terminate a host the other created); orchestrator N tells its new agents to dial gateway N
  * (with `agentGateways: 'all'`, every gateway, so an agent moves on when its gateway dies).
+ * With `rpcGateway` an rpc-gateway daemon serves the nodes' endpoints (`stack.rpcUrl`).
  * With `ownPostgres` the two databases live on a Postgres server of the stack's own
  * (`stack.postgres`, to restart or pause under the stack), stopped by `stop()`, and are migrated
  * by `nodeplane db migrate --database all`; on the run's server they are clones of its migrated
@@ -36,7 +37,7 @@ import { startNats, type NatsServer } from './nats.js'
 import { adminQuery, databaseUrl, startPostgres, type PostgresServer } from './postgres.js'
 import { freePort, waitFor } from './ports.js'
 
-export type DaemonKind = 'api-server' | 'auth-server' | 'orchestrator' | 'health-evaluator' | 'agent-gateway' | 'payment-service'
+export type DaemonKind = 'api-server' | 'auth-server' | 'orchestrator' | 'health-evaluator' | 'agent-gateway' | 'payment-service' | 'rpc-gateway'
 
 export interface SplitStackOptions {
   /** Extra environment for every daemon (after the defaults below). */
@@ -64,6 +65,11 @@ export interface SplitStackOptions {
    * make them (default 0): `stack.users`.
    */
   users?: number
+  /**
+   * Run an rpc-gateway daemon too (default false): `stack.rpcUrl`, the api-servers'
+   * `RPC_PUBLIC_URL`, so nodes' `endpoints` name it.
+   */
+  rpcGateway?: boolean
 }
 
 export interface SplitStackUser {
@@ -102,6 +108,8 @@ export interface SplitStack {
   gatewayTargets: string[]
   paymentGrpcTarget: string
   paymentHttpUrl: string
+  /** The rpc-gateway's base URL, with `rpcGateway`. */
+  rpcUrl: string | undefined
   admin: SplitStackUser
   /** The `users` ordinary users of the options, in order. */
   users: SplitStackUser[]
@@ -316,6 +324,8 @@ export async function startSplitStack(options: SplitStackOptions = {}): Promise<
     for (let i = 0; i < replicas['api-server']; i++) apiPorts.push(await port())
     const gatewayPorts: string[] = []
     for (let i = 0; i < replicas['agent-gateway']; i++) gatewayPorts.push(await port())
+    const rpcPort = options.rpcGateway ? await port() : undefined
+    const rpcUrl = rpcPort ? `http://127.0.0.1:${rpcPort}` : undefined
     const authUrl = `http://127.0.0.1:${authPort}`
     const gatewayTargets = gatewayPorts.map((p) => `127.0.0.1:${p}`)
 
@@ -335,6 +345,7 @@ export async function startSplitStack(options: SplitStackOptions = {}): Promise<
         PAYMENT_SERVICE_URL: `127.0.0.1:${payment.grpc}`,
         // Tests poll; the per-key limit is not what they are about.
         API_RATE_LIMIT_PER_MINUTE: '100000',
+        ...(rpcUrl ? { RPC_PUBLIC_URL: rpcUrl } : {}),
       },
       orchestrator: {
         // It confirms each payment.completed with the payment service before activating.
@@ -354,6 +365,8 @@ export async function startSplitStack(options: SplitStackOptions = {}): Promise<
         UPTIME_ROLLUP_INTERVAL: '5s',
       },
       'agent-gateway': { AGENT_HEARTBEAT_INTERVAL: '1s', AGENT_PROGRESS_CHECK_INTERVAL: '1s' },
+      // Routes follow moves through the NATS health events; the TTL is the default (5 s).
+      'rpc-gateway': { ...(rpcPort ? { RPC_GATEWAY_PORT: rpcPort } : {}), LOCAL_HOSTS_DIR: hostsDir },
     }
     // The default outbox poll (500 ms): every daemon relays its own rows the moment they commit;
     // the poll only finds rows a killed daemon left, and ten daemons polling every 100 ms kept
@@ -386,6 +399,7 @@ export async function startSplitStack(options: SplitStackOptions = {}): Promise<
     }
     for (let i = 0; i < replicas['health-evaluator']; i++) add('health-evaluator', i, {})
     for (let i = 0; i < replicas['api-server']; i++) add('api-server', i, { API_SERVER_PORT: apiPorts[i] as string })
+    if (options.rpcGateway) add('rpc-gateway', undefined, {})
 
     const start = async (name: string): Promise<void> => {
       const instance = instances.get(name)
@@ -449,6 +463,7 @@ export async function startSplitStack(options: SplitStackOptions = {}): Promise<
       gatewayTargets,
       paymentGrpcTarget: `127.0.0.1:${payment.grpc}`,
       paymentHttpUrl: `http://127.0.0.1:${payment.http}`,
+      rpcUrl,
       admin: admin as SplitStackUser,
       users,
       instances,
