@@ -2,7 +2,7 @@ import * as Flags from '@oclif/core/flags'
 import { BaseCommand } from '../src/cli/base-command.js'
 import { apiClientFor, apiUrlFlag } from '../src/cli/api-flags.js'
 import { renderTable } from '../src/cli/display.js'
-import { remaining, stamp } from '../src/cli/human-time.js'
+import { ahead } from '../src/cli/human-time.js'
 import { formatMoney } from '../src/cli/payments.js'
 import { ValidationError } from '../src/errors.js'
 import { CRYPTO_CURRENCIES } from '../src/payments/states.js'
@@ -42,7 +42,7 @@ export default class Quote extends BaseCommand<typeof Quote> {
         { header: 'price', value: (i) => formatMoney(i.unit_price_minor, quote.currency) },
       ]))
       this.log(`total: ${formatMoney(quote.amount_minor, quote.currency)}${Object.entries(quote.crypto_amounts).map(([c, a]) => `, ${a} ${c}`).join('')}`)
-      this.log(`quote ${quote.id}, valid until ${stamp(quote.expires_at)} (${remaining(quote.expires_at)})`)
+      this.log(`quote ${quote.id}, valid until ${ahead(quote.expires_at)}`)
     }
     return quote
   }

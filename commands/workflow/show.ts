@@ -5,7 +5,7 @@ import { withControlPlaneDatabase } from '../../src/cli/control-plane-db.js'
 import { directDbFlag } from '../../src/cli/direct-db.js'
 import { resolveApiId, resolveDbId } from '../../src/cli/id-prefix.js'
 import { renderTable } from '../../src/cli/display.js'
-import { age, moment, remaining, stamp, took } from '../../src/cli/human-time.js'
+import { age, ahead, moment, took } from '../../src/cli/human-time.js'
 import { NotFoundError } from '../../src/errors.js'
 import { getRun, listSteps, toRunView, toStepView, type WorkflowRunDetail } from '../../src/workflows/index.js'
 
@@ -25,7 +25,7 @@ export default class WorkflowShow extends BaseCommand<typeof WorkflowShow> {
     const detail = this.flags['direct-db'] ? await this.onDatabase(id) : await this.overApi(id)
     if (!this.jsonEnabled()) {
       this.log(`${detail.workflow} ${detail.key} (${detail.id})`)
-      this.log(`  status:       ${detail.status}${detail.wake_at ? ` until ${stamp(detail.wake_at)} (${remaining(detail.wake_at)})` : ''}`)
+      this.log(`  status:       ${detail.status}${detail.wake_at ? ` until ${ahead(detail.wake_at)}` : ''}`)
       this.log(`  current step: ${detail.current_step ?? '-'} (attempts: ${detail.attempts})`)
       if (detail.lease_owner) this.log(`  lease:        ${detail.lease_owner} until ${moment(detail.lease_expires_at)}`)
       if (detail.error) this.log(`  last error:   ${detail.error}`)

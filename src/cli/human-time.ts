@@ -67,6 +67,11 @@ export function took(startIso: string | null | undefined, endIso: string | null 
   return end === null ? `${span(now.getTime() - start)} so far` : span(end - start)
 }
 
+/** A time ahead with what is left of it: `2026-11-27 12:04:05Z (4m10s left)`; none: `-`. */
+export function ahead(iso: string | null | undefined, now: Date = new Date()): string {
+  return iso && parse(iso) !== null ? `${stamp(iso)} (${remaining(iso, now)})` : '-'
+}
+
 /** What is ahead: `4m10s left` (precise), or `due` once passed. */
 export function remaining(iso: string | null | undefined, now: Date = new Date()): string {
   const at = parse(iso)

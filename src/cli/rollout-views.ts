@@ -5,7 +5,7 @@
 import type { RolloutDetailView, RolloutNodeView, RolloutView } from '../rollouts/views.js'
 import { NotFoundError } from '../errors.js'
 import { renderTable } from './display.js'
-import { age, moment, remaining, stamp, took } from './human-time.js'
+import { age, ahead, moment, took } from './human-time.js'
 import { EXIT } from './exit-codes.js'
 import { batchNumber } from './rollout-waits.js'
 
@@ -70,7 +70,7 @@ export function describeState(r: RolloutState & Pick<RolloutView, 'scheduled_at'
   if (r.status === 'paused') return PAUSE_REASONS[r.pause_reason ?? ''] ?? `paused (${r.pause_reason ?? 'no reason given'})`
   if (r.status === 'running' && r.awaiting === 'approve_canary') return 'the canary of a breaking migration waits for approval'
   if (r.status === 'pending') return 'created, not started'
-  if (r.status === 'scheduled') return `starts at ${r.scheduled_at ? `${stamp(r.scheduled_at)} (${remaining(r.scheduled_at)})` : '-'}`
+  if (r.status === 'scheduled') return `starts at ${ahead(r.scheduled_at)}`
   if (r.error_message && (r.status === 'failed' || r.status === 'rolled_back' || r.status === 'completed')) return r.error_message
   return null
 }
@@ -196,7 +196,7 @@ export function rolloutNotFound(id: string): (err: unknown) => never {
 /** What a signal did: the workflow acts on it between batches, so say so. */
 export function describeSignal(action: string, r: RolloutView, hint = true): string {
   const effect: Record<string, string> = {
-    start: r.status === 'scheduled' ? `scheduled; it starts at ${r.scheduled_at ? `${stamp(r.scheduled_at)} (${remaining(r.scheduled_at)})` : '-'}` : 'started',
+    start: r.status === 'scheduled' ? `scheduled; it starts at ${ahead(r.scheduled_at)}` : 'started',
     pause: 'will pause after its current batch',
     resume: 'resumes',
     cancel: 'is being cancelled: no new batches, nodes in flight finish',

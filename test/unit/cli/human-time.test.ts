@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { age, moment, remaining, span, stamp, took } from '../../../src/cli/human-time.js'
+import { age, ahead, moment, remaining, span, stamp, took } from '../../../src/cli/human-time.js'
 
 const NOW = new Date('2026-11-27T12:00:00.000Z')
 const before = (ms: number) => new Date(NOW.getTime() - ms).toISOString()
@@ -41,5 +41,7 @@ describe('time as operators read it', () => {
     expect(took(null, null, NOW)).toBe('-')
     expect(remaining(before(-90_000), NOW)).toBe('1m30s left')
     expect(remaining(before(1), NOW)).toBe('due')
+    expect(ahead('2026-11-27T12:04:05Z', NOW)).toBe('2026-11-27 12:04:05Z (4m5s left)')
+    expect(ahead(null, NOW)).toBe('-')
   })
 })
