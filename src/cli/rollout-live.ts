@@ -7,7 +7,7 @@ import { createElement as h, type ReactElement } from 'react'
 import type { RolloutNodeView } from '../rollouts/views.js'
 import { batchText, describeState, nextActions, statusText } from './rollout-views.js'
 import type { RolloutSnapshot } from './rollout-watch.js'
-import { batchNumber, canaryGate, healthWaitText } from './rollout-waits.js'
+import { batchNumber, canaryGate, healthWaitText, type CanaryGate } from './rollout-waits.js'
 import { colourAllowed } from './terminal.js'
 
 /** Node rows shown per batch, and batches shown around the current one: a fleet of thousands stays one screen. */
@@ -29,6 +29,8 @@ const STATUS_COLOURS: Record<string, string> = {
   failed: 'red',
 }
 
+const GATE_TONES: Partial<Record<CanaryGate, string>> = { awaiting_approval: 'yellow', canary_failed: 'red', approved: 'green' }
+
 type Ink = Pick<typeof import('ink'), 'Box' | 'Text'>
 
 /** The view's colours; none under NO_COLOR (ink's chalk does not read it) or TERM=dumb. */
@@ -38,7 +40,7 @@ interface Paint {
 }
 
 function paintFor(colours: boolean): Paint {
-  return colours ? { colour: (status) => STATUS_COLOURS[status] ?? 'white', tone: (name) => name } : { colour: () => undefined, tone: () => undefined }
+  return colours ? { colour: (status) => STATUS_COLOURS[status] ?? 'white', tone: (name) => name || undefined } : { colour: () => undefined, tone: () => undefined }
 }
 
 interface Batch {
@@ -120,7 +122,7 @@ export function rolloutLiveView(ink: Ink, snapshot: RolloutSnapshot, intervalMs:
     ...near.map((b) => batchView(ink, paint, r, b, r.strategy === 'canary' && b.index === 0, at)),
     ...(later.length > 0 ? [h(Text, null, `  … ${later.length} more batches: ${countsText(later.flatMap((b) => b.nodes))}`)] : []),
     ...(r.strategy === 'canary' && r.batch_count !== null
-      ? [h(Text, null, 'Canary gate: ', h(Text, { color: paint.tone(gate.gate === 'awaiting_approval' ? 'yellow' : gate.gate === 'canary_failed' ? 'red' : 'green'), bold: gate.gate === 'awaiting_approval' }, gate.text))]
+      ? [h(Text, null, 'Canary gate: ', h(Text, { color: paint.tone(GATE_TONES[gate.gate] ?? ''), bold: gate.gate === 'awaiting_approval' }, gate.text))]
       : []),
     ...(actions.length > 0 ? [h(Text, { bold: true }, 'Next'), ...actions.map((a) => h(Text, { key: a }, `  ${a}`))] : []),
     h(Text, null, `updated ${at.toISOString().slice(11, 19)}Z, every ${intervalMs / 1000}s; Ctrl-C stops watching (the rollout goes on)`),
