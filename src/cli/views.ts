@@ -3,28 +3,8 @@
  * Timestamps are ISO 8601 strings (UTC), field names snake_case as in the API.
  */
 import type { ApiKey } from '../auth/api-keys.js'
-import type { User } from '../auth/users.js'
 
-export interface UserView {
-  id: string
-  email: string | null
-  wallet_address: string | null
-  is_admin: boolean
-  /** Set by `user disable`: every key and token of the user is refused. */
-  disabled_at: string | null
-  created_at: string
-}
-
-export function toUserView(user: User): UserView {
-  return {
-    id: user.id,
-    email: user.email,
-    wallet_address: user.wallet_address,
-    is_admin: user.is_admin,
-    disabled_at: user.disabled_at?.toISOString() ?? null,
-    created_at: user.created_at.toISOString(),
-  }
-}
+export { toUserView, type UserView } from '../auth/user-view.js'
 
 /** A newly issued key: the only time its plaintext is shown. */
 export interface IssuedKeyView {

@@ -13,7 +13,8 @@
  */
 import { changeAdmin } from '../../auth/admin-flag.js'
 import { revokeAnyApiKey } from '../../auth/api-keys.js'
-import { createUser, resolveUser, setUserDisabled, userFromRow, type User } from '../../auth/users.js'
+import { toUserView } from '../../auth/user-view.js'
+import { createUser, resolveUser, setUserDisabled, userFromRow } from '../../auth/users.js'
 import type { Db } from '../../db/knex.js'
 import { ConflictError, NotFoundError } from '../../errors.js'
 import { paginateKeyset, paginationQuery, pageSchema } from '../pagination.js'
@@ -68,17 +69,6 @@ const newUserBody = z
     is_admin: z.boolean().default(false).openapi({ description: 'Make the user an admin (they may then hold admin API keys)' }),
   })
   .strict()
-
-function toView(user: User) {
-  return {
-    id: user.id,
-    email: user.email,
-    wallet_address: user.wallet_address,
-    is_admin: user.is_admin,
-    disabled_at: user.disabled_at?.toISOString() ?? null,
-    created_at: user.created_at.toISOString(),
-  }
-}
 
 const notFound = (ref: string) => (err: unknown) => {
   throw err instanceof NotFoundError ? new NotFoundError('not found', `no user ${ref.slice(0, 80)}`) : err
@@ -158,7 +148,7 @@ export function adminUserRoutes(deps: AdminUserRouteDeps): ApiRoute[] {
         }
       }).catch(notFound(params.user))
       log.info({ targetUserId: change.user.id, isAdmin, changed: change.changed, revokedApiKeys: change.revokedAdminKeys.length }, isAdmin ? 'admin flag granted' : 'admin flag revoked')
-      return { status: 200, body: { ...toView(change.user), changed: change.changed, revoked_api_keys: change.revokedAdminKeys } }
+      return { status: 200, body: { ...toUserView(change.user), changed: change.changed, revoked_api_keys: change.revokedAdminKeys } }
     })
 
   return [
@@ -171,7 +161,7 @@ export function adminUserRoutes(deps: AdminUserRouteDeps): ApiRoute[] {
       request: { query: paginationQuery },
       responses: { 200: pageSchema(userView).openapi('UserPage') },
     }).handle(async ({ query }) => {
-      const page = await paginateKeyset(db, db('users'), { sortColumn: 'created_at', limit: query.limit, cursor: query.cursor, map: (row) => toView(userFromRow(row as Parameters<typeof userFromRow>[0])) })
+      const page = await paginateKeyset(db, db('users'), { sortColumn: 'created_at', limit: query.limit, cursor: query.cursor, map: (row) => toUserView(userFromRow(row as Parameters<typeof userFromRow>[0])) })
       return { status: 200, body: page }
     }),
     defineRoute({
@@ -185,7 +175,7 @@ export function adminUserRoutes(deps: AdminUserRouteDeps): ApiRoute[] {
     }).handle(async ({ body, log }) => {
       const user = await createUser(db, { email: body.email, is_admin: body.is_admin }, now())
       log.info({ targetUserId: user.id, isAdmin: user.is_admin }, 'user created by an admin')
-      return { status: 201, body: toView(user) }
+      return { status: 201, body: toUserView(user) }
     }),
     setAdminFlag(true),
     setAdminFlag(false),
