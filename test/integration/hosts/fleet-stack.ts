@@ -106,7 +106,8 @@ async function start(options: FleetStackOptions, stops: Array<() => Promise<unkn
   const t: TestDatabase = await createTestDatabase(options.dialect)
   stops.push(() => t.destroy())
   const db = t.db
-  const pool = createSshPool({ connectTimeoutMs: 3_000, execTimeoutMs: 60_000 })
+  // The production defaults (10 s handshakes): a loaded test machine answers SSH slowly at times.
+  const pool = createSshPool({ execTimeoutMs: 60_000 })
   stops.push(() => pool.close())
   const keysDir = tempDir('nodeplane-fleet-keys-')
   const keys = fileSshKeyStore(keysDir)
@@ -130,7 +131,8 @@ async function start(options: FleetStackOptions, stops: Array<() => Promise<unkn
     keys,
     logger,
     instanceTypes: { ...DEFAULT_INSTANCE_TYPES, ...options.instanceTypes },
-    placementWaitMs: 1_000,
+    // Long enough for a host the probe missed once on a loaded machine to be ready again.
+    placementWaitMs: 10_000,
     placementRetryIntervalMs: 200,
     agentBundle: options.files.bundle,
     rpcPorts: options.rpcPorts,
@@ -182,23 +184,26 @@ async function start(options: FleetStackOptions, stops: Array<() => Promise<unkn
   )
   stops.push(() => rpc.stop())
 
-  // The health-evaluator's two jobs, one cycle at a time.
+  // The health-evaluator's two jobs, each one cycle at a time and apart, as their leases keep them:
+  // a probe waiting on a cut-off host does not hold back the heartbeat evaluation.
   const interval = options.evaluationIntervalMs ?? 250
   const settings = { heartbeatTimeoutMs: options.heartbeatTimeoutMs, intervalMs: interval, migrationGraceMs: options.migrationGraceMs, migrationCooldownMs: 1, migrationsPerCycle: 10 }
-  let evaluating: Promise<unknown> = Promise.resolve()
-  const evaluator = setInterval(() => {
-    evaluating = evaluating
-      .then(async () => {
-        const now = new Date()
-        await probeHosts({ db, pool, keys, timeoutMs: 2_000 }, now)
-        await runHealthEvaluationCycle(settings, { db, logger: quiet, chains }, now)
-      })
-      .catch(() => undefined)
-  }, interval)
-  stops.push(async () => {
-    clearInterval(evaluator)
-    await evaluating
-  })
+  const every = (ms: number, cycle: (now: Date) => Promise<unknown>) => {
+    let running: Promise<unknown> | undefined
+    const timer = setInterval(() => {
+      running ??= cycle(new Date())
+        .catch(() => undefined)
+        .finally(() => {
+          running = undefined
+        })
+    }, ms)
+    stops.push(async () => {
+      clearInterval(timer)
+      await running
+    })
+  }
+  every(interval, (now) => runHealthEvaluationCycle(settings, { db, logger: quiet, chains }, now))
+  every(interval, (now) => probeHosts({ db, pool, keys, timeoutMs: 10_000 }, now))
 
   const byId = new Map([...hosts.entries()].map(([name, h]) => [h.record.id, { name, ...h }]))
   return {
