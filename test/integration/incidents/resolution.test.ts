@@ -13,7 +13,7 @@ import { createLocalBus } from '../../../src/events/local-bus.js'
 import { advanceIncidentResolution } from '../../../src/health/incident-resolution.js'
 import type { FlappingRule } from '../../../src/health/incident-rules.js'
 import { createLogger } from '../../../src/log.js'
-import type { HealthUpdateResult } from '../../../src/nodes/health-state-machine.js'
+import { healthEventSubject, type HealthUpdateResult } from '../../../src/nodes/health-state-machine.js'
 import { createTestDatabase, DIALECTS, type TestDatabase } from '../../helpers/db.js'
 import { at, change, force, incidentsOf, MINUTE, notificationsOf, ownedNode } from './helpers.js'
 
@@ -57,7 +57,9 @@ describe.each(DIALECTS)('incident resolution cycle on %s', (dialect) => {
     const node = await ownedNode(db, 'healthy')
     const { event } = await change(db, node.id, { writer: 'heartbeat_evaluation', state: 'down' }, at(0))
     if (!event) throw new Error('the change wrote no health event')
-    await db.transaction((trx) => options.handle(trx, healthEventSchema.parse(event)))
+    const parsed = healthEventSchema.parse(event)
+    const envelope = { subject: healthEventSubject(node.id), messageId: undefined, idempotencyKey: `health-${node.id}-1`, headers: {}, payload: event, deliveryCount: 1 }
+    await db.transaction((trx) => options.handle(trx, parsed, envelope))
     await change(db, node.id, { writer: 'heartbeat_evaluation', state: 'healthy' }, at(1 * MINUTE))
     for (let i = 1; i <= K; i += 1) await advanceIncidentResolution(db, { now: at((1 + i) * MINUTE), debounce: K, logger, flapping: FLAPPING })
     await bus.close()
