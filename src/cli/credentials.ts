@@ -133,7 +133,7 @@ export function readCredentials(env: Env = process.env): SelectedLogin | undefin
   const file = readCredentialsFile(env)
   const name = requested ?? file?.current_context ?? undefined
   if (name === undefined) return undefined
-  const login = file?.contexts[name]
+  const login = file && Object.hasOwn(file.contexts, name) ? file.contexts[name] : undefined
   if (!login) {
     if (requested === undefined) {
       throw new CredentialsFileError(`${credentialsPath(env)}: the current context "${name}" does not exist`, 'pick one with `nodeplane context use NAME` (`nodeplane context list`)')
@@ -187,14 +187,14 @@ export function writeCredentials(credentials: StoredCredentials, env: Env = proc
     if (!(err instanceof CredentialsFileError)) throw err
   }
   stored.contexts[name] = credentials
-  if (stored.current_context === null || !(stored.current_context in stored.contexts)) stored.current_context = name
+  if (stored.current_context === null || !Object.hasOwn(stored.contexts, stored.current_context)) stored.current_context = name
   return { file: writeCredentialsFile(stored, env), context: name, current: stored.current_context }
 }
 
 /** Makes `name` the current context; exit 3 when there is no such context. */
 export function useContext(name: string, env: Env = process.env): { file: string; login: SelectedLogin } {
   const stored = readCredentialsFile(env)
-  const login = stored?.contexts[assertContextName(name)]
+  const login = stored && Object.hasOwn(stored.contexts, assertContextName(name)) ? stored.contexts[name] : undefined
   if (!stored || !login) throw new UnknownContextError(`no context "${name}" in ${credentialsPath(env)}`, 'see `nodeplane context list`, or log in to it with `nodeplane login --context NAME --api-url URL`')
   stored.current_context = name
   return { file: writeCredentialsFile(stored, env), login: { ...login, context: name } }
@@ -207,7 +207,7 @@ export function useContext(name: string, env: Env = process.env): { file: string
 export function removeCredentials(env: Env = process.env, name?: string): { removed: boolean; context: string | null } {
   const stored = readCredentialsFile(env)
   const target = name === undefined ? (requestedContext(env) ?? stored?.current_context ?? null) : assertContextName(name)
-  if (!stored || target === null || !(target in stored.contexts)) return { removed: false, context: target }
+  if (!stored || target === null || !Object.hasOwn(stored.contexts, target)) return { removed: false, context: target }
   delete stored.contexts[target]
   if (stored.current_context === target) stored.current_context = null
   if (Object.keys(stored.contexts).length === 0) fs.rmSync(credentialsPath(env), { force: true })

@@ -8,7 +8,7 @@
  * no row and no key file. The row and the key file are written together: the key first inside the
  * row's transaction, and removed again when the transaction does not commit.
  */
-import { toDate } from '../db/dialect.js'
+import { lockRow, toDate } from '../db/dialect.js'
 import { isUuid, uuidv7 } from '../db/ids.js'
 import { isUniqueViolation } from '../db/errors.js'
 import type { Db, Queryable } from '../db/knex.js'
@@ -109,7 +109,12 @@ export async function moveHost(
   const now = fleet.now ?? (() => new Date())
   let cancelled: string | undefined
   const result = await fleet.db.transaction(async (trx) => {
-    const host = await resolveHost(trx, ref)
+    // Locked and read again: two drains of one host at once would both find no running drain
+    // and the second insert would break the one-running-drain index (Postgres; SQLite's write
+    // transactions are exclusive already).
+    const resolved = await resolveHost(trx, ref)
+    await lockRow(trx, trx('hosts').where({ id: resolved.id }).first('id'))
+    const host = (await findHostById(trx, resolved.id)) ?? resolved
     const already = (action === 'cordon' && host.state === 'cordoned') || (action === 'uncordon' && host.state === 'ready') || (action === 'drain' && host.state === 'draining')
     if (already && action !== 'drain') return host
     let steps: HostAction[] = already ? [] : [action]

@@ -36,8 +36,9 @@ export const STATE_CLASSES: Readonly<Record<NodeState, UptimeClass>> = {
  */
 export const PLANNED_MAINTENANCE_TRIGGER = 'upgrade'
 
+/** The state log's trigger is the writer, or `<writer>: <reason>` (state-log.ts, triggerOf). */
 export function isPlannedDowntime(state: string, trigger: string | undefined): boolean {
-  return state === 'maintenance' && trigger === PLANNED_MAINTENANCE_TRIGGER
+  return state === 'maintenance' && (trigger === PLANNED_MAINTENANCE_TRIGGER || trigger?.startsWith(`${PLANNED_MAINTENANCE_TRIGGER}: `) === true)
 }
 
 export function classOfState(state: string): UptimeClass {

@@ -42,7 +42,7 @@ async function endedNode(db: Db, userId: string, start: number, downHours: reado
     cursor = start + (h + 1) * HOUR
   }
   log.push({ state: 'healthy', from: cursor, to: end }, { state: 'terminated', from: end, to: null })
-  await db('uptime_state_log').insert(log.map((l) => ({ node_id: id, state: l.state, entered_at: new Date(l.from), exited_at: l.to === null ? null : new Date(l.to), trigger: l.state === 'maintenance' ? 'upgrade' : 'test' })))
+  await db('uptime_state_log').insert(log.map((l) => ({ node_id: id, state: l.state, entered_at: new Date(l.from), exited_at: l.to === null ? null : new Date(l.to), trigger: l.state === 'maintenance' ? 'upgrade: upgrade to 1.2.0 (rollout 0193)' : 'test' })))
   const buckets = Array.from({ length: 70 }, (_, h) => {
     const down = downHours.includes(h)
     return { node_id: id, bucket_hour: new Date(start + h * HOUR), uptime_seconds: down ? 0 : 3600, downtime_seconds: down ? 3600 : 0, planned_downtime_seconds: plannedHours.includes(h) ? 3600 : 0, unknown_seconds: 0, total_seconds: 3600, is_complete: true, computed_at: new Date(end) }

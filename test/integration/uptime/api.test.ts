@@ -19,8 +19,8 @@ afterEach(() => resources.cleanup())
 const at = (iso: string) => new Date(iso)
 const UNKNOWN_ID = '00000000-0000-4000-8000-000000000000'
 
-async function move(db: Db, nodeId: string, state: NodeState, now: Date, writer: StateWriter = 'heartbeat_evaluation'): Promise<void> {
-  await db.transaction((trx) => applyHealthUpdate(trx, { nodeId, change: { writer, state }, now }))
+async function move(db: Db, nodeId: string, state: NodeState, now: Date, writer: StateWriter = 'heartbeat_evaluation', reason?: string): Promise<void> {
+  await db.transaction((trx) => applyHealthUpdate(trx, { nodeId, change: { writer, state }, now, ...(reason ? { reason } : {}) }))
 }
 
 async function nodeOf(db: Db, userId: string, created: Date): Promise<string> {
@@ -119,8 +119,10 @@ describe.each(DIALECTS)('uptime API on %s', (dialect) => {
     await move(db, node, 'syncing', at('2026-05-01T23:05:00Z'), 'provisioning')
     await move(db, node, 'healthy', at('2026-05-01T23:06:00Z'))
     // A rollout's upgrade: 10 minutes of planned maintenance in the 00:00 hour.
-    await move(db, node, 'maintenance', at('2026-05-02T00:10:00Z'), 'upgrade')
-    await move(db, node, 'syncing', at('2026-05-02T00:20:00Z'), 'upgrade')
+    // With the reason the rollout's node upgrade gives (src/rollouts/node-upgrade.ts): the state
+    // log's trigger is then "upgrade: <reason>".
+    await move(db, node, 'maintenance', at('2026-05-02T00:10:00Z'), 'upgrade', 'upgrade to 1.2.0 (rollout 0193)')
+    await move(db, node, 'syncing', at('2026-05-02T00:20:00Z'), 'upgrade', 'upgrade to 1.2.0 (rollout 0193)')
     await move(db, node, 'healthy', at('2026-05-02T00:21:00Z'))
     // A migration: 5 minutes of unplanned maintenance in the current hour.
     await move(db, node, 'maintenance', at('2026-05-02T02:00:00Z'), 'migration')

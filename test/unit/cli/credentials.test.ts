@@ -73,6 +73,12 @@ describe('stored login (credentials.json)', () => {
     expect(() => readCredentials({ ...env, NODEPLANE_CONTEXT: 'prdo' })).toThrow(NotFoundError)
     expect(() => useContext('prdo', env)).toThrow(/no context "prdo"/)
     expect(() => readCredentials({ ...env, NODEPLANE_CONTEXT: '../x' })).toThrow(ValidationError)
+    // Names of an object's own machinery are contexts like any other: none exists here.
+    for (const name of ['constructor', 'toString', 'hasOwnProperty']) {
+      expect(() => readCredentials({ ...env, NODEPLANE_CONTEXT: name })).toThrow(NotFoundError)
+      expect(() => useContext(name, env)).toThrow(`no context "${name}"`)
+      expect(removeCredentials(env, name)).toEqual({ removed: false, context: name })
+    }
     // Removing the current context leaves none current; commands then have no login.
     expect(removeCredentials(env, 'staging')).toEqual({ removed: true, context: 'staging' })
     expect(readCredentials(env)).toBeUndefined()
