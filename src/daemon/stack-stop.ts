@@ -33,13 +33,22 @@ function isRunning(pid: number): boolean {
   }
 }
 
-/** Whether the process is a `nodeplane up` (true where /proc cannot say). */
+/** This binary as a process's argv shows it: `…/bin/run.js` (or dev.js), or a `nodeplane` on PATH. */
+const NODEPLANE_ENTRY = /(^|\/)(nodeplane|bin\/run\.js|bin\/dev\.js)$/
+
+/**
+ * Whether the process is a `nodeplane up` (true where /proc cannot say): this binary's entry
+ * followed by `up`, so a reused pid now running `docker compose up` is not taken for it.
+ */
 function isNodeplaneUp(pid: number): boolean {
+  let argv: string[]
   try {
-    return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').includes('up')
+    argv = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0')
   } catch {
     return true
   }
+  const entry = argv.findIndex((arg) => NODEPLANE_ENTRY.test(arg))
+  return entry >= 0 && argv[entry + 1] === 'up'
 }
 
 export async function stopStack(dataDir: string, timeoutMs: number): Promise<StopStackResult> {
@@ -55,7 +64,11 @@ export async function stopStack(dataDir: string, timeoutMs: number): Promise<Sto
       `nothing was signalled; remove ${dataDir}/stack.json`,
     )
   }
-  process.kill(stack.pid, 'SIGTERM')
+  try {
+    process.kill(stack.pid, 'SIGTERM')
+  } catch (err) {
+    throw new ConflictError(`cannot signal pid ${stack.pid} named in ${dataDir}/stack.json: ${(err as NodeJS.ErrnoException).code ?? String(err)}`, 'stop it as the user who started it')
+  }
   const deadline = Date.now() + timeoutMs
   while (isRunning(stack.pid)) {
     if (Date.now() > deadline) {
