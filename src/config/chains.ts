@@ -258,12 +258,16 @@ export type NodeConfiguration = CommandPayload<'configure'>
 /** Where a chain's RPC listens unless the host says otherwise: loopback (a `local` host). */
 export const DEFAULT_RPC_HOST = '127.0.0.1'
 
-/** An IP literal other than a wildcard (0.0.0.0, ::): a chain's RPC is never bound to every interface. */
+/**
+ * Where a chain's RPC may listen: loopback or a private IPv4 address (RFC 1918). Never a wildcard
+ * (0.0.0.0): not every interface; never a public address: the node's RPC has no authentication
+ * of its own, the rpc-gateway is the authenticated entry. IPv6 is not accepted yet: the probes'
+ * and configurations' `http://{{rpc_host}}:{{rpc_port}}` would need brackets.
+ */
 export function isBindableRpcHost(address: string): boolean {
-  const family = net.isIP(address)
-  if (family === 4) return address !== '0.0.0.0'
-  if (family === 6) return !/^[0:]+$/.test(address)
-  return false
+  if (net.isIP(address) !== 4) return false
+  const [a, b] = address.split('.').map(Number) as [number, number]
+  return a === 127 || a === 10 || (a === 172 && b >= 16 && b <= 31) || (a === 192 && b === 168)
 }
 
 /** The package root: it holds `chains/` (and `upgrades/`), so it is the config dir for local use. */
@@ -470,7 +474,7 @@ export function renderNodeConfig(profile: ChainProfile, nodeType: string, input:
   if (input.node_id.length === 0) throw new ValidationError('node_id must not be empty')
   const rpcHost = input.rpc_host ?? DEFAULT_RPC_HOST
   // Rendered into command lines and config files: an IP address literal only, never a wildcard.
-  if (!isBindableRpcHost(rpcHost)) throw new ValidationError(`rpc_host ${rpcHost.slice(0, 80)} is not a unicast IP address a chain may bind to`)
+  if (!isBindableRpcHost(rpcHost)) throw new ValidationError(`rpc_host ${rpcHost.slice(0, 80)} is not a loopback or private IPv4 address a chain may bind to`)
   const release = releaseFor(profile, input.version ?? profile.default_version)
   if (release.unavailable && !options.evenUnavailable && !installedSince(release)) {
     throw new ValidationError(`chain ${profile.id} release ${release.version} cannot be installed: ${release.unavailable}`, release.unavailable)

@@ -103,7 +103,7 @@ export async function rpcHostOf(db: Queryable, nodeId: string): Promise<string> 
   const host = (await db('hosts').where({ id: reservation.host_id }).first('name', 'address')) as { name: string; address: string } | undefined
   if (!host) throw new Error(`node ${nodeId} is placed on a fleet host that no longer exists (${reservation.host_id})`)
   if (!isBindableRpcHost(host.address)) {
-    throw new NonRetryableStepError(`fleet host ${host.name}'s address ${host.address} is not an IP address: a chain binds its RPC to the host's private IP address (add the host with --address <IP>)`)
+    throw new NonRetryableStepError(`fleet host ${host.name}'s address ${host.address} is not a private IPv4 address: a chain binds its RPC to the host's private address, never a public one (add the host with --address <private IPv4>)`)
   }
   return host.address
 }
