@@ -24,12 +24,14 @@ export async function writeRemoteFile(pool: SshPool, target: SshTarget, remotePa
 /**
  * Reads a small file on a host over SSH (a chain's RPC cookie for the rpc-gateway): at most
  * `maxBytes`, a larger file is refused rather than cut. Text (UTF-8), returned and never logged.
+ * A symbolic link is not followed (dd's nofollow): the chain, which can write where its cookie
+ * lives, must not make the login read another file of the host for it.
  */
 export async function readRemoteFile(pool: SshPool, target: SshTarget, remotePath: string, maxBytes: number): Promise<string> {
   if (!REMOTE_PATH.test(remotePath) || remotePath.includes('/../') || remotePath.endsWith('/..')) {
     throw new ValidationError('invalid remote path', `${remotePath}: an absolute path of letters, digits, ".", "_", "-" and "/"`)
   }
-  const result = await pool.exec(target, `head -c ${maxBytes + 1} -- '${remotePath}'`)
+  const result = await pool.exec(target, `dd if='${remotePath}' iflag=nofollow bs=${maxBytes + 1} count=1 status=none`)
   if (result.code !== 0) throw new Error(`could not read ${remotePath} on ${target.address}: ${result.stderr.trim().slice(0, 300) || `exit ${result.code ?? result.signal}`}`)
   if (Buffer.byteLength(result.stdout, 'utf8') > maxBytes) throw new Error(`${remotePath} on ${target.address} is larger than ${maxBytes} bytes`)
   return result.stdout

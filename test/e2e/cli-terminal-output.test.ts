@@ -31,7 +31,10 @@ const json = <T>(r: CliResult): T => JSON.parse(r.stdout) as T
 /** The binary under a 160-column pseudo-terminal; output raw (colours kept), the terminal's \r\n as \n. */
 async function onTerminal(args: string[], env: Record<string, string>, cwd: string): Promise<CliResult> {
   const command = `stty cols 160 rows 60; ${['node', BIN, ...args].map((a) => `'${a.replaceAll("'", "'\\''")}'`).join(' ')}`
-  const r = await execa('script', ['-qfec', command, '/dev/null'], { input: '', env: cleanEnv(env), extendEnv: false, cwd, reject: false, timeout: 60_000 })
+  // An operator's terminal, not a CI job's: with CI set (as `.ci/run` sets it), chalk and so the
+  // ink views leave colour off whatever the terminal.
+  const { CI: _ci, ...terminalEnv } = cleanEnv(env)
+  const r = await execa('script', ['-qfec', command, '/dev/null'], { input: '', env: terminalEnv, extendEnv: false, cwd, reject: false, timeout: 60_000 })
   return { exitCode: r.exitCode ?? -1, stdout: String(r.stdout).replaceAll('\r\n', '\n'), stderr: String(r.stderr) }
 }
 

@@ -182,5 +182,16 @@ describeEachDialectConcurrently('nodes on a fleet host reached through the rpc-g
     expect(gone.status).toBe(502)
     expect(rpcError(gone).code).toBe(-32011)
     expect(JSON.stringify(gone.body)).not.toContain(host.rootDir)
+
+    // A cookie that is a symbolic link (the chain can write where its cookie lives) is not
+    // followed: the login never reads another file of the host for it.
+    const elsewhere = path.join(host.rootDir, 'not-a-cookie')
+    fs.writeFileSync(elsewhere, '__cookie__:0123456789abcdef')
+    fs.mkdirSync(path.dirname(cookieFile), { recursive: true })
+    fs.symlinkSync(elsewhere, cookieFile)
+    stack.rpc.routes.invalidate(node.id)
+    const linked = await call()
+    expect(linked.status).toBe(502)
+    expect(rpcError(linked).code).toBe(-32011)
   }, 120_000)
 })
