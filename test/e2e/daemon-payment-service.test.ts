@@ -12,6 +12,7 @@ import { jsonLogLines, nodeplane, spawnNodeplane, tempDir, type CliResult } from
 import { FakeCardProcessor, signedDelivery } from '../helpers/fake-card-processor.js'
 import { startNats, type NatsServer } from '../helpers/nats.js'
 import { freePort, waitFor } from '../helpers/ports.js'
+import { cardPaymentRequest } from '../helpers/payment-requests.js'
 
 const SECRET_KEY = `sk_test_e2e_${crypto.randomBytes(12).toString('hex')}`
 const WEBHOOK_SECRET = `whsec_e2e_${crypto.randomBytes(12).toString('hex')}`
@@ -121,16 +122,7 @@ describe('nodeplane daemon payment-service (separate process, NATS, card provide
         controlPlane = client('nodeplane-control-plane', ports.grpc)
         expect(await controlPlane.methods()).toContain('card')
         const customerId = crypto.randomUUID()
-        const { payment, created } = await controlPlane.initiatePayment({
-          customer: { id: customerId, email: 'payer@example.test', wallet_address: '' },
-          items: [{ chain_profile_id: 'devnet', node_type: 'full', duration: '1w' }],
-          subscription_ids: [],
-          method: 'card',
-          idempotency_key: crypto.randomUUID(),
-          return_url: 'https://example.test/return',
-          cancel_url: 'https://example.test/cancel',
-          context: { request_id: crypto.randomUUID(), ip: '127.0.0.1', actor: `user:${customerId}` },
-        })
+        const { payment, created } = await controlPlane.initiatePayment(cardPaymentRequest(customerId))
         expect(created).toBe(true)
         expect(payment).toMatchObject({ status: 'pending', method: 'card', provider: 'card', amount_minor: 500, currency: 'USD' })
         expect(payment.checkout_url).toMatch(/^https:\/\/checkout\.example\.test\//)
