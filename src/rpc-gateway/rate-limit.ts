@@ -9,7 +9,10 @@
  * refills it for the time elapsed, takes what it needs plus a small lease for its next requests
  * (`leaseTokens`, a twentieth of a second's refill), and writes the row back. Leased tokens
  * expire after LEASE_MS, so a gateway can run ahead of the shared bucket by at most its lease, and
- * only for that long. A process that dies loses at most its lease.
+ * only for that long. A process that dies loses at most its lease. Calls for a key that arrive while
+ * this gateway's database take for that key is in flight wait for it and draw on its lease: without
+ * that, a burst of concurrent calls would each lease tokens and drain the bucket many times faster
+ * than they spend it.
  *
  * When the database fails or takes longer than `databaseTimeoutMs`, buckets are kept in this
  * process's memory instead (each gateway then allows the rate on its own), logged once; the
@@ -101,6 +104,8 @@ export function createRpcRateLimiter(options: RpcRateLimiterOptions): RpcRateLim
   let lastFailure = 0
   // Tokens leased from the shared bucket, each batch valid until `until`.
   const leases = new Map<string, { tokens: number; until: number }>()
+  // The database take in flight per key, which concurrent calls for that key wait for.
+  const inflight = new Map<string, Promise<unknown>>()
   // The fallback's buckets, used only while the database is unavailable.
   const memory = new Map<string, Bucket>()
 
@@ -143,16 +148,31 @@ export function createRpcRateLimiter(options: RpcRateLimiterOptions): RpcRateLim
       return store
     },
     async take(key, count) {
-      const at = now()
-      const leased = leases.get(key)
-      if (leased && leased.until > at && leased.tokens >= count) {
-        leased.tokens -= count
-        return { allowed: true }
+      let at = now()
+      for (;;) {
+        const leased = leases.get(key)
+        if (leased && leased.until > at && leased.tokens >= count) {
+          leased.tokens -= count
+          return { allowed: true }
+        }
+        const running = inflight.get(key)
+        if (!running) break
+        await running
+        at = now()
       }
       leases.delete(key)
       if (store === 'database' || at - lastFailure >= retryDatabaseAfterMs) {
         try {
-          const decision = await takeInDatabase(key, count, at)
+          const taking = takeInDatabase(key, count, at)
+          const settled = taking.then(
+            () => undefined,
+            () => undefined,
+          )
+          inflight.set(key, settled)
+          void settled.then(() => {
+            if (inflight.get(key) === settled) inflight.delete(key)
+          })
+          const decision = await taking
           if (store === 'memory') {
             store = 'database'
             memory.clear()

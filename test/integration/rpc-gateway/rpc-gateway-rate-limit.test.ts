@@ -48,6 +48,15 @@ describe.each(DIALECTS)('rpc rate limit on %s', (dialect) => {
     expect(Number((await t.db('rpc_rate_buckets').where({ bucket_key: 'key:lease' }).first()).tokens)).toBe(94)
   })
 
+  it('a burst of concurrent calls spends the bucket call by call: they share one lease instead of each taking its own', async () => {
+    // A lease of 50 (a twentieth of 1,000/s) per database take: 100 concurrent calls each taking
+    // their own would drain the bucket of 100 after two of them.
+    const limiter = createRpcRateLimiter({ db: t.db, perSecond: 1_000, burst: 100, logger, now })
+    const decisions = await Promise.all(Array.from({ length: 100 }, () => limiter.take('key:burst', 1)))
+    expect(decisions.filter((d) => d.allowed)).toHaveLength(100)
+    expect(await limiter.take('key:burst', 1)).toEqual({ allowed: false, retryAfterSeconds: 1 })
+  })
+
   it('counts in memory, per gateway, while the database is unavailable', async () => {
     const broken = t.connect()
     const limiter = createRpcRateLimiter({ db: broken, perSecond: 1, burst: 2, logger, now, retryDatabaseAfterMs: 5_000 })
