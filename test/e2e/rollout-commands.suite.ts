@@ -196,10 +196,12 @@ export function rolloutCommandsSuite(dialect: Dialect): void {
     })
 
     it('a rolling upgrade: create, one active rollout per chain, start --watch with one line per change, status, nodes, the node runs 1.1.0', { timeout: 180_000 }, async () => {
-      const created = await run(['rollout', 'create', '--chain', 'devnet', '--node-type', 'full', '--upgrade-id', 'devnet-1.1.0', '--source-version', '1.0.0', '--health-wait', '2s', '--reason', 'e2e', '--json'])
+      // Health waits of 5 s: on a loaded CI machine a restarted devnet node took over 2 s to send
+      // its first healthy report, and the validation failed as if it never came up.
+      const created = await run(['rollout', 'create', '--chain', 'devnet', '--node-type', 'full', '--upgrade-id', 'devnet-1.1.0', '--source-version', '1.0.0', '--health-wait', '5s', '--reason', 'e2e', '--json'])
       expect(created.exitCode, created.stderr).toBe(0)
       const rollout = json<RolloutView>(created)
-      expect(rollout).toMatchObject({ status: 'pending', upgrade_id: 'devnet-1.1.0', binary_name: 'devnet-node', source_version: '1.0.0', target_version: '1.1.0', strategy: 'rolling', health_wait_duration: '2s', reason: 'e2e' })
+      expect(rollout).toMatchObject({ status: 'pending', upgrade_id: 'devnet-1.1.0', binary_name: 'devnet-node', source_version: '1.0.0', target_version: '1.1.0', strategy: 'rolling', health_wait_duration: '5s', reason: 'e2e' })
       expect(rollout.manifest_content_hash).toMatch(/^sha256:[0-9a-f]{64}$/)
 
       // One active rollout per chain: another node type of devnet is refused while this one is pending.
@@ -305,7 +307,7 @@ export function rolloutCommandsSuite(dialect: Dialect): void {
     })
 
     itOn('postgres', 'a breaking canary: start --watch exits 6 at the approval gate, approve-canary --watch exits 0 when completed', { timeout: 180_000 }, async () => {
-      const created = await run(['rollout', 'create', '--chain', 'devnet', '--node-type', 'archive', '--upgrade-id', 'devnet-1.1.0-breaking', '--source-version', '1.0.0', '--strategy', 'canary', '--health-wait', '2s', '--json'])
+      const created = await run(['rollout', 'create', '--chain', 'devnet', '--node-type', 'archive', '--upgrade-id', 'devnet-1.1.0-breaking', '--source-version', '1.0.0', '--strategy', 'canary', '--health-wait', '5s', '--json'])
       expect(created.exitCode, created.stderr).toBe(0)
       const rollout = json<RolloutView>(created)
       expect(rollout).toMatchObject({ strategy: 'canary', canary_size: 1, migration_type: 'breaking' })
@@ -342,10 +344,10 @@ export function rolloutCommandsSuite(dialect: Dialect): void {
       expect(badComponent.exitCode).toBe(2)
       expect(badComponent.stderr).toMatch(/--component "devnet-node" must be BINARY:VERSION/)
 
-      const created = await run(['rollout-group', 'create', '--file', file, '--failure-policy', 'partial_ok', '--health-wait', '2s', '--json'])
+      const created = await run(['rollout-group', 'create', '--file', file, '--failure-policy', 'partial_ok', '--health-wait', '5s', '--json'])
       expect(created.exitCode, created.stderr).toBe(0)
       const group = json<RolloutGroupStatusView>(created)
-      expect(group).toMatchObject({ status: 'pending', failure_policy: 'partial_ok', health_wait_duration: '2s', component_order: [expect.objectContaining({ binary_name: 'devnet-node', version: '1.1.0', upgrade_id: 'devnet-1.1.0' })] })
+      expect(group).toMatchObject({ status: 'pending', failure_policy: 'partial_ok', health_wait_duration: '5s', component_order: [expect.objectContaining({ binary_name: 'devnet-node', version: '1.1.0', upgrade_id: 'devnet-1.1.0' })] })
       const duplicate = await run(['rollout-group', 'create', '--chain', 'devnet', '--node-type', 'full', '--failure-policy', 'manual', '--component', 'devnet-node:1.1.0'])
       expect(duplicate.exitCode).toBe(4)
 
@@ -436,7 +438,7 @@ export function rolloutCommandsSuite(dialect: Dialect): void {
       async () => {
         // The full node runs 1.1.0: a manual, breaking canary back to the 1.0.0 release.
         await untilHealthy(nodes.full)
-        const created = await run(['rollout', 'create', '--chain', 'devnet', '--node-type', 'full', '--source-version', '1.1.0', '--binary-name', 'devnet-node', '--target-version', '1.0.0', '--target-url', releaseUrl('1.0.0'), '--target-checksum', SHA256_100, '--migration-type', 'breaking', '--strategy', 'canary', '--health-wait', '2s', '--json'])
+        const created = await run(['rollout', 'create', '--chain', 'devnet', '--node-type', 'full', '--source-version', '1.1.0', '--binary-name', 'devnet-node', '--target-version', '1.0.0', '--target-url', releaseUrl('1.0.0'), '--target-checksum', SHA256_100, '--migration-type', 'breaking', '--strategy', 'canary', '--health-wait', '5s', '--json'])
         expect(created.exitCode, created.stderr).toBe(0)
         const rollout = json<RolloutView>(created)
         const resumeEarly = await run(['rollout', 'resume', '--id', rollout.id])
