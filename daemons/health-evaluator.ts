@@ -19,7 +19,7 @@ import { advanceIncidentResolution } from '../src/health/incident-resolution.js'
 import { incidentSettingsFromEnv } from '../src/health/incident-rules.js'
 import { scheduleHealthEvaluation, scheduleMaintenanceRecovery, type AfterEvaluation } from '../src/health/evaluator.js'
 import { openHostFleet, type HostFleetSettings } from '../src/hosts/fleet.js'
-import { scheduleHostProbe } from '../src/hosts/probe.js'
+import { DEFAULT_PROBE_FAILURES_BEFORE_UNREACHABLE, scheduleHostProbe } from '../src/hosts/probe.js'
 import type { PeriodicJob } from '../src/jobs/periodic.js'
 import type { Logger } from '../src/log.js'
 import { scheduleSubscriptionCleanup } from '../src/subscriptions/cleanup.js'
@@ -53,7 +53,7 @@ export type HealthEvaluatorSettings = Pick<
   // Optional: the env schema gives defaults; a caller passing its own settings may leave them out.
   Partial<Pick<z.infer<typeof healthEvaluatorEnv>, 'PROVISION_RETRY_INTERVAL' | 'PROVISION_RETRY_ATTEMPTS' | 'PROVISION_RETRY_BACKOFF' | 'PROVISION_RETRY_BACKOFF_MAX'>> &
   // The host probe runs when the data directory (where the hosts' SSH keys are) is given.
-  Partial<HostFleetSettings & Pick<z.infer<typeof healthEvaluatorEnv>, 'HOSTS_PROBE_INTERVAL' | 'HOSTS_PROBE_TIMEOUT'>>
+  Partial<HostFleetSettings & Pick<z.infer<typeof healthEvaluatorEnv>, 'HOSTS_PROBE_INTERVAL' | 'HOSTS_PROBE_TIMEOUT' | 'HOSTS_PROBE_FAILURES'>>
 
 export interface HealthEvaluatorDeps {
   db: Db
@@ -155,7 +155,7 @@ export async function startHealthEvaluator(settings: HealthEvaluatorSettings, de
   const hostProbe = hostFleet
     ? scheduleHostProbe(
         { db: deps.db, logger: deps.logger, ...clock },
-        { db: deps.db, pool: hostFleet.pool, keys: hostFleet.keys, timeoutMs: settings.HOSTS_PROBE_TIMEOUT ?? 10_000 },
+        { db: deps.db, pool: hostFleet.pool, keys: hostFleet.keys, timeoutMs: settings.HOSTS_PROBE_TIMEOUT ?? 10_000, failuresBeforeUnreachable: settings.HOSTS_PROBE_FAILURES ?? DEFAULT_PROBE_FAILURES_BEFORE_UNREACHABLE },
         settings.HOSTS_PROBE_INTERVAL ?? 30_000,
       )
     : undefined

@@ -21,6 +21,7 @@ import * as hostReservations from './0019_host_reservations.js'
 import * as rpcUpstreamHealth from './0020_rpc_upstream_health.js'
 import * as hostDrains from './0021_host_drains.js'
 import * as uptimePlannedDowntime from './0022_uptime_planned_downtime.js'
+import * as hostProbeFailures from './0023_host_probe_failures.js'
 
 /** In order; a released migration is never edited, a change is a new entry. */
-export const controlPlaneMigrations: readonly Migration[] = [initialSchema, authServer, agents, nodeKeys, payments, healthEvaluation, incidents, uptime, rollouts, provisionRetries, artifacts, agentChainPid, agentGatewayPresence, hosts, trustBoundaries, rpcRateBuckets, rpcUsage, workflowStepOrder, hostReservations, rpcUpstreamHealth, hostDrains, uptimePlannedDowntime]
+export const controlPlaneMigrations: readonly Migration[] = [initialSchema, authServer, agents, nodeKeys, payments, healthEvaluation, incidents, uptime, rollouts, provisionRetries, artifacts, agentChainPid, agentGatewayPresence, hosts, trustBoundaries, rpcRateBuckets, rpcUsage, workflowStepOrder, hostReservations, rpcUpstreamHealth, hostDrains, uptimePlannedDowntime, hostProbeFailures]

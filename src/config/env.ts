@@ -457,6 +457,8 @@ export const hostsEnv = {
   HOSTS_PROBE_INTERVAL: duration('30s'),
   /** A host that does not answer the probe within this is unreachable. */
   HOSTS_PROBE_TIMEOUT: duration('10s'),
+  /** Failed probes in a row before a ready host is unreachable (one success resets the count). */
+  HOSTS_PROBE_FAILURES: z.coerce.number().int().min(1).max(100).default(3),
   /** What instance types need on a fleet host: `name:cpu=N,memory=SIZE,disk=SIZE;…`, on top of ssh.small/medium/large. */
   HOSTS_INSTANCE_TYPES: z
     .string()

@@ -2,8 +2,10 @@
  * The hosts' health probe (docs/infrastructure.md, "Health probe"): every HOSTS_PROBE_INTERVAL,
  * on whichever replica holds the `host-probe` lease, each host not removed is asked `true` over
  * SSH (through the pool: an open connection is reused, a dead one reopened). A `ready` host that
- * does not answer becomes `unreachable`; an `unreachable` host that answers becomes `ready`
- * again. Cordoned and draining hosts keep their state; every host's result is recorded.
+ * fails `failuresBeforeUnreachable` probes in a row becomes `unreachable` (one slow handshake on a
+ * busy host is no outage), at once when it presents another host key (never a probe to wait out);
+ * an `unreachable` host that answers becomes `ready` again, and any answer resets the count.
+ * Cordoned and draining hosts keep their state; every host's result is recorded.
  *
  * Hosts are probed concurrently (the pool bounds the handshakes); a state change is written only
  * if the host is still at the version read (an operator's cordon meanwhile wins). A process killed
@@ -23,9 +25,13 @@ export interface HostProbeDeps {
   db: Db
   pool: SshPool
   keys: SshKeyStore
-  /** How long one probe command may take before the host counts as unreachable. */
+  /** How long one probe command may take before it counts as failed. */
   timeoutMs: number
+  /** Failed probes in a row before a `ready` host becomes `unreachable` (HOSTS_PROBE_FAILURES). */
+  failuresBeforeUnreachable: number
 }
+
+export const DEFAULT_PROBE_FAILURES_BEFORE_UNREACHABLE = 3
 
 async function probeOne(deps: HostProbeDeps, host: Host): Promise<{ result: ProbeResult; error: string | null }> {
   try {
@@ -50,9 +56,10 @@ export async function probeHosts(deps: HostProbeDeps, now: Date, logger?: Logger
   await Promise.all(
     hosts.map(async (host) => {
       const { result, error } = await probeOne(deps, host)
-      await recordProbe(deps.db, host.id, result, error, now)
+      const failures = await recordProbe(deps.db, host.id, result, error, now)
       const action = result === 'ok' ? 'probe_ok' : 'probe_failed'
       if (!hostMoveAllowed(host.state, action)) return
+      if (action === 'probe_failed' && result !== 'host_key_mismatch' && failures < deps.failuresBeforeUnreachable) return
       const to = action === 'probe_ok' ? 'ready' : 'unreachable'
       if (await updateHostState(deps.db, host, to, now)) {
         changes.push({ host: host.name, from: host.state, to })

@@ -165,8 +165,13 @@ export async function updateHostState(db: Queryable, host: Pick<Host, 'id' | 've
   return changed === 1
 }
 
-export async function recordProbe(db: Queryable, id: string, result: ProbeResult, error: string | null, now: Date): Promise<void> {
-  await db('hosts').where({ id }).update({ last_probe_at: now, last_probe_result: result, last_probe_error: error?.slice(0, 500) ?? null })
+/** Records a probe's result; returns the host's failed probes in a row, this one included (0 after a success). */
+export async function recordProbe(db: Queryable, id: string, result: ProbeResult, error: string | null, now: Date): Promise<number> {
+  await db('hosts')
+    .where({ id })
+    .update({ last_probe_at: now, last_probe_result: result, last_probe_error: error?.slice(0, 500) ?? null, probe_failures: result === 'ok' ? 0 : db.raw('probe_failures + 1') })
+  const row = (await db('hosts').where({ id }).first('probe_failures')) as { probe_failures: number | string } | undefined
+  return Number(row?.probe_failures ?? 0)
 }
 
 /**

@@ -25,7 +25,7 @@ import { runHealthEvaluationCycle } from '../../../src/health/evaluator.js'
 import { startIncidentConsumer } from '../../../src/health/incident-consumer.js'
 import { DEFAULT_INSTANCE_TYPES, type InstanceTypeNeeds } from '../../../src/hosts/instance-types.js'
 import type { PortRange } from '../../../src/hosts/placement.js'
-import { probeHosts } from '../../../src/hosts/probe.js'
+import { DEFAULT_PROBE_FAILURES_BEFORE_UNREACHABLE, probeHosts } from '../../../src/hosts/probe.js'
 import { addHost } from '../../../src/hosts/service.js'
 import { createSshPool, type SshPool } from '../../../src/hosts/ssh-pool.js'
 import { fileSshKeyStore } from '../../../src/hosts/ssh-keys.js'
@@ -203,7 +203,7 @@ async function start(options: FleetStackOptions, stops: Array<() => Promise<unkn
     })
   }
   every(interval, (now) => runHealthEvaluationCycle(settings, { db, logger: quiet, chains }, now))
-  every(interval, (now) => probeHosts({ db, pool, keys, timeoutMs: 10_000 }, now))
+  every(interval, (now) => probeHosts({ db, pool, keys, timeoutMs: 10_000, failuresBeforeUnreachable: DEFAULT_PROBE_FAILURES_BEFORE_UNREACHABLE }, now))
 
   const byId = new Map([...hosts.entries()].map(([name, h]) => [h.record.id, { name, ...h }]))
   return {

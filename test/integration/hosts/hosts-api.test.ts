@@ -2,8 +2,8 @@
  * `/api/v1/hosts` against a real sshd in a network namespace (test/helpers/netns.ts), on both
  * databases: adding pins the host key and checks prerequisites, every failed check leaves no row
  * and no key file, the state rules, admin only, bad input, and the health probe following the
- * host's link down and up. One namespace for the whole file; each dialect has its own database,
- * api-server and key directory.
+ * host's link down and up (unreachable after failed probes in a row, not after one). One namespace
+ * for the whole file; each dialect has its own database, api-server and key directory.
  */
 import fs from 'node:fs'
 import os from 'node:os'
@@ -215,18 +215,32 @@ describe.each(DIALECTS)('hosts API on %s', (dialect) => {
     expect(cordonRemoved.body).toMatchObject({ details: expect.stringMatching(/removed/) })
   })
 
-  it('the probe marks a host unreachable when its link goes down and ready when it returns, under the job lease', async () => {
+  it('the probe marks a host unreachable after two failed probes in a row when its link goes down, ready when it returns, under the job lease', async () => {
     const res = await call('POST', '/hosts', addBody())
     expect(res.status, JSON.stringify(res.body)).toBe(201)
     const { id } = res.body as HostBody
-    const deps = { db, pool, keys: fileSshKeyStore(keyDir), timeoutMs: 1_500 }
+    const deps = { db, pool, keys: fileSshKeyStore(keyDir), timeoutMs: 1_500, failuresBeforeUnreachable: 2 }
     const job = scheduleHostProbe({ db, logger: createLogger({ level: 'silent' }), cronTime: '0 0 0 1 1 *' }, deps, 1_000)
     resources.add(() => job.stop())
     expect(await job.tick()).toBe(true)
     expect((await call('GET', `/hosts/${id}`)).body).toMatchObject({ state: 'ready', last_probe_result: 'ok' })
 
+    // One failed probe between answers is no outage: the count starts again after each answer.
+    for (let i = 0; i < 2; i++) {
+      await host.setLinkUp(false)
+      try {
+        expect(await probeHosts(deps, new Date())).toEqual([])
+        expect((await call('GET', `/hosts/${id}`)).body).toMatchObject({ state: 'ready', last_probe_result: 'unreachable' })
+      } finally {
+        await host.setLinkUp(true)
+      }
+      expect(await probeHosts(deps, new Date())).toEqual([])
+      expect((await call('GET', `/hosts/${id}`)).body).toMatchObject({ state: 'ready', last_probe_result: 'ok' })
+    }
+
     await host.setLinkUp(false)
     try {
+      expect(await probeHosts(deps, new Date())).toEqual([])
       expect(await probeHosts(deps, new Date())).toEqual([{ host: 'fra-1', from: 'ready', to: 'unreachable' }])
       expect((await call('GET', `/hosts/${id}`)).body).toMatchObject({ state: 'unreachable', last_probe_result: 'unreachable', last_probe_error: expect.any(String) })
     } finally {
@@ -246,13 +260,13 @@ describe.each(DIALECTS)('hosts API on %s', (dialect) => {
     }
     await call('POST', `/hosts/${id}/uncordon`)
     expect(await probeHosts(deps, new Date())).toEqual([])
-  })
+  }, 60_000)
 
-  it('refuses a host whose SSH host key changed: the probe marks it unreachable naming both keys, adding it with the old pin is refused', async () => {
+  it('refuses a host whose SSH host key changed: the first probe marks it unreachable naming both keys, adding it with the old pin is refused', async () => {
     const { id, host_key_fingerprint: pinned } = (await call('GET', '/hosts/fra-1')).body as HostBody
     currentFingerprint = await host.rotateHostKey()
     pool.drop(id)
-    const deps = { db, pool, keys: fileSshKeyStore(keyDir), timeoutMs: 1_500 }
+    const deps = { db, pool, keys: fileSshKeyStore(keyDir), timeoutMs: 1_500, failuresBeforeUnreachable: 3 }
     expect(await probeHosts(deps, new Date())).toEqual([{ host: 'fra-1', from: 'ready', to: 'unreachable' }])
     const probed = (await call('GET', `/hosts/${id}`)).body as HostBody
     expect(probed).toMatchObject({ state: 'unreachable', last_probe_result: 'host_key_mismatch', host_key_fingerprint: pinned })
