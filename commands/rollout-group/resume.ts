@@ -2,11 +2,11 @@ import { BaseCommand } from '../../src/cli/base-command.js'
 import { subjectArg, subjectFlag } from '../../src/cli/subject.js'
 import { apiClientFor, apiUrlFlag } from '../../src/cli/api-flags.js'
 import { describeGroupAction, runGroupAction } from '../../src/cli/rollout-group-views.js'
-import type { RolloutGroupView } from '../../src/rollouts/views.js'
+import type { SignalledGroupView } from '../../src/rollouts/views.js'
 
 export default class RolloutGroupResume extends BaseCommand<typeof RolloutGroupResume> {
   static override summary = 'Resume a paused rollout group'
-  static override description = 'Exits 4 unless paused. Needs the scope admin.'
+  static override description = 'A running group is a repeat: exit 0, nothing changed; other statuses exit 4. Needs the scope admin.'
   static override examples = [
     '<%= config.bin %> rollout-group resume "$GROUP"',
   ]
@@ -16,7 +16,7 @@ export default class RolloutGroupResume extends BaseCommand<typeof RolloutGroupR
     'api-url': apiUrlFlag,
   }
 
-  async run(): Promise<RolloutGroupView> {
+  async run(): Promise<SignalledGroupView> {
     const id = this.subject('rollout group')
     const api = apiClientFor(this.env(), this.flags['api-url'])
     const group = await runGroupAction(api, 'resume', id, true)

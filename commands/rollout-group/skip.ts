@@ -2,7 +2,7 @@ import { BaseCommand } from '../../src/cli/base-command.js'
 import { subjectArg, subjectFlag } from '../../src/cli/subject.js'
 import { apiClientFor, apiUrlFlag, yesFlag } from '../../src/cli/api-flags.js'
 import { describeGroupAction, runGroupAction } from '../../src/cli/rollout-group-views.js'
-import type { RolloutGroupView } from '../../src/rollouts/views.js'
+import type { SignalledGroupView } from '../../src/rollouts/views.js'
 
 export default class RolloutGroupSkip extends BaseCommand<typeof RolloutGroupSkip> {
   static override summary = 'Skip the current component of a rollout group and go on with the next'
@@ -18,7 +18,7 @@ export default class RolloutGroupSkip extends BaseCommand<typeof RolloutGroupSki
     'api-url': apiUrlFlag,
   }
 
-  async run(): Promise<RolloutGroupView> {
+  async run(): Promise<SignalledGroupView> {
     const id = this.subject('rollout group')
     const api = apiClientFor(this.env(), this.flags['api-url'])
     const group = await runGroupAction(api, 'skip', id, this.flags.yes)

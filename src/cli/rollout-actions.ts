@@ -4,11 +4,11 @@
  * plain lines elsewhere, ending with the documented exit code.
  */
 import * as Flags from '@oclif/core/flags'
-import type { RolloutDetailView, RolloutView } from '../rollouts/views.js'
+import type { RolloutDetailView, SignalledRolloutView } from '../rollouts/views.js'
 import type { ApiClient } from './api-client.js'
-import type { RolloutSignal } from '../rollouts/states.js'
-import { assertSignalApplies } from '../rollouts/signal-rules.js'
+import { checkRolloutSignal, judgeRolloutSignal, type RolloutAction as RolloutSignalAction } from '../rollouts/signal-rules.js'
 import { confirmDestructive } from './prompt.js'
+import { alreadyNote } from './repeats.js'
 import { describeSignal, outcomeExitCode, rolloutNotFound, rolloutOutcome, statusText } from './rollout-views.js'
 import { changeLines, finalLines, parseInterval, watchRollout, type RolloutSnapshot } from './rollout-watch.js'
 
@@ -34,20 +34,20 @@ export const watchFlags = {
   interval: Flags.string({ description: 'with --watch: how often to ask the API (a duration: 500ms, 1s, 5s)', default: '1s' }),
 }
 
-/** The workflow signal each action sends (start is no signal: it moves a pending rollout). */
-const SIGNALS: Partial<Record<RolloutAction, RolloutSignal>> = { pause: 'pause', resume: 'resume', cancel: 'cancel', rollback: 'rollback', 'approve-canary': 'approve_canary', force: 'force' }
+/** The rule each action is judged by (src/rollouts/signal-rules.ts): its workflow signal, or start. */
+const SIGNALS: Record<RolloutAction, RolloutSignalAction> = { start: 'start', pause: 'pause', resume: 'resume', cancel: 'cancel', rollback: 'rollback', 'approve-canary': 'approve_canary', force: 'force' }
 
 /**
  * Unless --yes: names the rollout and what the action does to it, asked on a terminal, refused
  * without one (exit 2). An action the rollout's state refuses (a rollout that has ended, one
  * already rolling back, an approval nothing waits for) is refused first, exit 4, with the API's
- * words (src/rollouts/signal-rules.ts): nobody is asked to confirm what cannot happen.
+ * words (src/rollouts/signal-rules.ts): nobody is asked to confirm what cannot happen. Nor a
+ * repeat (a rollout already rolling back): the API answers it with nothing changed.
  */
 export async function confirmRolloutAction(api: ApiClient, id: string, action: RolloutAction, consequence: string, yes: boolean): Promise<void> {
   await confirmDestructive(yes, async () => {
     const r = await api.get<RolloutDetailView>(`/rollouts/${encodeURIComponent(id)}`).catch(rolloutNotFound(id))
-    const signal = SIGNALS[action]
-    if (signal) assertSignalApplies(r, signal)
+    if (checkRolloutSignal(r, SIGNALS[action]).kind === 'repeat') return undefined
     // Only a breaking migration's canary gate is confirmed: approving it lets the migration reach every node.
     if (action === 'approve-canary' && r.migration_type !== 'breaking') return undefined
     const what = `${r.chain_profile_id}/${r.node_type} ${r.binary_name} ${r.source_version} -> ${r.target_version}, ${statusText(r)}, ${r.succeeded_nodes}/${r.total_nodes} succeeded`
@@ -55,8 +55,8 @@ export async function confirmRolloutAction(api: ApiClient, id: string, action: R
   })
 }
 
-export async function sendRolloutAction(api: ApiClient, id: string, action: RolloutAction): Promise<RolloutView> {
-  return api.post<RolloutView>(`/rollouts/${encodeURIComponent(id)}/${action}`, {}).catch(rolloutNotFound(id))
+export async function sendRolloutAction(api: ApiClient, id: string, action: RolloutAction): Promise<SignalledRolloutView> {
+  return api.post<SignalledRolloutView>(`/rollouts/${encodeURIComponent(id)}/${action}`, {}).catch(rolloutNotFound(id))
 }
 
 export interface FollowOptions {
@@ -107,13 +107,20 @@ export async function runRolloutAction(
   action: RolloutAction,
   flags: { id: string; watch: boolean; interval: string; yes?: boolean },
   out: { json: boolean; log: (line: string) => void; confirm?: string },
-): Promise<RolloutView | RolloutDetailView> {
+): Promise<SignalledRolloutView | RolloutDetailView> {
   // A bad --interval is a usage error before anything is sent.
   if (flags.watch) parseInterval(flags.interval)
   if (out.confirm !== undefined) await confirmRolloutAction(api, flags.id, action, out.confirm, flags.yes ?? false)
   const answered = await sendRolloutAction(api, flags.id, action)
-  if (!out.json) out.log(describeSignal(action, answered, !flags.watch))
+  if (!out.json) out.log(answered.changed ? describeSignal(action, answered, !flags.watch) : repeatNote(action, answered))
   if (!flags.watch) return answered
-  // start moves the status itself; a signal is acted on later by the workflow.
-  return followRollout(api, answered.id, { interval: flags.interval, json: out.json, log: out.log, ...(action === 'start' ? {} : { signalledAt: answered.version }) })
+  // start moves the status itself; a signal is acted on later by the workflow; a repeat moves nothing.
+  const signalled = action !== 'start' && answered.changed
+  return followRollout(api, answered.id, { interval: flags.interval, json: out.json, log: out.log, ...(signalled ? { signalledAt: answered.version } : {}) })
+}
+
+/** `Rollout 0193… was already paused; nothing changed.`, in the rule's own words. */
+function repeatNote(action: RolloutAction, r: SignalledRolloutView): string {
+  const verdict = judgeRolloutSignal(r, SIGNALS[action])
+  return alreadyNote(`Rollout ${r.id}`, verdict.kind === 'repeat' ? verdict.already : r.status)
 }

@@ -1,10 +1,12 @@
 /** Human output of the rollout-group commands (the `--json` output is the API's JSON). */
-import type { RolloutGroupStatusView, RolloutGroupView } from '../rollouts/views.js'
+import { checkGroupSignal, judgeGroupSignal } from '../rollouts/signal-rules.js'
+import type { RolloutGroupStatusView, RolloutGroupView, SignalledGroupView } from '../rollouts/views.js'
 import { NotFoundError } from '../errors.js'
 import type { ApiClient } from './api-client.js'
 import { renderTable } from './display.js'
 import { moment, took } from './human-time.js'
 import { confirmDestructive } from './prompt.js'
+import { alreadyNote } from './repeats.js'
 
 export const GROUP_ACTIONS = ['start', 'pause', 'resume', 'cancel', 'skip'] as const
 export type GroupAction = (typeof GROUP_ACTIONS)[number]
@@ -67,7 +69,12 @@ export function groupNotFound(id: string): (err: unknown) => never {
   }
 }
 
-export function describeGroupAction(action: GroupAction, g: RolloutGroupView): string {
+/** What the action did, or, for a repeat, that nothing changed (docs/cli.md, "Repeats"). */
+export function describeGroupAction(action: GroupAction, g: SignalledGroupView): string {
+  if (!g.changed) {
+    const verdict = judgeGroupSignal(g, action)
+    return alreadyNote(`Rollout group ${g.id}`, verdict.kind === 'repeat' ? verdict.already : g.status)
+  }
   const effect: Record<GroupAction, string> = {
     start: 'started: its components upgrade one after another',
     pause: 'will pause (with its current component rollout)',
@@ -83,18 +90,19 @@ const CONSEQUENCES: Partial<Record<GroupAction, string>> = {
   skip: 'The current component is left as it is and the next one starts',
 }
 
-export async function runGroupAction(api: ApiClient, action: GroupAction, id: string, yes: boolean): Promise<RolloutGroupView> {
+export async function runGroupAction(api: ApiClient, action: GroupAction, id: string, yes: boolean): Promise<SignalledGroupView> {
   const path = `/rollout-groups/${encodeURIComponent(id)}`
   const consequence = CONSEQUENCES[action]
   if (consequence !== undefined) {
     await confirmDestructive(yes, async () => {
       const g = await api.get<RolloutGroupStatusView>(`${path}/status`).catch(groupNotFound(id))
-      // An ended group is not asked about: the API refuses the action (exit 4).
-      if (g.status !== 'running' && g.status !== 'paused') return undefined
+      // Refused before anyone is asked (exit 4, the API's words); a repeat, or a group that has
+      // not started (nothing to lose), is not asked about.
+      if (checkGroupSignal(g, action).kind === 'repeat' || g.status === 'pending') return undefined
       const current = g.current_component_index !== null ? g.components[g.current_component_index] : undefined
       const what = `${g.chain_profile_id}/${g.node_type}, ${g.status}${current ? `, component ${current.binary_name} ${current.version} ${current.status}` : ''}`
       return { action: `${action === 'cancel' ? 'cancel' : 'skip the current component of'} rollout group ${g.id} (${what})`, consequence }
     })
   }
-  return api.post<RolloutGroupView>(`${path}/${action}`, {}).catch(groupNotFound(id))
+  return api.post<SignalledGroupView>(`${path}/${action}`, {}).catch(groupNotFound(id))
 }

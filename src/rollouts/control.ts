@@ -9,7 +9,7 @@ import type { Db } from '../db/knex.js'
 import { ConflictError } from '../errors.js'
 import { sendSignal, startWorkflow } from '../workflows/index.js'
 import { publishRolloutEvent, rolloutProgress } from './events.js'
-import { assertSignalApplies } from './signal-rules.js'
+import { checkGroupSignal, checkRolloutSignal } from './signal-rules.js'
 import { CONTROL_SIGNAL, GROUP_CONTROL_SIGNAL, GROUP_WORKFLOW, ROLLOUT_WORKFLOW, type ControlSignal, type GroupControlSignal } from './workflow-names.js'
 import type { GroupSignal, RolloutSignal, RolloutStatus } from './states.js'
 import {
@@ -30,22 +30,21 @@ export interface ActionOptions {
   now?: Date
 }
 
+/** What an action answers: the rollout or group as it is now, and whether this call changed anything (docs/cli.md, "Repeats"). */
+export type Signalled<T> = T & { changed: boolean }
+
 /**
  * pending -> running (or -> scheduled when its scheduled_at is still ahead), and its workflow,
- * in one transaction. A component rollout of a group is started by its group.
+ * in one transaction. A component rollout of a group is started by its group. A running or
+ * scheduled rollout is a repeat; one that has ended, or is paused, is refused.
  */
-export async function startRollout(db: Db, rolloutId: string, options: ActionOptions): Promise<RolloutRecord> {
+export async function startRollout(db: Db, rolloutId: string, options: ActionOptions): Promise<Signalled<RolloutRecord>> {
   const now = options.now ?? new Date()
   return db.transaction(async (trx) => {
     const current = await requireRollout(trx, rolloutId)
-    if (current.group_id) {
-      throw new ConflictError(`rollout ${current.id} is component ${current.component_index ?? '?'} of group ${current.group_id}`, 'its group starts it: POST /api/v1/rollout-groups/{id}/start')
-    }
     // Spec: start moves pending only. A scheduled rollout starts by itself at its time (even one
     // whose time has passed while no orchestrator ran): starting it again would race its workflow.
-    if (current.status !== 'pending') {
-      throw new ConflictError(`cannot start rollout ${current.id}: it is ${current.status}`, current.status === 'paused' ? 'resume it instead' : 'only a pending rollout can be started')
-    }
+    if (checkRolloutSignal(current, 'start').kind === 'repeat') return { ...current, changed: false }
     const to: RolloutStatus = current.scheduled_at && current.scheduled_at.getTime() > now.getTime() ? 'scheduled' : 'running'
     const moved = await updateRolloutStatus(trx, rolloutId, to, { expectedVersion: current.version, now })
     await startWorkflow(trx, ROLLOUT_WORKFLOW, { rolloutId }, { key: rolloutId, now })
@@ -53,18 +52,18 @@ export async function startRollout(db: Db, rolloutId: string, options: ActionOpt
       // rollout_started is notified once its workflow has planned the nodes (rollout-workflow.ts).
       await publishRolloutEvent(trx, 'started', rolloutProgress(moved), now)
     }
-    return moved
+    return { ...moved, changed: true }
   })
 }
 
-export async function signalRollout(db: Db, rolloutId: string, signal: RolloutSignal, options: ActionOptions): Promise<RolloutRecord> {
+export async function signalRollout(db: Db, rolloutId: string, signal: RolloutSignal, options: ActionOptions): Promise<Signalled<RolloutRecord>> {
   const now = options.now ?? new Date()
   const current = await requireRollout(db, rolloutId)
-  assertSignalApplies(current, signal)
-  if (signal === 'cancel' && (current.status === 'pending' || current.status === 'scheduled')) return cancelBeforeStart(db, current, now)
+  if (checkRolloutSignal(current, signal).kind === 'repeat') return { ...current, changed: false }
+  if (signal === 'cancel' && (current.status === 'pending' || current.status === 'scheduled')) return { ...(await cancelBeforeStart(db, current, now)), changed: true }
   const payload: ControlSignal = { signal, by: options.by }
   await sendSignal(db, { name: ROLLOUT_WORKFLOW, key: rolloutId }, CONTROL_SIGNAL, payload, { now })
-  return current
+  return { ...current, changed: true }
 }
 
 /**
@@ -94,39 +93,24 @@ export async function retryRolloutNode(db: Db, rolloutId: string, nodeId: string
   })
 }
 
-export async function startRolloutGroup(db: Db, groupId: string, options: ActionOptions): Promise<RolloutGroupRecord> {
+export async function startRolloutGroup(db: Db, groupId: string, options: ActionOptions): Promise<Signalled<RolloutGroupRecord>> {
   const now = options.now ?? new Date()
   return db.transaction(async (trx) => {
     const current = await requireRolloutGroup(trx, groupId)
-    if (current.status !== 'pending') throw new ConflictError(`cannot start rollout group ${current.id}: it is ${current.status}`, current.status === 'paused' ? 'resume it instead' : 'only a pending group can be started')
+    if (checkGroupSignal(current, 'start').kind === 'repeat') return { ...current, changed: false }
     const moved = await updateGroupStatus(trx, groupId, 'running', { expectedVersion: current.version, now, fields: { current_component_index: 0 } })
     await startWorkflow(trx, GROUP_WORKFLOW, { groupId }, { key: groupId, now })
-    return moved
+    return { ...moved, changed: true }
   })
 }
 
-function groupRefusal(g: RolloutGroupRecord, signal: GroupSignal): string | null {
-  switch (signal) {
-    case 'pause':
-      return g.status === 'running' ? null : 'only a running group can be paused'
-    case 'resume':
-      return g.status === 'paused' ? null : 'only a paused group can be resumed'
-    case 'cancel':
-      return g.status === 'pending' || g.status === 'running' || g.status === 'paused' ? null : 'only a pending, running or paused group can be cancelled'
-    case 'skip':
-      return g.status === 'running' || g.status === 'paused' ? null : 'components are skipped while the group runs or is paused'
-  }
-}
-
-export async function signalRolloutGroup(db: Db, groupId: string, signal: GroupSignal, options: ActionOptions): Promise<RolloutGroupRecord> {
+export async function signalRolloutGroup(db: Db, groupId: string, signal: GroupSignal, options: ActionOptions): Promise<Signalled<RolloutGroupRecord>> {
   const now = options.now ?? new Date()
   const current = await requireRolloutGroup(db, groupId)
-  const refused = groupRefusal(current, signal)
-  if (refused) throw new ConflictError(`cannot ${signal} rollout group ${current.id}: it is ${current.status}`, refused)
+  if (checkGroupSignal(current, signal).kind === 'repeat') return { ...current, changed: false }
   // A group never started has no workflow to tell: it is cancelled here (the group table allows it).
-  if (current.status === 'pending') return updateGroupStatus(db, groupId, 'cancelled', { expectedVersion: current.version, now })
+  if (current.status === 'pending') return { ...(await updateGroupStatus(db, groupId, 'cancelled', { expectedVersion: current.version, now })), changed: true }
   const payload: GroupControlSignal = { signal, by: options.by }
   await sendSignal(db, { name: GROUP_WORKFLOW, key: groupId }, GROUP_CONTROL_SIGNAL, payload, { now })
-  return current
+  return { ...current, changed: true }
 }
-

@@ -95,6 +95,12 @@ export const rolloutView = z
 
 export type RolloutView = z.infer<typeof rolloutView>
 
+const changed = z.boolean().openapi({ description: 'false for a repeat: the signal\'s effect already held and nothing was sent (docs/cli.md, "Repeats")' })
+
+/** What a start or a signal answers: the rollout as it is now, and whether this call changed anything. */
+export const signalledRolloutView = rolloutView.extend({ changed }).openapi('SignalledRollout')
+export type SignalledRolloutView = z.infer<typeof signalledRolloutView>
+
 export const nodeCountsView = z
   .object(Object.fromEntries(ROLLOUT_NODE_STATUSES.map((s) => [s, z.number().int()])) as Record<(typeof ROLLOUT_NODE_STATUSES)[number], z.ZodNumber>)
   .openapi('RolloutNodeCounts')
@@ -167,6 +173,9 @@ export const rolloutGroupView = z
     updated_at: timestamp,
   })
   .openapi('RolloutGroup')
+
+export const signalledGroupView = rolloutGroupView.extend({ changed }).openapi('SignalledRolloutGroup')
+export type SignalledGroupView = z.infer<typeof signalledGroupView>
 
 export type RolloutGroupView = z.infer<typeof rolloutGroupView>
 

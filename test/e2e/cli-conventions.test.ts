@@ -8,29 +8,26 @@
  */
 import fs from 'node:fs'
 import path from 'node:path'
-import { execa } from 'execa'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { startApiServer } from '../../daemons/api-server.js'
 import { createApiKey } from '../../src/auth/api-keys.js'
 import { createLocalBus } from '../../src/events/local-bus.js'
 import { createLogger } from '../../src/log.js'
 import { insertNode } from '../../src/nodes/node-store.js'
-import { BIN, cleanEnv, nodeplane, tempDir, type CliResult } from '../helpers/cli.js'
+import { nodeplane, tempDir, type CliResult } from '../helpers/cli.js'
 import { createTestDatabase, DIALECTS, type TestDatabase } from '../helpers/db.js'
 import { insertSubscription, insertUser } from '../helpers/fixtures.js'
+import { onTerminal as onPty, plain } from '../helpers/pty.js'
 
 interface ErrorOutput {
   error: { name: string; message: string; details?: string; exit_code: number }
 }
 const json = <T>(r: CliResult): T => JSON.parse(r.stdout) as T
 
-/** The binary under a pseudo-terminal, `answer` typed at it; output with the terminal's \r\n as \n. */
+/** The binary under a pseudo-terminal, `answer` typed at it; output without escape sequences. */
 async function onTerminal(args: string[], answer: string, env: Record<string, string>, cwd: string): Promise<CliResult> {
-  const command = ['node', BIN, ...args].map((a) => `'${a.replaceAll("'", "'\\''")}'`).join(' ')
-  const r = await execa('script', ['-qfec', command, '/dev/null'], { input: answer, env: cleanEnv(env), extendEnv: false, cwd, reject: false, timeout: 60_000 })
-  // eslint-disable-next-line no-control-regex
-  const plain = (s: unknown) => String(s).replace(/\u001b\[[0-9;?]*[A-Za-z]/g, '').replaceAll('\r\n', '\n')
-  return { exitCode: r.exitCode ?? -1, stdout: plain(r.stdout), stderr: plain(r.stderr) }
+  const r = await onPty(args, { env, cwd, input: answer })
+  return { ...r, stdout: plain(r.stdout), stderr: plain(r.stderr) }
 }
 
 describe('usage errors and conventions (no stack)', () => {

@@ -5,11 +5,11 @@
  * terminal (a pseudo-terminal from util-linux `script`), whole and plain in a pipe or with
  * --wide, NO_COLOR honoured, the ink live view included; the rollout live view's waits (a health
  * wait's countdown, the canary gate after approval) with batches numbered alike in header and
- * rows; signals refused before anyone is asked; and the one rule for repeats.
+ * rows; signals refused before anyone is asked; and the one rule for repeats (an API key, a
+ * rollout, a group).
  */
 import fs from 'node:fs'
 import path from 'node:path'
-import { execa } from 'execa'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { startApiServer } from '../../daemons/api-server.js'
 import { createApiKey } from '../../src/auth/api-keys.js'
@@ -17,26 +17,15 @@ import { createLocalBus } from '../../src/events/local-bus.js'
 import { createLogger } from '../../src/log.js'
 import { insertNode } from '../../src/nodes/node-store.js'
 import { writeConfigState } from '../../src/provisioning/configure.js'
-import { insertRollout, insertRolloutNodes } from '../../src/rollouts/store.js'
-import { BIN, cleanEnv, nodeplane, tempDir, type CliResult } from '../helpers/cli.js'
+import { insertRollout, insertRolloutGroup, insertRolloutNodes } from '../../src/rollouts/store.js'
+import { nodeplane, tempDir, type CliResult } from '../helpers/cli.js'
 import { createTestDatabase, DIALECTS, type TestDatabase } from '../helpers/db.js'
 import { insertSubscription, insertUser } from '../helpers/fixtures.js'
+import { onTerminal, plain } from '../helpers/pty.js'
 
 // eslint-disable-next-line no-control-regex
 const COLOUR = /\u001b\[(3[0-7]|9[0-7])m/
-// eslint-disable-next-line no-control-regex
-const plain = (s: string) => s.replace(/\u001b\[[0-9;?]*[A-Za-z]/g, '').replaceAll('\r\n', '\n')
 const json = <T>(r: CliResult): T => JSON.parse(r.stdout) as T
-
-/** The binary under a 160-column pseudo-terminal; output raw (colours kept), the terminal's \r\n as \n. */
-async function onTerminal(args: string[], env: Record<string, string>, cwd: string): Promise<CliResult> {
-  const command = `stty cols 160 rows 60; ${['node', BIN, ...args].map((a) => `'${a.replaceAll("'", "'\\''")}'`).join(' ')}`
-  // An operator's terminal, not a CI job's: with CI set (as `.ci/run` sets it), chalk and so the
-  // ink views leave colour off whatever the terminal.
-  const { CI: _ci, ...terminalEnv } = cleanEnv(env)
-  const r = await execa('script', ['-qfec', command, '/dev/null'], { input: '', env: terminalEnv, extendEnv: false, cwd, reject: false, timeout: 60_000 })
-  return { exitCode: r.exitCode ?? -1, stdout: String(r.stdout).replaceAll('\r\n', '\n'), stderr: String(r.stderr) }
-}
 
 describe.each(DIALECTS)('what operators read in the terminal, on %s', (dialect) => {
   let t: TestDatabase
@@ -47,8 +36,10 @@ describe.each(DIALECTS)('what operators read in the terminal, on %s', (dialect) 
   let paused: { id: string }
   let pending: { id: string }
   let spareKey: { id: string }
+  let aliceId: string
   const run = (args: string[], extra: Record<string, string> = {}) => nodeplane(args, { cwd: dir, env: { ...env, ...extra } })
-  const tty = (args: string[], extra: Record<string, string> = {}) => onTerminal(args, { ...env, ...extra }, dir)
+  // A 160-column terminal of an operator (colours on, whatever CI says).
+  const tty = (args: string[], extra: Record<string, string> = {}) => onTerminal(args, { env: { ...env, ...extra }, cwd: dir, columns: 160, withoutCi: true })
 
   beforeAll(async () => {
     t = await createTestDatabase(dialect)
@@ -60,6 +51,7 @@ describe.each(DIALECTS)('what operators read in the terminal, on %s', (dialect) 
     stop = async () => (await started.stop(), await bus.close())
     const now = new Date()
     const alice = await insertUser(t.db)
+    aliceId = alice
     await t.db('users').where({ id: alice }).update({ is_admin: true })
     // Made in the same millisecond: UUIDv7 ids sharing their time prefix, told apart only by the random part.
     for (const state of ['healthy', 'down']) {
@@ -180,5 +172,39 @@ describe.each(DIALECTS)('what operators read in the terminal, on %s', (dialect) 
     expect(again.stdout).toMatch(new RegExp(`^API key ${spareKey.id} \\(spare\\) was already revoked (just now|\\d+s ago); nothing changed\\.$`))
     expect(json<{ changed: boolean }>(againJson)).toMatchObject({ id: spareKey.id, changed: false })
     expect((await t.db('api_keys').where({ id: spareKey.id }).first('revoked_at')).revoked_at).toEqual(revokedAt)
+  })
+
+  it('a repeated rollout or group signal succeeds and says nothing changed, without asking; one the state forbids exits 4 saying what to do', { timeout: 60_000 }, async () => {
+    const now = new Date()
+    const base = { node_type: 'full', binary_name: 'litecoind', source_version: '1.0.0', target_version: '1.1.0', target_binary_url: 'file:///x', target_binary_checksum: `sha256:${'b'.repeat(64)}`, batch_size: 1, failure_threshold: 0.5, health_wait_duration_ms: 2_000, created_by: aliceId }
+    const rollingBack = await insertRollout(t.db, { ...base, chain_profile_id: 'litecoin', strategy: 'rolling', canary_size: null }, now)
+    await t.db('rollouts').where({ id: rollingBack.id }).update({ status: 'paused', pause_reason: 'rollback', started_at: now })
+    const awaiting = await insertRollout(t.db, { ...base, chain_profile_id: 'bitcoin', strategy: 'canary', canary_size: 1, migration_type: 'breaking' }, now)
+    await t.db('rollouts').where({ id: awaiting.id }).update({ status: 'running', awaiting: 'approve_canary', current_batch: 0, batch_count: 2, started_at: now })
+    const group = await insertRolloutGroup(t.db, { chain_profile_id: 'devnet', node_type: 'full', failure_policy: 'manual', component_order: [], desired_versions: {}, strategy: 'rolling', batch_size: 1, canary_size: null, failure_threshold: 0.5, health_wait_duration_ms: 2_000, created_by: aliceId }, now)
+    await t.db('rollout_groups').where({ id: group.id }).update({ status: 'paused', pause_reason: 'operator' })
+    const versions = async () => t.db('rollouts').orderBy('id').select('id', 'version', 'updated_at')
+    const before = await versions()
+
+    const [pause, rollback, groupPause, resume] = await Promise.all([
+      run(['rollout', 'pause', paused.id]),
+      // Destructive, on a terminal, without --yes: a repeat is not asked about.
+      tty(['rollout', 'rollback', rollingBack.id]),
+      run(['rollout-group', 'pause', group.id, '--json']),
+      run(['rollout', 'resume', awaiting.id]),
+    ])
+    expect(pause.exitCode, pause.stderr).toBe(0)
+    expect(pause.stdout).toBe(`Rollout ${paused.id} was already paused; nothing changed.`)
+    expect(rollback.exitCode, rollback.stdout).toBe(0)
+    expect(rollback.stdout).not.toContain('[y/N]')
+    expect(plain(rollback.stdout).trim()).toBe(`Rollout ${rollingBack.id} was already being rolled back; nothing changed.`)
+    expect(groupPause.exitCode, groupPause.stderr).toBe(0)
+    expect(json<{ id: string; status: string; changed: boolean }>(groupPause)).toMatchObject({ id: group.id, status: 'paused', changed: false })
+    expect(resume.exitCode).toBe(4)
+    expect(resume.stderr).toBe(`Error: cannot resume rollout ${awaiting.id}: it is running: it is not paused: its canary gate waits for your approval; approve it with \`nodeplane rollout approve-canary ID\`, or cancel or roll it back`)
+    // Nothing sent to any workflow, nothing written.
+    expect(Number((await t.db('workflow_signals').count({ n: '*' }).first())?.n)).toBe(0)
+    expect(await versions()).toEqual(before)
+    expect((await t.db('rollout_groups').where({ id: group.id }).first('version')).version).toBe(1)
   })
 })

@@ -455,9 +455,10 @@ export function rolloutCommandsSuite(dialect: Dialect): void {
         expect(pause.stdout).toContain(`nodeplane rollout resume --id ${rollout.id}`)
         const paused = await run(['rollout', 'status', '--id', rollout.id, '--json'])
         expect(json<RolloutDetailView>(paused)).toMatchObject({ status: 'paused', pause_reason: 'operator' })
+        // A repeat (docs/cli.md, "Repeats"): exit 0, the rollout as it is, nothing changed.
         const pauseAgain = await run(['rollout', 'pause', '--id', rollout.id, '--json'])
-        expect(pauseAgain.exitCode).toBe(4)
-        expect(json<ErrorOutput>(pauseAgain).error).toMatchObject({ name: 'ConflictError', exit_code: 4 })
+        expect(pauseAgain.exitCode, pauseAgain.stderr).toBe(0)
+        expect(json<RolloutView & { changed: boolean }>(pauseAgain)).toMatchObject({ id: rollout.id, status: 'paused', changed: false })
 
         const resumed = await run(['rollout', 'resume', '--id', rollout.id, '--watch', '--interval', '250ms'])
         expect(resumed.exitCode, resumed.stdout + resumed.stderr).toBe(6)

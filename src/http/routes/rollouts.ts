@@ -3,8 +3,9 @@
  * every route needs scope `admin` (403 otherwise; a `*` key does not grant it). Creation
  * validates the spec's request tables (src/rollouts/create.ts); the action routes hand over to
  * src/rollouts/control.ts, which refuses with 409 what the status tables do not allow. An
- * action answers with the rollout or group as it is now: a signal is acted on by the workflow
- * (pause after the current batch), so its status moves afterwards.
+ * action answers with the rollout or group as it is now and `changed`: a signal is acted on by
+ * the workflow (pause after the current batch), so its status moves afterwards; a repeat (a
+ * signal whose effect already holds) is answered 200 with `changed: false` and nothing sent.
  */
 import type { ArtifactSource } from '../../artifacts/resolve.js'
 import type { ChainSource } from '../../config/chain-source.js'
@@ -19,6 +20,8 @@ import {
   rolloutGroupView,
   rolloutNodeView,
   rolloutView,
+  signalledGroupView,
+  signalledRolloutView,
   toRolloutDetailView,
   toRolloutGroupStatusView,
   toRolloutGroupView,
@@ -60,15 +63,16 @@ const ROLLOUT_404 = errorResponse('No such rollout')
 const GROUP_404 = errorResponse('No such rollout group')
 const ROLLOUT_409 = errorResponse("The rollout's status does not allow this (docs/rollouts.md, status tables), or it changed meanwhile")
 const GROUP_409 = errorResponse("The group's status does not allow this, or it changed meanwhile")
+const REPEATS = ' A signal whose effect already holds is a repeat: 200 with the object as it is and `changed: false`, nothing sent (docs/cli.md, "Repeats").'
 
 /** The rollout signals with a route of their own: path segment -> signal. */
 const ROLLOUT_SIGNAL_ROUTES: { path: string; signal: RolloutSignal; summary: string; description: string }[] = [
-  { path: 'pause', signal: 'pause', summary: 'Pause a running rollout after its current batch', description: 'running -> paused once the batch in flight has finished. 409 unless running.' },
-  { path: 'resume', signal: 'resume', summary: 'Resume a paused rollout', description: 'paused -> running; the next batch starts. 409 unless paused (and not rolling back).' },
-  { path: 'cancel', signal: 'cancel', summary: 'Cancel a rollout: no new batches, in-flight nodes finish', description: 'running or paused -> cancelled: upgraded nodes keep the new version (use rollback to revert them). pending or scheduled -> cancelled at once, no node touched (an extension of the spec).' },
-  { path: 'rollback', signal: 'rollback', summary: 'Roll back every succeeded node to the source version', description: 'Pauses the rollout, upgrades each succeeded node back (target and source swapped), then rolled_back.' },
-  { path: 'force', signal: 'force', summary: 'Override the failure threshold and continue', description: 'A rollout auto-paused at its failure threshold resumes, and the threshold no longer pauses it (`forced`).' },
-  { path: 'approve-canary', signal: 'approve_canary', summary: 'Approve the canary batch of a breaking migration', description: 'The canary of a breaking migration waits for this (`awaiting: approve_canary`); the rest of the fleet follows. 409 when nothing waits.' },
+  { path: 'pause', signal: 'pause', summary: 'Pause a running rollout after its current batch', description: 'running -> paused once the batch in flight has finished. A paused rollout is a repeat; 409 for any other status, or one being rolled back.' },
+  { path: 'resume', signal: 'resume', summary: 'Resume a paused rollout', description: 'paused -> running; the next batch starts. A running rollout is a repeat, unless its canary gate waits for approval (409: approve it instead); 409 for any other status, or one being rolled back.' },
+  { path: 'cancel', signal: 'cancel', summary: 'Cancel a rollout: no new batches, in-flight nodes finish', description: 'running or paused -> cancelled: upgraded nodes keep the new version (use rollback to revert them). pending or scheduled -> cancelled at once, no node touched (an extension of the spec). A cancelled rollout is a repeat.' },
+  { path: 'rollback', signal: 'rollback', summary: 'Roll back every succeeded node to the source version', description: 'Pauses the rollout, upgrades each succeeded node back (target and source swapped), then rolled_back. One being rolled back, or rolled back, is a repeat.' },
+  { path: 'force', signal: 'force', summary: 'Override the failure threshold and continue', description: 'A rollout auto-paused at its failure threshold resumes, and the threshold no longer pauses it (`forced`). A running rollout already forced is a repeat.' },
+  { path: 'approve-canary', signal: 'approve_canary', summary: 'Approve the canary batch of a breaking migration', description: 'The canary of a breaking migration waits for this (`awaiting: approve_canary`); the rest of the fleet follows. A breaking canary rollout past its canary batch is a repeat; 409 when nothing waits (and while paused: resume first).' },
 ]
 
 const GROUP_SIGNAL_ROUTES: { signal: GroupSignal; summary: string }[] = [
@@ -88,15 +92,15 @@ export function rolloutRoutes(deps: RolloutRouteDeps): ApiRoute[] {
       method: 'post',
       path: `/api/v1/rollouts/{id}/${path}`,
       summary,
-      description,
+      description: description + REPEATS,
       tags: TAGS,
       auth: ADMIN,
       request: { params: idParams },
-      responses: { 200: rolloutView, 404: ROLLOUT_404, 409: ROLLOUT_409 },
+      responses: { 200: signalledRolloutView, 404: ROLLOUT_404, 409: ROLLOUT_409 },
     }).handle(async ({ params, principal, log }) => {
       const rollout = await signalRollout(db, params.id, signal, { by: principal.userId, now: now() })
-      log.info({ rolloutId: rollout.id, signal }, 'rollout signal sent')
-      return { status: 200, body: toRolloutView(rollout) }
+      if (rollout.changed) log.info({ rolloutId: rollout.id, signal }, 'rollout signal sent')
+      return { status: 200, body: { ...toRolloutView(rollout), changed: rollout.changed } }
     }),
   )
 
@@ -105,14 +109,15 @@ export function rolloutRoutes(deps: RolloutRouteDeps): ApiRoute[] {
       method: 'post',
       path: `/api/v1/rollout-groups/{id}/${signal}`,
       summary,
+      description: `${signal === 'skip' ? 'Never a repeat: each skip moves past one more component.' : 'A group already where the signal moves it is a repeat.'}${REPEATS}`,
       tags: GROUP_TAGS,
       auth: ADMIN,
       request: { params: groupIdParams },
-      responses: { 200: rolloutGroupView, 404: GROUP_404, 409: GROUP_409 },
+      responses: { 200: signalledGroupView, 404: GROUP_404, 409: GROUP_409 },
     }).handle(async ({ params, principal, log }) => {
       const group = await signalRolloutGroup(db, params.id, signal, { by: principal.userId, now: now() })
-      log.info({ groupId: group.id, signal }, 'rollout group signal sent')
-      return { status: 200, body: toRolloutGroupView(group) }
+      if (group.changed) log.info({ groupId: group.id, signal }, 'rollout group signal sent')
+      return { status: 200, body: { ...toRolloutGroupView(group), changed: group.changed } }
     }),
   )
 
@@ -182,15 +187,15 @@ export function rolloutRoutes(deps: RolloutRouteDeps): ApiRoute[] {
       method: 'post',
       path: '/api/v1/rollouts/{id}/start',
       summary: 'Start a pending rollout (scheduled when its scheduled_at is still ahead)',
-      description: 'pending -> running, or pending -> scheduled when scheduled_at is in the future. A component rollout of a group is started by its group (409).',
+      description: `pending -> running, or pending -> scheduled when scheduled_at is in the future. A component rollout of a group is started by its group (409). A running or scheduled rollout is a repeat; a paused one answers 409 (resume it).${REPEATS}`,
       tags: TAGS,
       auth: ADMIN,
       request: { params: idParams },
-      responses: { 200: rolloutView, 404: ROLLOUT_404, 409: ROLLOUT_409 },
+      responses: { 200: signalledRolloutView, 404: ROLLOUT_404, 409: ROLLOUT_409 },
     }).handle(async ({ params, principal, log }) => {
       const rollout = await startRollout(db, params.id, { by: principal.userId, now: now() })
-      log.info({ rolloutId: rollout.id, status: rollout.status }, 'rollout started')
-      return { status: 200, body: toRolloutView(rollout) }
+      if (rollout.changed) log.info({ rolloutId: rollout.id, status: rollout.status }, 'rollout started')
+      return { status: 200, body: { ...toRolloutView(rollout), changed: rollout.changed } }
     }),
 
     ...rolloutSignalRoutes,
@@ -264,11 +269,11 @@ export function rolloutRoutes(deps: RolloutRouteDeps): ApiRoute[] {
       tags: GROUP_TAGS,
       auth: ADMIN,
       request: { params: groupIdParams },
-      responses: { 200: rolloutGroupView, 404: GROUP_404, 409: GROUP_409 },
+      responses: { 200: signalledGroupView, 404: GROUP_404, 409: GROUP_409 },
     }).handle(async ({ params, principal, log }) => {
       const group = await startRolloutGroup(db, params.id, { by: principal.userId, now: now() })
-      log.info({ groupId: group.id }, 'rollout group started')
-      return { status: 200, body: toRolloutGroupView(group) }
+      if (group.changed) log.info({ groupId: group.id }, 'rollout group started')
+      return { status: 200, body: { ...toRolloutGroupView(group), changed: group.changed } }
     }),
 
     ...groupSignalRoutes,

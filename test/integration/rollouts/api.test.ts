@@ -2,7 +2,8 @@
  * /api/v1/rollouts and /api/v1/rollout-groups over real HTTP with the api-server's
  * authenticator, on both databases: admin only (401 / 403, a `*` key is not admin), creation in
  * both modes with the views, 400s that write nothing, 404s, the one-active rule under 8
- * concurrent POSTs, the action routes handing over to src/rollouts/control.ts, lists and pages.
+ * concurrent POSTs, the action routes handing over to src/rollouts/control.ts (and the one rule
+ * for repeats: 200 with `changed: false`, nothing sent), lists and pages.
  */
 import path from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
@@ -279,14 +280,15 @@ describe.each(DIALECTS)('rollouts API on %s', (dialect) => {
     const started = await call('POST', `/api/v1/rollouts/${rollout.id}/start`)
     expect(started.status).toBe(200)
     expect(started.body).toMatchObject({ id: rollout.id, status: 'running', version: 2, started_at: at(1000).toISOString() })
+    expect(started.body).toMatchObject({ changed: true })
+    // A repeat: the rollout as it is, nothing changed.
     const again = await call('POST', `/api/v1/rollouts/${rollout.id}/start`)
-    expect(again.status).toBe(409)
-    expect(again.body).toEqual({ error: `cannot start rollout ${rollout.id}: it is running`, details: 'only a pending rollout can be started' })
+    expect(again).toMatchObject({ status: 200, body: { id: rollout.id, status: 'running', version: 2, changed: false } })
 
     const paused = await call('POST', `/api/v1/rollouts/${rollout.id}/pause`)
     expect(paused.status).toBe(200)
     // The signal is the workflow's to act on: the answer is the rollout as it is now.
-    expect(paused.body).toMatchObject({ status: 'running', version: 2 })
+    expect(paused.body).toMatchObject({ status: 'running', version: 2, changed: true })
     expect((await call('POST', `/api/v1/rollouts/${rollout.id}/approve-canary`)).status).toBe(409)
 
     // A future schedule: start makes it scheduled.
@@ -294,12 +296,76 @@ describe.each(DIALECTS)('rollouts API on %s', (dialect) => {
     const later = (await call('POST', '/api/v1/rollouts', { ...MANUAL, scheduled_at: at(3_600_000).toISOString() })).body as RolloutView
     expect(later.scheduled_at).toBe(at(3_600_000).toISOString())
     expect((await call('POST', `/api/v1/rollouts/${later.id}/start`)).body).toMatchObject({ status: 'scheduled', started_at: null })
-    // Its time passes (say, while no orchestrator ran): it starts by itself, and a second start is refused.
+    // Its time passes (say, while no orchestrator ran): it starts by itself; a second start is a repeat and starts nothing.
     api.clock.advance(2 * 3_600_000)
     const early = await call('POST', `/api/v1/rollouts/${later.id}/start`)
-    expect(early.status).toBe(409)
-    expect(early.body).toEqual({ error: `cannot start rollout ${later.id}: it is scheduled`, details: 'only a pending rollout can be started' })
+    expect(early).toMatchObject({ status: 200, body: { id: later.id, status: 'scheduled', changed: false } })
     expect(await db('rollouts').where({ id: later.id }).first('status', 'version')).toMatchObject({ status: 'scheduled', version: 2 })
+  })
+
+  it('one rule for repeats: a signal whose effect already holds answers 200 with changed false and sends nothing; one the state forbids is 409 saying what to do', async () => {
+    const { db, call } = await setup(dialect)
+    const rollout = (await call('POST', '/api/v1/rollouts', AUTO)).body as RolloutView
+    expect((await call('POST', `/api/v1/rollouts/${rollout.id}/start`)).status).toBe(200)
+    const signals = () => count(db, 'workflow_signals')
+    const as = (fields: Record<string, unknown>) => db('rollouts').where({ id: rollout.id }).update(fields)
+    const signal = async (action: string) => {
+      const before = await db('rollouts').where({ id: rollout.id }).first('version', 'updated_at')
+      const sent = await signals()
+      const answer = await call('POST', `/api/v1/rollouts/${rollout.id}/${action}`)
+      // Neither kind of answer sends or writes anything.
+      expect(await signals(), action).toBe(sent)
+      expect(await db('rollouts').where({ id: rollout.id }).first('version', 'updated_at'), action).toEqual(before)
+      return answer
+    }
+    const repeat = (status: string) => ({ status: 200, body: { id: rollout.id, status, changed: false } })
+
+    await as({ status: 'paused', pause_reason: 'operator' })
+    expect(await signal('pause')).toMatchObject(repeat('paused'))
+    await as({ status: 'running', pause_reason: null })
+    expect(await signal('resume')).toMatchObject(repeat('running'))
+    await as({ forced: true })
+    expect(await signal('force')).toMatchObject(repeat('running'))
+
+    await as({ status: 'running', awaiting: 'approve_canary', strategy: 'canary', canary_size: 1, migration_type: 'breaking', current_batch: 0, forced: false })
+    expect(await signal('resume')).toMatchObject({
+      status: 409,
+      body: { error: `cannot resume rollout ${rollout.id}: it is running`, details: 'it is not paused: its canary gate waits for your approval; approve it with `nodeplane rollout approve-canary ID`, or cancel or roll it back' },
+    })
+    // Past the gate (the rest of the fleet upgrading, or completed): the approval is a repeat.
+    await as({ awaiting: null, current_batch: 1 })
+    expect(await signal('approve-canary')).toMatchObject(repeat('running'))
+    await as({ status: 'completed' })
+    expect(await signal('approve-canary')).toMatchObject(repeat('completed'))
+    await as({ status: 'paused', pause_reason: 'operator' })
+    expect(await signal('approve-canary')).toMatchObject({ status: 409, body: { details: 'it is paused: resume it first; its canary gate then waits for the approval again' } })
+
+    await as({ status: 'paused', pause_reason: 'rollback' })
+    expect(await signal('rollback')).toMatchObject(repeat('paused'))
+    for (const action of ['pause', 'resume', 'cancel', 'force']) {
+      expect(await signal(action), action).toMatchObject({ status: 409, body: { details: 'it is being rolled back: wait for it to end (`nodeplane rollout status ID --watch`)' } })
+    }
+    await as({ status: 'rolled_back' })
+    expect(await signal('rollback')).toMatchObject(repeat('rolled_back'))
+    await as({ status: 'cancelled', pause_reason: null })
+    expect(await signal('cancel')).toMatchObject(repeat('cancelled'))
+    expect(await signal('pause')).toMatchObject({ status: 409, body: { error: `cannot pause rollout ${rollout.id}: it is cancelled`, details: 'only a running rollout can be paused' } })
+
+    const group = (await call('POST', '/api/v1/rollout-groups', { ...GROUP, node_type: 'archive' })).body as RolloutGroupView
+    expect((await call('POST', `/api/v1/rollout-groups/${group.id}/start`)).status).toBe(200)
+    const groupSignal = async (action: string) => {
+      const sent = await signals()
+      const answer = await call('POST', `/api/v1/rollout-groups/${group.id}/${action}`)
+      expect(await signals(), action).toBe(sent)
+      return answer
+    }
+    expect(await groupSignal('resume')).toMatchObject({ status: 200, body: { id: group.id, status: 'running', changed: false } })
+    await db('rollout_groups').where({ id: group.id }).update({ status: 'paused', pause_reason: 'operator' })
+    expect(await groupSignal('pause')).toMatchObject({ status: 200, body: { id: group.id, status: 'paused', changed: false } })
+    await db('rollout_groups').where({ id: group.id }).update({ status: 'completed', pause_reason: null })
+    // skip is never a repeat: each one moves past another component.
+    expect(await groupSignal('skip')).toMatchObject({ status: 409, body: { details: 'components are skipped while the group runs or is paused' } })
+    expect(await groupSignal('cancel')).toMatchObject({ status: 409, body: { error: `cannot cancel rollout group ${group.id}: it is completed` } })
   })
 
   it('cancels a pending or a scheduled rollout at once (an extension of the spec), which frees the chain; a cancelled one is not started', async () => {
@@ -307,7 +373,7 @@ describe.each(DIALECTS)('rollouts API on %s', (dialect) => {
     const pending = (await call('POST', '/api/v1/rollouts', AUTO)).body as RolloutView
     const cancelled = await call('POST', `/api/v1/rollouts/${pending.id}/cancel`)
     expect(cancelled).toMatchObject({ status: 200, body: { id: pending.id, status: 'cancelled', started_at: null } })
-    expect(await call('POST', `/api/v1/rollouts/${pending.id}/cancel`)).toMatchObject({ status: 409, body: { error: `cannot cancel rollout ${pending.id}: it is cancelled` } })
+    expect(await call('POST', `/api/v1/rollouts/${pending.id}/cancel`)).toMatchObject({ status: 200, body: { id: pending.id, status: 'cancelled', changed: false } })
     expect((await call('POST', `/api/v1/rollouts/${pending.id}/start`)).status).toBe(409)
     const events = (await db('outbox').where({ subject: `events.rollout.${pending.id}.completed` }).select('payload')) as Array<{ payload: unknown }>
     expect(events.map((e) => (typeof e.payload === 'string' ? JSON.parse(e.payload) : e.payload))).toEqual([expect.objectContaining({ rollout_id: pending.id, status: 'cancelled' })])
@@ -350,7 +416,8 @@ describe.each(DIALECTS)('rollouts API on %s', (dialect) => {
     const started = await call('POST', `/api/v1/rollout-groups/${group.id}/start`)
     expect(started.status).toBe(200)
     expect(started.body).toMatchObject({ status: 'running', current_component_index: 0, version: 2 })
-    expect((await call('POST', `/api/v1/rollout-groups/${group.id}/pause`)).status).toBe(200)
+    expect((await call('POST', `/api/v1/rollout-groups/${group.id}/start`)).body).toMatchObject({ status: 'running', version: 2, changed: false })
+    expect((await call('POST', `/api/v1/rollout-groups/${group.id}/pause`)).body).toMatchObject({ status: 'running', changed: true })
   })
 
   it('cancels a pending group at once, which frees the chain for another', async () => {
@@ -359,8 +426,8 @@ describe.each(DIALECTS)('rollouts API on %s', (dialect) => {
     expect(created.status).toBe(201)
     const id = (created.body as { id: string }).id
     const cancelled = await call('POST', `/api/v1/rollout-groups/${id}/cancel`)
-    expect(cancelled).toMatchObject({ status: 200, body: { id, status: 'cancelled' } })
-    expect((await call('POST', `/api/v1/rollout-groups/${id}/cancel`)).status).toBe(409)
+    expect(cancelled).toMatchObject({ status: 200, body: { id, status: 'cancelled', changed: true } })
+    expect(await call('POST', `/api/v1/rollout-groups/${id}/cancel`)).toMatchObject({ status: 200, body: { id, status: 'cancelled', changed: false } })
     expect((await call('POST', `/api/v1/rollout-groups/${id}/start`)).status).toBe(409)
     expect((await call('POST', '/api/v1/rollout-groups', GROUP)).status).toBe(201)
   })

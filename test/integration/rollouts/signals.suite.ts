@@ -43,14 +43,15 @@ export function rolloutSignalsSuite(dialects: readonly Dialect[]): void {
       expect(nodes.filter((n) => n.batch_index === 0).map((n) => n.status)).toEqual(['succeeded'])
       expect(nodes.filter((n) => n.batch_index === 1).map((n) => n.status)).toEqual(['pending', 'pending'])
       expect((await binaryVersions(db, fleet.nodes)).sort()).toEqual(['1.0.0', '1.0.0', '1.1.0'])
-      // Only while it waits; resume means nothing to a running rollout.
+      // Resume is no approval: refused with what to do instead.
       await expect(signalRollout(db, rollout.id, 'resume', { by: fleet.operatorId })).rejects.toThrow(/cannot resume rollout .*: it is running/)
 
       await signalRollout(db, rollout.id, 'approve_canary', { by: fleet.operatorId })
       const done = await untilStatus(db, rollout.id, ['completed', 'failed', 'paused'])
       expect(done).toMatchObject({ status: 'completed', succeeded_nodes: 3, awaiting: null })
       expect(await binaryVersions(db, fleet.nodes)).toEqual(['1.1.0', '1.1.0', '1.1.0'])
-      await expect(signalRollout(db, rollout.id, 'approve_canary', { by: fleet.operatorId })).rejects.toThrow(/it is completed/)
+      // Approving again is a repeat: nothing sent, nothing changed.
+      expect(await signalRollout(db, rollout.id, 'approve_canary', { by: fleet.operatorId })).toMatchObject({ status: 'completed', changed: false })
     })
 
     it('a breaking canary that fails pauses; resume is not an approval: the rest waits for approve_canary', { timeout: 240_000 }, async (context) => {
@@ -97,7 +98,8 @@ export function rolloutSignalsSuite(dialects: readonly Dialect[]): void {
       const paused = await untilStatus(db, rollout.id, ['paused', 'completed', 'failed'])
       expect(paused).toMatchObject({ status: 'paused', pause_reason: 'operator', succeeded_nodes: 1 })
       expect((await listRolloutNodes(db, rollout.id)).map((n) => n.status)).toEqual(['succeeded', 'pending', 'pending'])
-      await expect(signalRollout(db, rollout.id, 'pause', { by: fleet.operatorId })).rejects.toThrow(/cannot pause rollout .*: it is paused/)
+      // A second pause is a repeat (docs/cli.md, "Repeats"): answered as it is, nothing sent.
+      expect(await signalRollout(db, rollout.id, 'pause', { by: fleet.operatorId })).toMatchObject({ status: 'paused', version: paused.version, changed: false })
 
       await signalRollout(db, rollout.id, 'resume', { by: fleet.operatorId })
       // Cancel while the second batch is in flight.
@@ -129,7 +131,7 @@ export function rolloutSignalsSuite(dialects: readonly Dialect[]): void {
       ])
       expect(await binaryVersions(db, fleet.nodes)).toEqual(['1.0.0', '1.0.0'])
       expect(await notifications(db, fleet.operatorId)).toEqual(['rollout_started', 'rollout_paused', 'rollback_initiated', 'rollback_completed'])
-      await expect(signalRollout(db, rollout.id, 'rollback', { by: fleet.operatorId })).rejects.toThrow(/it is rolled_back/)
+      expect(await signalRollout(db, rollout.id, 'rollback', { by: fleet.operatorId })).toMatchObject({ status: 'rolled_back', changed: false })
     })
 
     it('a rollback whose previous version fails its health validation ends failed_rollback: node degraded, critical incident', { timeout: 240_000 }, async (context) => {
@@ -170,7 +172,7 @@ export function rolloutSignalsSuite(dialects: readonly Dialect[]): void {
       const cancelledOne = await devnetRollout(db, fleet, { scheduled_at: early })
       await startRollout(db, cancelledOne.id, { by: fleet.operatorId })
       expect(await signalRollout(db, cancelledOne.id, 'cancel', { by: fleet.operatorId })).toMatchObject({ status: 'cancelled', started_at: null })
-      await expect(signalRollout(db, cancelledOne.id, 'cancel', { by: fleet.operatorId })).rejects.toThrow(/it is cancelled/)
+      expect(await signalRollout(db, cancelledOne.id, 'cancel', { by: fleet.operatorId })).toMatchObject({ status: 'cancelled', changed: false })
       // Its workflow ends, at once or at the scheduled time (whether it first ran before the cancel).
       await waitFor(async () => (await findRunByKey(db, ROLLOUT_WORKFLOW, cancelledOne.id))?.status === 'completed', 'the cancelled rollout workflow to end', 30_000, 100)
       await waitFor(async () => Date.now() > early.getTime() + 500, 'the scheduled time to pass', 10_000, 100)
