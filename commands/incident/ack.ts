@@ -43,10 +43,8 @@ export default class IncidentAck extends BaseCommand<typeof IncidentAck> {
       let id = ref
       try {
         id = await resolveApiId(api, 'incident', ref)
-        const path = `/incidents/${encodeURIComponent(id)}`
-        const current = await api.get<Incident>(path).catch(incidentNotFound(id))
-        const incident: Changed<Incident> =
-          current.status === 'acknowledged' ? { ...current, changed: false } : { ...(await api.post<Incident>(`${path}/acknowledge`, {}).catch(incidentNotFound(id))), changed: true }
+        // The API says whether this call moved it: of two acks at once, only one did.
+        const incident = await api.post<Changed<Incident>>(`/incidents/${encodeURIComponent(id)}/acknowledge`, {}).catch(incidentNotFound(id))
         result.acknowledged.push(incident)
         if (!this.jsonEnabled()) this.log(describeMove(incident))
       } catch (err) {

@@ -32,7 +32,7 @@ export default class IncidentResolve extends BaseCommand<typeof IncidentResolve>
             i.status === 'open' || i.status === 'acknowledged'
               ? { action: `resolve incident ${i.id} (${i.severity} ${i.category} on node ${i.node_id}, ${i.status})`, consequence: 'It is closed by hand; a later failure of the same kind opens a new incident' }
               : undefined,
-          ).then(async () => ({ ...(await api.post<Incident>(`${path}/resolve`, {}).catch(incidentNotFound(id))), changed: true }))
+          ).then(() => api.post<Changed<Incident>>(`${path}/resolve`, {}).catch(incidentNotFound(id)))
     if (!this.jsonEnabled()) this.log(describeMove(incident))
     return incident
   }

@@ -304,15 +304,19 @@ export interface IncidentMove {
 /**
  * A user's move (spec "Incident status": open -> acknowledged; open/acknowledged -> resolved).
  * A repeat (acknowledging an acknowledged incident, resolving a resolved one) returns it
- * unchanged, as revoking a revoked API key does (docs/cli.md, "Repeats"); another move is a
+ * unchanged with `changed: false`, as revoking a revoked API key does (docs/cli.md, "Repeats");
+ * of two moves at once only the one whose conditional update wrote says `changed: true`. Another
+ * move is a
  * ConflictError naming the current status. Optimistic locking on `version`:
  * a concurrent change (an auto-resolution in the same instant) is a ConflictError too, never a
  * silent overwrite. A manual resolution notifies the owner unless the incident is flapping.
  */
-export async function moveIncident(trx: Knex.Transaction, move: IncidentMove): Promise<Incident> {
+export type MovedIncident = Incident & { changed: boolean }
+
+export async function moveIncident(trx: Knex.Transaction, move: IncidentMove): Promise<MovedIncident> {
   const incident = await findIncident(trx, move.visibility, move.id)
   if (!incident) throw new NotFoundError('not found', 'no incident with this id among the incidents you can see')
-  if (incident.status === move.to) return incident
+  if (incident.status === move.to) return { ...incident, changed: false }
   if (!canMoveIncident(incident.status, move.to)) throw statusConflict(incident, move.to)
   const changes: Record<string, unknown> =
     move.to === 'acknowledged'
@@ -323,13 +327,13 @@ export async function moveIncident(trx: Knex.Transaction, move: IncidentMove): P
   if (updated !== 1) {
     const now = await findIncident(trx, move.visibility, move.id)
     // Another operator's same move in the same instant: a repeat, as above.
-    if (now && now.status === move.to) return now
+    if (now && now.status === move.to) return { ...now, changed: false }
     if (now && !canMoveIncident(now.status, move.to)) throw statusConflict(now, move.to)
     throw new ConflictError(`incident ${incident.id} was changed concurrently`, 'read it again and retry')
   }
   const moved = incidentFromRow({ ...incident, ...changes })
   if (move.to === 'resolved' && !moved.is_flapping) await notify(trx, moved, 'incident_resolved', move.now)
-  return moved
+  return { ...moved, changed: true }
 }
 
 function statusConflict(incident: Incident, to: IncidentStatus): ConflictError {

@@ -8,12 +8,16 @@
  * rows; signals refused before anyone is asked; and the one rule for repeats (an API key, a
  * rollout, a group).
  */
+import crypto from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { startApiServer } from '../../daemons/api-server.js'
 import { createApiKey } from '../../src/auth/api-keys.js'
 import { createLocalBus } from '../../src/events/local-bus.js'
+import { raiseIncident } from '../../src/health/incident-store.js'
+import { DEFAULT_INCIDENT_SETTINGS } from '../../src/health/incident-rules.js'
+import { insertHost, recordProbe } from '../../src/hosts/store.js'
 import { createLogger } from '../../src/log.js'
 import { insertNode } from '../../src/nodes/node-store.js'
 import { writeConfigState } from '../../src/provisioning/configure.js'
@@ -37,6 +41,7 @@ describe.each(DIALECTS)('what operators read in the terminal, on %s', (dialect) 
   let pending: { id: string }
   let spareKey: { id: string }
   let aliceId: string
+  let incidentId: string
   const run = (args: string[], extra: Record<string, string> = {}) => nodeplane(args, { cwd: dir, env: { ...env, ...extra } })
   // A 160-column terminal of an operator (colours on, whatever CI says).
   const tty = (args: string[], extra: Record<string, string> = {}) => onTerminal(args, { env: { ...env, ...extra }, cwd: dir, columns: 160, withoutCi: true })
@@ -59,6 +64,12 @@ describe.each(DIALECTS)('what operators read in the terminal, on %s', (dialect) 
       await t.db('nodes').where({ id: n.id }).update({ state, last_heartbeat: new Date(now.getTime() - 45_000) })
       await writeConfigState(t.db, n.id, '1.0.0', null)
       nodes.push(n.id)
+      if (state === 'down') {
+        const raised = await t.db.transaction((trx) =>
+          raiseIncident(trx, { nodeId: n.id, subscriptionId: n.subscription_id, chainProfileId: 'devnet', category: 'node_down', occurredAt: now, title: 'node down', description: 'test', metadata: { trigger: 'test' } }, DEFAULT_INCIDENT_SETTINGS.flapping, now),
+        )
+        incidentId = raised.incident.id
+      }
     }
     const rollout = { node_type: 'full', binary_name: 'devnet-node', source_version: '1.0.0', target_version: '1.1.0', target_binary_url: 'file:///x', target_binary_checksum: `sha256:${'a'.repeat(64)}`, batch_size: 1, failure_threshold: 0.5, created_by: alice }
     // Past its approved canary, paused by an operator while batch 2's node validates (its health wait runs).
@@ -69,6 +80,9 @@ describe.each(DIALECTS)('what operators read in the terminal, on %s', (dialect) 
     await t.db('rollout_nodes').where({ rollout_id: p.id, batch_index: 1 }).update({ status: 'validating', upgrade_phase: 'verifying', attempt_count: 1, updated_at: new Date() })
     paused = p
     pending = await insertRollout(t.db, { ...rollout, chain_profile_id: 'anvil', strategy: 'rolling', canary_size: null, health_wait_duration_ms: 2_000 }, now)
+    // A fleet host probed 12 s ago: its table says so as an age, not as a timestamp.
+    const host = await insertHost(t.db, { id: crypto.randomUUID(), name: 'fra-1', address: '10.0.0.2', port: 22, user: 'root', region: 'eu-central', rootDir: '/srv/nodeplane', capacity: { cpu: 8, memory_bytes: 2 ** 35, disk_bytes: 2 ** 39 }, labels: {}, hostKeyFingerprint: 'SHA256:test', now })
+    await recordProbe(t.db, host.id, 'ok', null, new Date(now.getTime() - 12_000))
     const scopes = ['nodes:read', 'nodes:write', 'api-keys:manage', 'admin']
     const issued = await t.db.transaction((trx) => createApiKey(trx, { userId: alice, name: 'alice', scopes, expiresAt: null, allowAdmin: true }, new Date()))
     spareKey = (await t.db.transaction((trx) => createApiKey(trx, { userId: alice, name: 'spare', scopes: ['nodes:read'], expiresAt: null }, new Date()))).apiKey
@@ -81,13 +95,14 @@ describe.each(DIALECTS)('what operators read in the terminal, on %s', (dialect) 
     fs.rmSync(dir, { recursive: true, force: true })
   })
 
-  it('tables: short unique ids, ages, the version and coloured states on a terminal; whole, plain and cut only to COLUMNS in a pipe; --wide whole', { timeout: 90_000 }, async () => {
-    const [coloured, noColour, piped, narrow, wide] = await Promise.all([
+  it('tables: short unique ids, ages (host probes too), the version and coloured states on a terminal; whole, plain and cut only to COLUMNS in a pipe; --wide whole', { timeout: 90_000 }, async () => {
+    const [coloured, noColour, piped, narrow, wide, hosts] = await Promise.all([
       tty(['node', 'list']),
       tty(['node', 'list'], { NO_COLOR: '1' }),
       run(['node', 'list']),
       run(['rollout', 'list'], { COLUMNS: '110' }),
       run(['rollout', 'list', '--wide'], { COLUMNS: '110' }),
+      tty(['host', 'list']),
     ])
     expect(coloured.exitCode, coloured.stdout).toBe(0)
     const rows = plain(coloured.stdout).split('\n').filter((l) => l.includes('devnet'))
@@ -120,6 +135,10 @@ describe.each(DIALECTS)('what operators read in the terminal, on %s', (dialect) 
     expect(narrow.stdout).toContain(paused.id)
     expect(wide.stdout).toContain('devnet-node 1.0.0 -> 1.1.0')
     expect(wide.stdout.split('\n').some((l) => l.length > 110)).toBe(true)
+    // The probe column is an age too (full timestamps only in --json).
+    expect(hosts.exitCode, hosts.stdout).toBe(0)
+    expect(plain(hosts.stdout)).toMatch(/^fra-1 +ready +eu-central +root@10\.0\.0\.2:22 .* ok 1\ds ago /m)
+    expect(plain(hosts.stdout)).not.toMatch(/\d{4}-\d\d-\d\d/)
   })
 
   it('the live view shows the health wait counting down, the approved canary gate, batches numbered alike, and no colour under NO_COLOR', { timeout: 90_000 }, async () => {
@@ -174,7 +193,7 @@ describe.each(DIALECTS)('what operators read in the terminal, on %s', (dialect) 
     expect((await t.db('api_keys').where({ id: spareKey.id }).first('revoked_at')).revoked_at).toEqual(revokedAt)
   })
 
-  it('a repeated rollout or group signal succeeds and says nothing changed, without asking; one the state forbids exits 4 saying what to do', { timeout: 60_000 }, async () => {
+  it('a repeated rollout or group signal succeeds and says nothing changed, without asking; one the state forbids exits 4 saying what to do; of two acks at once one changed it', { timeout: 60_000 }, async () => {
     const now = new Date()
     const base = { node_type: 'full', binary_name: 'litecoind', source_version: '1.0.0', target_version: '1.1.0', target_binary_url: 'file:///x', target_binary_checksum: `sha256:${'b'.repeat(64)}`, batch_size: 1, failure_threshold: 0.5, health_wait_duration_ms: 2_000, created_by: aliceId }
     const rollingBack = await insertRollout(t.db, { ...base, chain_profile_id: 'litecoin', strategy: 'rolling', canary_size: null }, now)
@@ -186,12 +205,15 @@ describe.each(DIALECTS)('what operators read in the terminal, on %s', (dialect) 
     const versions = async () => t.db('rollouts').orderBy('id').select('id', 'version', 'updated_at')
     const before = await versions()
 
-    const [pause, rollback, groupPause, resume] = await Promise.all([
+    const [pause, rollback, groupPause, resume, ackOne, ackTwo] = await Promise.all([
       run(['rollout', 'pause', paused.id]),
       // Destructive, on a terminal, without --yes: a repeat is not asked about.
       tty(['rollout', 'rollback', rollingBack.id]),
       run(['rollout-group', 'pause', group.id, '--json']),
       run(['rollout', 'resume', awaiting.id]),
+      // Two operators acknowledging one incident at once: the API says which of them changed it.
+      run(['incident', 'ack', incidentId, '--json']),
+      run(['incident', 'ack', incidentId, '--json']),
     ])
     expect(pause.exitCode, pause.stderr).toBe(0)
     expect(pause.stdout).toBe(`Rollout ${paused.id} was already paused; nothing changed.`)
@@ -202,6 +224,10 @@ describe.each(DIALECTS)('what operators read in the terminal, on %s', (dialect) 
     expect(json<{ id: string; status: string; changed: boolean }>(groupPause)).toMatchObject({ id: group.id, status: 'paused', changed: false })
     expect(resume.exitCode).toBe(4)
     expect(resume.stderr).toBe(`Error: cannot resume rollout ${awaiting.id}: it is running: it is not paused: its canary gate waits for your approval; approve it with \`nodeplane rollout approve-canary ID\`, or cancel or roll it back`)
+    const acks = [ackOne, ackTwo].map((r) => json<{ acknowledged: Array<{ id: string; changed: boolean }> }>(r).acknowledged)
+    expect([ackOne.exitCode, ackTwo.exitCode]).toEqual([0, 0])
+    expect(acks.map((a) => a.map((i) => i.id))).toEqual([[incidentId], [incidentId]])
+    expect(acks.map((a) => a[0]?.changed).sort()).toEqual([false, true])
     // Nothing sent to any workflow, nothing written.
     expect(Number((await t.db('workflow_signals').count({ n: '*' }).first())?.n)).toBe(0)
     expect(await versions()).toEqual(before)

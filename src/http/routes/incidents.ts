@@ -52,6 +52,11 @@ const incidentView = z
   })
   .openapi('Incident')
 
+/** What a move answers: the incident as it is now, and whether this call moved it. */
+const movedIncidentView = incidentView
+  .extend({ changed: z.boolean().openapi({ description: 'false for a repeat (already where the move puts it); of two moves at once, exactly one is true' }) })
+  .openapi('MovedIncident')
+
 const listQuery = paginationQuery.extend({
   status: z.enum(INCIDENT_STATUSES).optional(),
   severity: z.enum(INCIDENT_SEVERITIES).optional(),
@@ -122,22 +127,22 @@ export function incidentRoutes(deps: IncidentRouteDeps): ApiRoute[] {
       method: 'post',
       path: '/api/v1/incidents/{id}/acknowledge',
       summary: 'Acknowledge an open incident (someone is on it)',
-      description: 'open -> acknowledged. An acknowledged incident is answered unchanged (a repeat); a resolved or auto_resolved one answers 409. An acknowledged incident still auto-resolves when the node recovers.',
+      description: 'open -> acknowledged. An acknowledged incident is answered unchanged with `changed: false` (a repeat); a resolved or auto_resolved one answers 409. An acknowledged incident still auto-resolves when the node recovers.',
       tags: TAGS,
       auth: { scope: 'nodes:write' },
       request: { params: idParams },
-      responses: { 200: incidentView, 404: NOT_FOUND_404, 409: CONFLICT_409 },
+      responses: { 200: movedIncidentView, 404: NOT_FOUND_404, 409: CONFLICT_409 },
     }).handle(move('acknowledged')),
 
     defineRoute({
       method: 'post',
       path: '/api/v1/incidents/{id}/resolve',
       summary: 'Resolve an open or acknowledged incident by hand',
-      description: 'open or acknowledged -> resolved. A resolved incident is answered unchanged (a repeat); an auto_resolved one answers 409. The owner gets a notification unless the incident is flapping.',
+      description: 'open or acknowledged -> resolved. A resolved incident is answered unchanged with `changed: false` (a repeat); an auto_resolved one answers 409. The owner gets a notification unless the incident is flapping.',
       tags: TAGS,
       auth: { scope: 'nodes:write' },
       request: { params: idParams },
-      responses: { 200: incidentView, 404: NOT_FOUND_404, 409: CONFLICT_409 },
+      responses: { 200: movedIncidentView, 404: NOT_FOUND_404, 409: CONFLICT_409 },
     }).handle(move('resolved')),
   ]
 }

@@ -165,19 +165,19 @@ describe.each(DIALECTS)('incidents API on %s', (dialect) => {
     expect((await post(incident.id, 'acknowledge', readKey)).status).toBe(403)
     const acked = await post(incident.id, 'acknowledge')
     expect(acked.status).toBe(200)
-    expect(acked.body).toMatchObject({ status: 'acknowledged', acknowledged_at: api.clock.now().toISOString(), acknowledged_by: alice.id, version: incident.version + 1 })
+    expect(acked.body).toMatchObject({ status: 'acknowledged', acknowledged_at: api.clock.now().toISOString(), acknowledged_by: alice.id, version: incident.version + 1, changed: true })
     // A repeat answers the incident unchanged (docs/cli.md, "Repeats"): same time, same version.
     api.clock.advance(1_000)
     const again = await post(incident.id, 'acknowledge')
     expect(again.status).toBe(200)
-    expect(again.body).toEqual(acked.body)
+    expect(again.body).toEqual({ ...(acked.body as object), changed: false })
 
     api.clock.advance(60_000)
     const resolved = await post(incident.id, 'resolve')
     expect(resolved.body).toMatchObject({ status: 'resolved', resolved_at: api.clock.now().toISOString(), resolved_by: alice.id, acknowledged_by: alice.id })
     const resolvedAgain = await post(incident.id, 'resolve')
     expect(resolvedAgain.status).toBe(200)
-    expect(resolvedAgain.body).toEqual(resolved.body)
+    expect(resolvedAgain.body).toEqual({ ...(resolved.body as object), changed: false })
     const ackResolved = await post(incident.id, 'acknowledge')
     expect(ackResolved.status).toBe(409)
     expect((ackResolved.body as { details: string }).details).toBe('resolved is final')
@@ -193,7 +193,28 @@ describe.each(DIALECTS)('incidents API on %s', (dialect) => {
     const raced = await Promise.all([post(direct.id, 'resolve'), post(direct.id, 'resolve')])
     expect(raced.map((r) => r.status)).toEqual([200, 200])
     expect(raced.map((r) => (r.body as Incident).version)).toEqual([direct.version + 1, direct.version + 1])
+    expect(raced.map((r) => (r.body as { changed: boolean }).changed).sort()).toEqual([false, true])
     expect((await notificationsOf(db, alice.id)).filter((n) => n.kind === 'incident_resolved').map((n) => n.data.incident_id).sort()).toEqual([incident.id, direct.id].sort())
+  })
+
+  it('of concurrent acknowledgements exactly one says it changed the incident; the others are repeats of it', async () => {
+    const { db } = await resources.database(dialect)
+    const api = await startApi(db)
+    const alice = await newUser(db)
+    const bob = await newUser(db, { admin: true })
+    const aliceKey = (await newKey(db, alice.id, { scopes: ['nodes:read', 'nodes:write'], now: api.clock.now() })).key
+    const bobKey = (await newKey(db, bob.id, { scopes: ['nodes:read', 'nodes:write', 'admin'], admin: true, now: api.clock.now() })).key
+    const incident = await raise(db, await ownedNode(db, 'down', {}, alice.id), 'node_down', 1)
+    const keys = [aliceKey, bobKey, aliceKey, bobKey, aliceKey, bobKey, aliceKey, bobKey]
+    const acks = await Promise.all(keys.map((k) => api.call('POST', `/api/v1/incidents/${incident.id}/acknowledge`, k)))
+    expect(acks.map((a) => a.status)).toEqual(keys.map(() => 200))
+    const bodies = acks.map((a) => a.body as Incident & { changed: boolean })
+    const winners = bodies.filter((b) => b.changed)
+    expect(winners).toHaveLength(1)
+    // Every answer is the one acknowledgement the database holds: the winner's.
+    const stored = (await db('incidents').where({ id: incident.id }).first('acknowledged_by', 'version')) as { acknowledged_by: string; version: number }
+    expect(stored).toEqual({ acknowledged_by: winners[0]?.acknowledged_by, version: incident.version + 1 })
+    for (const b of bodies) expect(b).toMatchObject({ status: 'acknowledged', acknowledged_by: stored.acknowledged_by, version: incident.version + 1 })
   })
 
   it('documents the four routes in the OpenAPI document', async () => {
