@@ -12,7 +12,7 @@ import type { Db } from '../db/knex.js'
 import { isDomainError, UnauthorizedError } from '../errors.js'
 import type { Logger } from '../log.js'
 import { applyHealthUpdate } from '../nodes/health-state-machine.js'
-import { SYNC_STATUSES, type SyncStatus } from '../nodes/states.js'
+import { SYNC_STATUSES, TERMINAL_NODE_STATES, type SyncStatus } from '../nodes/states.js'
 import {
   claimForDelivery,
   findPendingCommands,
@@ -33,7 +33,7 @@ import {
   type RegisterRequest,
   type RegisterResponse,
 } from './grpc.js'
-import { admitSyncChange, type SyncChangeLimit } from '../health/sync-flapping.js'
+import { admitSyncChange, type SyncChangeDecision, type SyncChangeLimit } from '../health/sync-flapping.js'
 import { PRESENCE_LAPSE_INTERVALS, pruneGatewayPresence, recordGatewayPresence } from './gateway-presence.js'
 import { HeartbeatBatcher } from './heartbeats.js'
 import { PROCESS_STATES, STREAM_TOKEN_RECHECK_MS } from './protocol.js'
@@ -69,8 +69,13 @@ type Stream = grpc.ServerDuplexStream<AgentMessage, GatewayMessage>
 interface Session {
   nodeId: string
   call: Stream
-  /** The node's sync_status as last written, so only changes reach the state machine. */
-  syncStatus: SyncStatus
+  /**
+   * What this stream's agent last reported, so only changes reach the state machine. Null until
+   * its first report: the node's recorded value may be one an older stream of the node (a previous
+   * agent, before a migration) wrote after this stream was opened, so the first report is always
+   * compared with the database.
+   */
+  syncStatus: SyncStatus | null
   /** Until then (epoch ms) the node's sync changes are held back: it flapped (sync-flapping.ts). */
   syncHeldUntil?: number
   /** Reports are written in arrival order (an ack before the completion it precedes). */
@@ -199,10 +204,34 @@ export class AgentGateway {
           session.call.emit('error', refusal)
         }
       }
+      await this.reconcileSync()
     } catch (err) {
       this.options.logger.warn({ err }, 'could not check the open streams\' tokens again; retrying')
     } finally {
       this.rechecking = false
+    }
+  }
+
+  /**
+   * A node whose recorded sync_status differs from what its agent, connected here, keeps
+   * reporting (agent_status): something else wrote it after this stream's last change (an old
+   * stream's late write, another gateway). Forgetting the stream's last report makes the next
+   * heartbeat compare with the database and write the agent's value again. One query per recheck.
+   */
+  private async reconcileSync(): Promise<void> {
+    if (this.sessions.size === 0) return
+    const rows = (await this.options.db('agent_status as a')
+      .join('nodes as n', 'n.id', 'a.node_id')
+      .join('agent_registrations as r', 'r.node_id', 'a.node_id')
+      .where('r.gateway_id', this.gatewayId)
+      .whereNull('r.disconnected_at')
+      .whereNotIn('n.state', TERMINAL_NODE_STATES)
+      .whereRaw('a.sync_status <> n.sync_status')
+      .select('a.node_id', 'a.sync_status')) as Array<{ node_id: string; sync_status: string }>
+    const now = this.now().getTime()
+    for (const row of rows) {
+      const session = this.sessions.get(row.node_id)
+      if (session?.ready && session.syncStatus === row.sync_status && !((session.syncHeldUntil ?? 0) > now)) session.syncStatus = null
     }
   }
 
@@ -344,7 +373,7 @@ export class AgentGateway {
       }
       // The agent gave up while it waited (its 'cancelled' came before there was a session to close).
       if (call.cancelled) continue
-      opened.push(this.openSession(agent.nodeId, agent.syncStatus, call))
+      opened.push(this.openSession(agent.nodeId, call))
     }
     // A node that opened two streams in one batch keeps the later one.
     const current = opened.filter((session) => this.sessions.get(session.nodeId) === session)
@@ -370,8 +399,8 @@ export class AgentGateway {
     }
   }
 
-  private openSession(nodeId: string, syncStatus: SyncStatus, call: Stream): Session {
-    const session: Session = { nodeId, call, syncStatus, queue: Promise.resolve(), ready: false }
+  private openSession(nodeId: string, call: Stream): Session {
+    const session: Session = { nodeId, call, syncStatus: null, queue: Promise.resolve(), ready: false }
     const previous = this.sessions.get(nodeId)
     this.sessions.set(nodeId, session)
     if (previous) previous.call.end()
@@ -432,6 +461,10 @@ export class AgentGateway {
   }
 
   private onHeartbeat(session: Session, heartbeat: HeartbeatMessage): void {
+    // A stream replaced by the node's newer one (the agent reconnected, or a new agent after a
+    // migration) may still deliver what was in flight: its reports are the past, and recording
+    // them would overwrite the current agent's status and sync_status with stale values.
+    if (this.sessions.get(session.nodeId) !== session) return
     const syncStatus = (SYNC_STATUSES as readonly string[]).includes(heartbeat.sync_status) ? (heartbeat.sync_status as SyncStatus) : 'unknown'
     const processState = (PROCESS_STATES as readonly string[]).includes(heartbeat.process_state) ? heartbeat.process_state : 'unconfigured'
     this.heartbeats.record({
@@ -464,20 +497,30 @@ export class AgentGateway {
     call.write({ body: 'heartbeat_ack', heartbeat_ack: { sent_at_unix_ms: sentAtUnixMs } })
   }
 
-  /** A sync change is a state-machine write, one at a time, off the heartbeat hot path. */
-  private async forwardSync(session: Session, from: SyncStatus, to: SyncStatus): Promise<void> {
+  /**
+   * A sync change is a state-machine write, one at a time, off the heartbeat hot path. It is
+   * compared with the node's recorded value, not with what this stream reported before, and
+   * dropped once a newer stream of the node exists (queued before the stream was replaced, it is
+   * the past): a late write of an old agent's report would otherwise stay, unseen by the new one.
+   */
+  private async forwardSync(session: Session, from: SyncStatus | null, to: SyncStatus): Promise<void> {
+    const current = () => this.sessions.get(session.nodeId) === session
     for (let attempt = 1; attempt <= 3; attempt += 1) {
       try {
         const now = this.now()
+        if (!current()) return
         const decision = await this.reportSlots.run(() =>
-          this.options.db.transaction(async (trx) => {
-            const admitted = await admitSyncChange(trx, { nodeId: session.nodeId, from, to }, now, this.options.syncChangeLimit)
+          this.options.db.transaction(async (trx): Promise<SyncChangeDecision | { unchanged: true }> => {
+            const recorded = (await trx('nodes').where({ id: session.nodeId }).first('sync_status')) as { sync_status: SyncStatus } | undefined
+            if (!current() || recorded?.sync_status === to) return { unchanged: true }
+            const admitted = await admitSyncChange(trx, { nodeId: session.nodeId, from: recorded?.sync_status ?? from ?? 'unknown', to }, now, this.options.syncChangeLimit)
             if (admitted.admitted) {
               await applyHealthUpdate(trx, { nodeId: session.nodeId, change: { writer: 'sync_event', sync_status: to }, reason: `agent reported ${to}`, now })
             }
             return admitted
           }),
         )
+        if ('unchanged' in decision) return
         if (!decision.admitted) {
           // Not written: the node keeps `from`; reports are looked at again once the hold ends.
           session.syncStatus = from

@@ -19,8 +19,10 @@ import path from 'node:path'
 import { afterAll, beforeAll, expect, it } from 'vitest'
 import { authenticatorFromSettings } from '../../../src/auth/authenticator.js'
 import { defaultConfigDir, loadChainCatalogue, type ChainCatalogue } from '../../../src/config/chains.js'
+import { fromJson } from '../../../src/db/dialect.js'
 import { controlPlaneRoutes } from '../../../src/http/routes/index.js'
 import type { HostDetail } from '../../../src/hosts/service.js'
+import { healthEventSubject } from '../../../src/nodes/health-state-machine.js'
 import { findNode, insertNode, type NodeRecord } from '../../../src/nodes/node-store.js'
 import { requestProvision } from '../../../src/provisioning/index.js'
 import { HOST_DRAIN_WORKFLOW } from '../../../src/provisioning/workflow-names.js'
@@ -104,7 +106,15 @@ describeEachDialectConcurrently('host drain on a fleet of namespace hosts, on %s
       const node = (await findNode(stack.db, nodeId)) as NodeRecord
       const log = path.join(stack.whereIs(node).dir, 'agent.log')
       const tail = fs.existsSync(log) ? fs.readFileSync(log, 'utf8').slice(-2_000) : '(no agent.log)'
-      throw new Error(`${(err as Error).message}: state ${node.state}, sync ${node.sync_status}, on ${node.host_id}; agent.log ends:\n${tail}`)
+      // What the gateway last heard (agent_status) beside what it wrote (sync events, incidents such as sync_flapping).
+      const heard = await stack.db('agent_status').where({ node_id: nodeId }).first('sync_status', 'process_state', 'reported_at', 'binary_version')
+      const syncEvents = ((await stack.db('outbox').where({ subject: healthEventSubject(nodeId) }).orderBy('id').select('payload')) as Array<{ payload: unknown }>)
+        .map((r) => fromJson<{ dimension: string; to: string }>(r.payload))
+        .map((e) => `${e.dimension}=${e.to}`)
+      const incidents = await stack.db('incidents').where({ node_id: nodeId }).select('category', 'status', 'title')
+      throw new Error(
+        `${(err as Error).message}: state ${node.state}, sync ${node.sync_status}, on ${node.host_id}; agent_status ${JSON.stringify(heard)}; health events ${syncEvents.join(' ')}; incidents ${JSON.stringify(incidents)}; agent.log ends:\n${tail}`,
+      )
     })
   const processesLeftOn = (netns: NetnsHost, ids: readonly string[]) => ids.filter((id) => processesOf(netns, id).length > 0)
   const notificationsOf = async (kind: string) => (await stack.db('notifications').where({ user_id: admin.id, kind }).select('title', 'body', 'data')) as Array<{ title: string; body: string }>
