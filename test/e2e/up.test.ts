@@ -5,7 +5,7 @@ import path from 'node:path'
 import { afterEach, describe, expect, it } from 'vitest'
 import type { StackFile } from '../../src/daemon/stack-file.js'
 import { jsonLogLines, nodeplane, spawnNodeplane, tempDir, upPorts, waitForFile } from '../helpers/cli.js'
-import { freePort } from '../helpers/ports.js'
+import { freePort, freePortRange } from '../helpers/ports.js'
 
 describe('nodeplane up', () => {
   const dirs: string[] = []
@@ -106,6 +106,27 @@ describe('nodeplane up', () => {
       expect(result.exitCode).toBe(78)
       expect(result.stderr).toContain(`API_SERVER_PORT: port ${port}`)
       expect(fs.existsSync(path.join(dir, '.nodeplane', 'stack.json'))).toBe(false)
+    } finally {
+      blocker.close()
+    }
+  })
+
+  it('keeps gRPC\'s own diagnostics off the terminal: the agent gateway\'s port taken, stderr has only the reason and gRPC\'s line is a log line', async () => {
+    const dir = tempDir()
+    dirs.push(dir)
+    const base = await freePortRange(7)
+    const blocker = net.createServer()
+    // --port-base puts the agent gateway on base + 2: grpc-js, failing to bind it, prints its own
+    // "E <time> | server | No address added …" to stderr unless routed into the logs.
+    await new Promise<void>((resolve) => blocker.listen(base + 2, '127.0.0.1', resolve))
+    try {
+      const result = await nodeplane(['up', '--port-base', String(base)], { cwd: dir })
+      expect(result.exitCode).toBe(78)
+      expect(result.stderr.trim().split('\n')).toEqual([
+        `Error: invalid configuration: AGENT_GATEWAY_PORT: port ${base + 2} on 127.0.0.1 is already in use; stop whatever listens there or choose another port`,
+        '  fix the variables named above (docs/configuration.md lists every one)',
+      ])
+      expect(jsonLogLines(result.stdout).filter((l) => l.daemon === 'grpc')).toEqual([expect.objectContaining({ level: 'warn', msg: 'No address added out of total 1 resolved' })])
     } finally {
       blocker.close()
     }
