@@ -20,7 +20,7 @@ import WebSocket, { WebSocketServer, type RawData } from 'ws'
 import type { Db } from '../db/knex.js'
 import type { Logger } from '../log.js'
 import { identifyCaller } from './caller.js'
-import { errorResponse, isErrorResponse, parseBody, RPC_ERROR, type JsonRpcCall, type JsonRpcId } from './json-rpc.js'
+import { errorResponse, isErrorResponse, parseBody, RPC_ERROR, type JsonRpcCall, type JsonRpcErrorResponse, type JsonRpcId } from './json-rpc.js'
 import type { GatewayMetrics, WebSocketCallOutcome } from './metrics.js'
 import type { RpcRateLimiter } from './rate-limit.js'
 import { SERVING_STATES, upstreamAuthorization, type RouteTable } from './route-table.js'
@@ -127,7 +127,14 @@ export function createWebSocketProxy(options: WebSocketProxyOptions) {
         if (upstream.readyState === WebSocket.OPEN || upstream.readyState === WebSocket.CONNECTING) upstream.close()
         if (client.readyState === WebSocket.OPEN) client.close(CLOSE_NODE_CHANGED, 'the node closed the connection')
       }
-      upstream.on('message', (data: RawData, isBinary) => client.send(data, { binary: isBinary }))
+      // Batches some of whose calls were answered here: the node gets the others as a batch of
+      // their own, and its answer goes out with ours in one array, keyed by the ids sent on.
+      const joins: Array<{ ids: Set<string>; answered: JsonRpcErrorResponse[] }> = []
+      upstream.on('message', (data: RawData, isBinary) => {
+        const join = joins.length > 0 ? joinFor(joins, data) : undefined
+        if (!join) return client.send(data, { binary: isBinary })
+        client.send(JSON.stringify([...join.answers, ...join.answered]))
+      })
       upstream.on('close', closeBoth)
       upstream.on('error', closeBoth)
       client.on('close', closeBoth)
@@ -186,32 +193,50 @@ export function createWebSocketProxy(options: WebSocketProxyOptions) {
             return answerRefused(parsed, calls, RPC_ERROR.limitExceeded, `rate limit exceeded: too many requests for this API key; retry in ${decision.retryAfterSeconds} s`)
           }
         }
+        // As over HTTP: in a batch, a call refused here (invalid, the method policy, the
+        // subscription limit) gets its own error in the batch's answer and the others go on.
         const passing: JsonRpcCall[] = []
+        const answered: JsonRpcErrorResponse[] = []
         for (const call of calls) {
-          if (isErrorResponse(call)) return client.send(JSON.stringify(call))
-          passing.push(call)
+          if (isErrorResponse(call)) {
+            answered.push(call)
+            continue
+          }
           const reason = route.policy.check(call.method)
           if (reason) {
             count(call.method, 'refused')
-            return client.send(JSON.stringify(errorResponse(call.id, RPC_ERROR.methodNotAllowed, reason)))
+            answered.push(errorResponse(call.id, RPC_ERROR.methodNotAllowed, reason))
+            continue
           }
           if (call.method === 'eth_subscribe') {
             if (subscriptions >= options.maxSubscriptions) {
               tally('refused')
-              return client.send(JSON.stringify(errorResponse(call.id, RPC_ERROR.limitExceeded, `at most ${options.maxSubscriptions} subscriptions per connection`)))
+              answered.push(errorResponse(call.id, RPC_ERROR.limitExceeded, `at most ${options.maxSubscriptions} subscriptions per connection`))
+              continue
             }
             subscriptions++
           }
           if (call.method === 'eth_unsubscribe') subscriptions = Math.max(0, subscriptions - 1)
+          passing.push(call)
         }
+        if (parsed.kind === 'single' && answered.length > 0) return client.send(JSON.stringify(answered[0]))
+        if (passing.length === 0) return client.send(JSON.stringify(answered))
         if (upstream.readyState !== WebSocket.OPEN) return
         const at = Date.now()
+        const awaited: string[] = []
         for (const call of passing) {
           // A notification (no id) gets no answer to wait for: counted as sent.
           if (call.id === null || call.id === undefined) count(call.method, 'ok')
-          else if (pending.size < MAX_PENDING_CALLS) pending.set(JSON.stringify(call.id), { method: call.method, at })
+          else {
+            awaited.push(JSON.stringify(call.id))
+            if (pending.size < MAX_PENDING_CALLS) pending.set(JSON.stringify(call.id), { method: call.method, at })
+          }
         }
-        upstream.send(body)
+        if (answered.length === 0) return upstream.send(body)
+        // Only notifications go on: nothing of the node's to wait for.
+        if (awaited.length === 0) client.send(JSON.stringify(answered))
+        else if (joins.length < MAX_PENDING_CALLS) joins.push({ ids: new Set(awaited), answered })
+        upstream.send(JSON.stringify(passing.map((call) => call.raw)))
       }
       // One frame at a time, in the order they came: eth_subscribe before its eth_unsubscribe.
       let queue = Promise.resolve()
@@ -251,6 +276,22 @@ export function createWebSocketProxy(options: WebSocketProxyOptions) {
 }
 
 export type WebSocketProxy = ReturnType<typeof createWebSocketProxy>
+
+/** The join a node's answer belongs to (an array with an id sent on for it), taken off the list, with the node's answers. */
+function joinFor(joins: Array<{ ids: Set<string>; answered: JsonRpcErrorResponse[] }>, data: RawData): { answers: unknown[]; answered: JsonRpcErrorResponse[] } | undefined {
+  let answers: unknown
+  try {
+    answers = JSON.parse(rawText(data))
+  } catch {
+    return undefined
+  }
+  if (!Array.isArray(answers)) return undefined
+  const ids = answers.flatMap((a) => (typeof a === 'object' && a !== null && 'id' in a ? [JSON.stringify((a as { id: unknown }).id)] : []))
+  const index = joins.findIndex((join) => ids.some((id) => join.ids.has(id)))
+  if (index < 0) return undefined
+  const [join] = joins.splice(index, 1)
+  return { answers, answered: join!.answered }
+}
 
 function rawText(data: RawData): string {
   if (Buffer.isBuffer(data)) return data.toString('utf8')

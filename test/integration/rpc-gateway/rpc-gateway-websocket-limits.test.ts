@@ -107,6 +107,44 @@ describe.each(DIALECTS)('rpc-gateway WebSocket frames, rate limit and usage on %
     expect(metrics).not.toContain(key)
   })
 
+  it('answers a batch with calls refused here in one array: each refused call its error, the others the node\'s answers, each counted', async () => {
+    const owner = await newUser(t.db)
+    const { id: keyId, key } = await newKey(t.db, owner.id, { scopes: ['nodes:rpc'] })
+    const nodeId = await insertServingNode(t.db, owner.id, 'ethereum-anvil', 'full', `local-ws-batch-${dialect}`, anvil.port)
+    const ws = new WebSocket(`${gateway.url.replace(/^http/, 'ws')}/v1/${nodeId}`, { headers: { 'X-API-Key': key } })
+    resources.add(async () => ws.terminate())
+    const frames: unknown[] = []
+    ws.on('message', (data) => frames.push(JSON.parse(String(data))))
+    await new Promise<void>((resolve, reject) => ws.once('open', () => resolve()).once('error', reject))
+
+    ws.send(
+      JSON.stringify([
+        { jsonrpc: '2.0', id: 10, method: 'eth_chainId', params: [] },
+        { jsonrpc: '2.0', id: 11, method: 'anvil_mine', params: [] },
+        { jsonrpc: '2.0', id: 12, params: [] },
+        { jsonrpc: '2.0', id: 13, method: 'eth_blockNumber', params: [] },
+      ]),
+    )
+    await waitFor(() => Promise.resolve(frames.length === 1), 'the batch answered', 10_000, 25)
+    // Anything more would arrive right behind: a second look finds the one array alone.
+    ws.send(JSON.stringify({ jsonrpc: '2.0', id: 14, method: 'eth_chainId', params: [] }))
+    await waitFor(() => Promise.resolve(frames.length === 2), 'the next answer', 10_000, 25)
+    expect(frames[1]).toMatchObject({ id: 14, result: '0x7a69' })
+    const batch = frames[0] as Array<{ id: unknown }>
+    expect(Array.isArray(batch)).toBe(true)
+    const byId = new Map(batch.map((answer) => [answer.id, answer]))
+    expect([...byId.keys()].sort()).toEqual([10, 11, 12, 13])
+    expect(byId.get(10)).toMatchObject({ result: '0x7a69' })
+    expect(byId.get(11)).toMatchObject({ error: { code: RPC_ERROR.methodNotAllowed } })
+    expect(byId.get(12)).toMatchObject({ error: { code: RPC_ERROR.invalidRequest } })
+    expect(byId.get(13)).toMatchObject({ result: expect.stringMatching(/^0x/) })
+
+    const metrics = await (await fetch(`${gateway.url}/metrics`)).text()
+    const labels = `node_id="${nodeId}",api_key_id="${keyId}"`
+    expect(metrics).toContain(`rpc_gateway_websocket_calls_total{${labels},outcome="ok",daemon="rpc-gateway"} 3`)
+    expect(metrics).toContain(`rpc_gateway_websocket_calls_total{${labels},outcome="refused",daemon="rpc-gateway"} 1`)
+  })
+
   it('counts on /metrics, per key, the calls the node answers with an error apart from those it answers', async () => {
     const owner = await newUser(t.db)
     const { id: keyId, key } = await newKey(t.db, owner.id, { scopes: ['nodes:rpc'] })
