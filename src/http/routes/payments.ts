@@ -7,7 +7,7 @@
  */
 import { isUuid } from '../../db/ids.js'
 import type { Db } from '../../db/knex.js'
-import { NotFoundError, UnavailableError } from '../../errors.js'
+import { ConflictError, NotFoundError, UnavailableError } from '../../errors.js'
 import type { Logger } from '../../log.js'
 import { findUserById } from '../../auth/users.js'
 import type { PaymentClient } from '../../payments/client.js'
@@ -112,6 +112,11 @@ const paymentView = z
     completed_at: timestamp.nullable(),
   })
   .openapi('Payment')
+
+/** What a cancel answers: the payment as it is now, and whether this call canceled it. */
+const canceledPaymentView = paymentView
+  .extend({ changed: z.boolean().openapi({ description: 'false for a repeat: the payment was canceled already (docs/cli.md, "Repeats")' }) })
+  .openapi('CanceledPayment')
 
 const paymentSummary = z
   .object({
@@ -252,15 +257,28 @@ export function paymentRoutes(deps: PaymentRouteDeps): ApiRoute[] {
       method: 'post',
       path: '/api/v1/payments/{id}/cancel',
       summary: 'Cancel a pending payment (its subscriptions can then be paid again)',
+      description: 'pending -> canceled, `changed: true`. A payment canceled already (by its owner, or its session expired) is a repeat: 200 with the payment as it is and `changed: false`. Completed or failed: 409.',
       tags: TAGS,
       auth: { scope: 'payments:write' },
       request: { params: idParams },
-      responses: { 200: paymentView, 404: errorResponse('No such payment, or not yours'), 409: errorResponse('The payment is no longer pending'), 503: UNAVAILABLE_503 },
+      responses: { 200: canceledPaymentView, 404: errorResponse('No such payment, or not yours'), 409: errorResponse('The payment is completed or failed'), 503: UNAVAILABLE_503 },
     }).handle(async ({ params, principal, requestId, ctx }) => {
       const mirror = await visiblePayment(principal, params.id)
-      const payment = await client().cancelPayment(mirror.id, mirror.user_id, 'canceled by the customer', { request_id: requestId, ip: ctx.ip, actor: `user:${principal.userId}` })
+      // The payment service refuses to cancel what is not pending; one canceled already is a
+      // repeat here (docs/cli.md, "Repeats"), read back only when refused.
+      const { payment, changed } = await client()
+        .cancelPayment(mirror.id, mirror.user_id, 'canceled by the customer', { request_id: requestId, ip: ctx.ip, actor: `user:${principal.userId}` })
+        .then(
+          (canceled) => ({ payment: canceled, changed: true }),
+          async (err: unknown) => {
+            if (!(err instanceof ConflictError)) throw err
+            const live = await client().getPayment(mirror.id, mirror.user_id)
+            if (live.status !== 'canceled') throw err
+            return { payment: live, changed: false }
+          },
+        )
       await refreshPaymentRequest(db, payment, now())
-      return { status: 200, body: paymentViewFromWire(payment) }
+      return { status: 200, body: { ...paymentViewFromWire(payment), changed } }
     }),
 
     defineRoute({

@@ -292,8 +292,11 @@ describe.each(DIALECTS)('payments API on %s', (dialect) => {
     expect(second).toMatchObject({ status: 409, body: { error: expect.stringMatching(/linked to payment .* still open/) } })
     expect((await t.api.call('POST', `/api/v1/payments/${first.id}/cancel`, { bearer: t.keys.bob })).status).toBe(404)
     const canceled = await t.api.call('POST', `/api/v1/payments/${first.id}/cancel`, { bearer: t.keys.alice })
-    expect(canceled).toMatchObject({ status: 200, body: { status: 'canceled' } })
-    expect((await t.api.call('POST', `/api/v1/payments/${first.id}/cancel`, { bearer: t.keys.alice })).status).toBe(409)
+    expect(canceled).toMatchObject({ status: 200, body: { status: 'canceled', changed: true } })
+    // A repeat (docs/cli.md, "Repeats"): the payment as it is, nothing changed.
+    const again = await t.api.call('POST', `/api/v1/payments/${first.id}/cancel`, { bearer: t.keys.alice })
+    expect(again).toMatchObject({ status: 200, body: { id: first.id, status: 'canceled', changed: false } })
+    expect((again.body as Payment & { changed: boolean }).updated_at).toBe((canceled.body as Payment).updated_at)
     const third = await t.api.call('POST', '/api/v1/payments', { bearer: t.keys.alice, body: payBody([sub], 'c') })
     expect(third.status).toBe(201)
     expect(await t.db('subscriptions').where({ id: sub }).first('payment_id')).toEqual({ payment_id: (third.body as Payment).id })
