@@ -13,8 +13,8 @@ import { isUuid, uuidv7 } from '../db/ids.js'
 import { isUniqueViolation } from '../db/errors.js'
 import type { Db, Queryable } from '../db/knex.js'
 import { ConflictError, NotFoundError, ValidationError } from '../errors.js'
-import { HOST_DRAIN_SIGNAL, HOST_DRAIN_WORKFLOW } from '../provisioning/workflow-names.js'
-import { sendSignal, startWorkflow } from '../workflows/index.js'
+import { HOST_DRAIN_WORKFLOW } from '../provisioning/workflow-names.js'
+import { startWorkflow } from '../workflows/index.js'
 import { finishDrain, insertDrain, latestDrainOf, runningDrainOf, type HostDrain } from './drains.js'
 import { nextHostState, type HostAction } from './host-states.js'
 import { checkPrerequisites } from './prerequisites.js'
@@ -107,7 +107,6 @@ export async function moveHost(
   options: { requestedBy?: string } = {},
 ): Promise<Host> {
   const now = fleet.now ?? (() => new Date())
-  let cancelled: string | undefined
   const result = await fleet.db.transaction(async (trx) => {
     // Locked and read again: two drains of one host at once would both find no running drain
     // and the second insert would break the one-running-drain index (Postgres; SQLite's write
@@ -128,8 +127,8 @@ export async function moveHost(
     for (const step of steps) state = nextHostState(state, step, host.name)
     const running = await runningDrainOf(trx, host.id)
     if (running && state !== 'draining') {
+      // Its run sees it at its next look (within the drain poll interval) and ends.
       await finishDrain(trx, running.id, { status: state === 'cordoned' ? 'completed' : 'cancelled' }, now())
-      cancelled = running.id
     }
     if (action === 'drain' && state === 'draining' && !running) {
       const drain = await insertDrain(trx, { hostId: host.id, requestedBy: options.requestedBy ?? null, now: now() })
@@ -139,8 +138,6 @@ export async function moveHost(
     if (!(await updateHostState(trx, host, state, now()))) throw new ConflictError('host changed', `host ${host.name} changed meanwhile; try again`)
     return (await findHostById(trx, host.id)) as Host
   })
-  // Wakes the drain's run, which then ends at once instead of at its next look.
-  if (cancelled) await sendSignal(fleet.db, { name: HOST_DRAIN_WORKFLOW, key: cancelled }, HOST_DRAIN_SIGNAL, { stop: true }, { now: now() }).catch(() => undefined)
   if (action === 'remove' && result.state === 'removed') {
     await fleet.keys?.remove(result.id)
     fleet.pool?.drop(result.id)

@@ -19,10 +19,11 @@
  *   a migration that cannot place its new host fails the node;
  * - only nodes that cannot migrate now (provisioning, syncing, in another workflow's maintenance,
  *   terminating): the drain waits for them to finish, and says so in its activity.
- * A migration that fails stops the drain with its error. A migration is watched from inside a
- * step (every poll interval, one step per minute); the waits for nodes that cannot move are
- * durable (a signal with a timeout: an uncordon wakes the drain at once). Every step is safe to
- * run again, so a killed orchestrator's drain resumes where it was.
+ * A migration that fails stops the drain with its error. Waits poll from inside one step (a
+ * migration every poll interval, nodes that cannot move every drain poll interval), so a long
+ * wait journals one step per minute rather than a step and a timer per look; each look also sees
+ * an uncordon. Every step is safe to run again, so a killed orchestrator's drain resumes where it
+ * was.
  */
 import { toDateOrNull } from '../db/dialect.js'
 import type { Queryable } from '../db/knex.js'
@@ -38,7 +39,7 @@ import { findRunByKey, getRun, type WorkflowContext } from '../workflows/index.j
 import { providerFor, type LifecycleDeps } from './deps.js'
 import { SshInfrastructureProvider } from './infrastructure/ssh.js'
 import { requestMigration } from './triggers.js'
-import { HOST_DRAIN_SIGNAL, MIGRATABLE_STATES, MIGRATE_WORKFLOW, migrationHostKey, migrationKey } from './workflow-names.js'
+import { MIGRATABLE_STATES, MIGRATE_WORKFLOW, migrationHostKey, migrationKey } from './workflow-names.js'
 
 export interface HostDrainInput {
   drainId: string
@@ -56,9 +57,9 @@ export interface HostDrainResult {
 type Ended = { end: Exclude<DrainStatus, 'running'> }
 type Round = Ended | { empty: true } | { wait: string } | { migration: { nodeId: string; runId: string } }
 
-/** How long a drain looks again at nodes it waits for (provisioning, syncing, ...). */
-const DEFAULT_DRAIN_POLL_MS = 5_000
-/** One watch step of a migration lasts at most this long. */
+/** How often a drain looks again at nodes it waits for (provisioning, syncing, ...). */
+const DEFAULT_DRAIN_POLL_MS = 1_000
+/** One watch or wait step lasts at most this long. */
 const WATCH_MS = 60_000
 const WATCH_STEP = { timeoutMs: WATCH_MS + 60_000, heartbeatTimeoutMs: 60_000 }
 
@@ -75,7 +76,8 @@ export function hostDrainWorkflow(deps: LifecycleDeps) {
         continue
       }
       if ('wait' in round) {
-        await ctx.waitForSignal(HOST_DRAIN_SIGNAL, { timeoutMs: pollMs })
+        const seen = await ctx.step('wait-for-nodes', (step) => waitForNodes(deps, input, pollMs, step.heartbeat), WATCH_STEP)
+        if (seen === 'cancelled') return result()
         continue
       }
       const { nodeId, runId } = round.migration
@@ -124,9 +126,12 @@ async function stillDraining(deps: LifecycleDeps, input: HostDrainInput, now: Da
   return null
 }
 
-async function nextRound(deps: LifecycleDeps, input: HostDrainInput, now: Date): Promise<Round> {
+/** What the host holds now, without acting on it (only a drain no longer wanted is ended). */
+type Look = { end: true } | { empty: true } | { migration: { nodeId: string; runId: string } } | { movable: NodeOnHost; host: Host } | { wait: string; nodeId: string | null }
+
+async function lookAtHost(deps: LifecycleDeps, input: HostDrainInput, now: Date): Promise<Look> {
   const draining = await stillDraining(deps, input, now)
-  if (!draining) return { end: 'cancelled' }
+  if (!draining) return { end: true }
   const { host } = draining
   const nodes = await liveNodesOn(deps.db, host.id)
   if (nodes.length === 0 && (await countLiveNodesOnHost(deps.db, host.id)) === 0) return { empty: true }
@@ -136,18 +141,30 @@ async function nextRound(deps: LifecycleDeps, input: HostDrainInput, now: Date):
     const triggered = toDateOrNull(node.last_migration_triggered_at)
     if (node.state !== 'maintenance' || !triggered) continue
     const run = await findRunByKey(deps.db, MIGRATE_WORKFLOW, migrationKey(node.id, triggered))
-    if (run && run.status !== 'completed' && run.status !== 'failed') {
-      await updateDrainProgress(deps.db, input.drainId, { current_node_id: node.id, activity: `waiting for the migration of node ${node.id} under way` }, now)
-      return { migration: { nodeId: node.id, runId: run.id } }
-    }
+    if (run && run.status !== 'completed' && run.status !== 'failed') return { migration: { nodeId: node.id, runId: run.id } }
   }
 
   const node = nodes.find((n) => MIGRATABLE_STATES.includes(n.state))
-  if (!node) {
-    const activity = nodes.length > 0 ? `waiting: ${nodes.map((n) => `node ${n.id} is ${n.state}`).join('; ')}`.slice(0, 500) : 'waiting: a node is being placed on the host'
-    await updateDrainProgress(deps.db, input.drainId, { current_node_id: nodes[0]?.id ?? null, activity }, now)
-    return { wait: activity }
+  if (node) return { movable: node, host }
+  const activity = nodes.length > 0 ? `waiting: ${nodes.map((n) => `node ${n.id} is ${n.state}`).join('; ')}`.slice(0, 500) : 'waiting: a node is being placed on the host'
+  return { wait: activity, nodeId: nodes[0]?.id ?? null }
+}
+
+const lookKind = (look: Look): string => Object.keys(look)[0] as string
+
+async function nextRound(deps: LifecycleDeps, input: HostDrainInput, now: Date): Promise<Round> {
+  const look = await lookAtHost(deps, input, now)
+  if ('end' in look) return { end: 'cancelled' }
+  if ('empty' in look) return look
+  if ('migration' in look) {
+    await updateDrainProgress(deps.db, input.drainId, { current_node_id: look.migration.nodeId, activity: `waiting for the migration of node ${look.migration.nodeId} under way` }, now)
+    return { migration: look.migration }
   }
+  if ('wait' in look) {
+    await updateDrainProgress(deps.db, input.drainId, { current_node_id: look.nodeId, activity: look.wait }, now)
+    return { wait: look.wait }
+  }
+  const { movable: node, host } = look
 
   const provider = providerFor(deps, 'ssh')
   if (!(provider instanceof SshInfrastructureProvider)) throw new Error('the ssh provider cannot reserve placements')
@@ -186,6 +203,26 @@ async function watchMigration(deps: LifecycleDeps, input: HostDrainInput, runId:
     if (!run || run.status === 'completed' || run.status === 'failed') return 'ended'
     if (clock().getTime() >= until) return 'running'
     await new Promise((resolve) => setTimeout(resolve, deps.pollIntervalMs))
+  }
+}
+
+/**
+ * Waits, looking at the host every `pollMs` for up to WATCH_MS, until what it holds changes kind
+ * (the nodes it waited for can move, are gone, or a migration started): the next round acts on
+ * it. A round that had to wait on a node that can move (its migration request was refused) waits
+ * likewise for that to change, instead of asking again at once.
+ */
+async function waitForNodes(deps: LifecycleDeps, input: HostDrainInput, pollMs: number, heartbeat: () => void): Promise<'changed' | 'waiting' | 'cancelled'> {
+  const clock = deps.now ?? (() => new Date())
+  const until = clock().getTime() + WATCH_MS
+  const waitedOn = lookKind(await lookAtHost(deps, input, clock()))
+  for (;;) {
+    heartbeat()
+    const look = await lookAtHost(deps, input, clock())
+    if ('end' in look) return 'cancelled'
+    if (lookKind(look) !== waitedOn) return 'changed'
+    if (clock().getTime() >= until) return 'waiting'
+    await new Promise((resolve) => setTimeout(resolve, pollMs))
   }
 }
 

@@ -10,8 +10,6 @@ export const TERMINATE_WORKFLOW = 'terminate'
 export const MIGRATE_WORKFLOW = 'migrate'
 /** Moves every node off a fleet host, one migration at a time (src/provisioning/host-drain.ts); key = the drain's id. */
 export const HOST_DRAIN_WORKFLOW = 'host-drain'
-/** Wakes a drain waiting on a migration or a node (an uncordon stops it). */
-export const HOST_DRAIN_SIGNAL = 'host-drain'
 
 /** Spec (Limits): migration cooldown between attempts. */
 export const MIGRATION_COOLDOWN_MS = 3_600_000
