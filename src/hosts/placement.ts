@@ -79,9 +79,13 @@ export async function reservationsOfNode(db: Queryable, nodeId: string): Promise
   return ((await db('host_reservations').where({ node_id: nodeId }).orderBy('created_at')) as ReservationRow[]).map(reservationFromRow)
 }
 
-/** The node's newest placement: during a migration, the host it is moving to. */
-export async function currentReservation(db: Queryable, nodeId: string): Promise<Reservation | undefined> {
-  return (await reservationsOfNode(db, nodeId)).at(-1)
+/**
+ * The node's placement on one host, named as the `ssh` provider names it (`<fleet host id>/<host
+ * key>`, as `nodes.host_id`); not the newest one: while a drain or migration holds a placement on
+ * the host the node moves to, the node still runs on its old one.
+ */
+export async function reservationOnHost(db: Queryable, nodeId: string, hostId: string): Promise<Reservation | undefined> {
+  return (await reservationsOfNode(db, nodeId)).find((r) => `${r.host_id}/${r.host_key}` === hostId)
 }
 
 /** Frees what the placement reserved; a placement already gone is not an error. */

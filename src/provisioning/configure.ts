@@ -6,7 +6,7 @@ import net from 'node:net'
 import { DEFAULT_RPC_HOST, getProfile, isBindableRpcHost, renderNodeConfig, type ChainProfile, type NodeConfigInput, type NodeConfiguration } from '../config/chains.js'
 import { fromJson } from '../db/dialect.js'
 import type { Queryable } from '../db/knex.js'
-import { currentReservation } from '../hosts/placement.js'
+import { reservationOnHost, type Reservation } from '../hosts/placement.js'
 import { renderConfigChanges, type ConfigChanges, type RolloutManifestData } from '../rollouts/manifests.js'
 import { NonRetryableStepError } from '../workflows/errors.js'
 import { runAgentCommand } from './agent-calls.js'
@@ -18,6 +18,8 @@ export interface ConfigureTarget {
   nodeType: string
   /** The provider of the host being configured: a `local` host gets a free port on this machine. */
   provider: string
+  /** The host being configured (the provider's host id): a provisioning's or migration's new host. */
+  hostId: string
   /** The release to run; default the profile's default version. */
   version?: string
   /** The config changes the rollout that installed `version` made (installedConfigChanges); none: the profile's own. */
@@ -33,8 +35,8 @@ export async function renderConfiguration(deps: LifecycleDeps, target: Configure
   const profile = getProfile(deps.chains.current(), target.chainProfileId)
   // Local hosts share one machine, so each chain needs its own port; a fleet host's nodes share
   // that host, so each has the port its placement reserved there; a cloud host has its own.
-  const rpcPort = target.provider === 'local' ? await freePort() : target.provider === 'ssh' ? await reservedRpcPort(deps.db, target.nodeId) : 8545
-  const rpcHost = await rpcHostOf(deps.db, target.nodeId)
+  const rpcPort = target.provider === 'local' ? await freePort() : target.provider === 'ssh' ? await reservedRpcPort(deps.db, target.nodeId, target.hostId) : 8545
+  const rpcHost = await rpcHostOf(deps.db, target.nodeId, target.hostId)
   return renderInstalledConfiguration(
     profile,
     target.nodeType,
@@ -85,20 +87,27 @@ export async function configureNode(deps: LifecycleDeps, target: ConfigureTarget
   return result
 }
 
-/** The RPC port of the node's newest placement on the fleet (during a migration: its new host). */
-async function reservedRpcPort(db: Queryable, nodeId: string): Promise<number> {
-  const reservation = await currentReservation(db, nodeId)
-  if (!reservation) throw new Error(`node ${nodeId} has no placement on a fleet host`)
+/** The RPC port the node's placement on fleet host `hostId` reserved. */
+async function reservedRpcPort(db: Queryable, nodeId: string, hostId: string): Promise<number> {
+  const reservation = await reservationOnHost(db, nodeId, hostId)
+  if (!reservation) throw new Error(`node ${nodeId} has no placement on fleet host ${hostId}`)
   return reservation.rpc_port
+}
+
+/** The node's placement on `hostId`, by default on the host it runs on (nodes.host_id); none off the fleet. */
+async function placementOf(db: Queryable, nodeId: string, hostId?: string): Promise<Reservation | undefined> {
+  const on = hostId ?? ((await db('nodes').where({ id: nodeId }).first('host_id')) as { host_id: string | null } | undefined)?.host_id
+  return on ? reservationOnHost(db, nodeId, on) : undefined
 }
 
 /**
  * The address the node's chain binds its RPC to (docs/infrastructure.md, "Where a fleet node
  * listens"): on a fleet host, the private address the host was added with, so the rpc-gateways
- * reach it (during a migration: the new host's, its newest placement); anywhere else loopback.
+ * reach it; anywhere else loopback. The host is the one the node runs on, or `hostId` when a
+ * provisioning or migration configures a new one.
  */
-export async function rpcHostOf(db: Queryable, nodeId: string): Promise<string> {
-  const reservation = await currentReservation(db, nodeId)
+export async function rpcHostOf(db: Queryable, nodeId: string, hostId?: string): Promise<string> {
+  const reservation = await placementOf(db, nodeId, hostId)
   if (!reservation) return DEFAULT_RPC_HOST
   const host = (await db('hosts').where({ id: reservation.host_id }).first('name', 'address')) as { name: string; address: string } | undefined
   if (!host) throw new Error(`node ${nodeId} is placed on a fleet host that no longer exists (${reservation.host_id})`)

@@ -39,7 +39,7 @@ export interface LifecycleDeps {
   streamTokenRecheckMs?: number
   /** Poll interval while waiting on the agent (tests shorten it). */
   pollIntervalMs: number
-  /** How often a host drain looks again at nodes that cannot migrate yet (default 5 s; tests shorten it). */
+  /** How often a host drain looks again at nodes that cannot migrate yet (default 1 s; tests shorten it). */
   drainPollIntervalMs?: number
   now?: () => Date
   /** Test-only: called as each forward provisioning step starts; throwing fails that attempt. */

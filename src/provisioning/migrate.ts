@@ -173,6 +173,7 @@ export function migrateWorkflow(deps: LifecycleDeps) {
               chainProfileId: plan.node.chain_profile_id,
               nodeType: plan.node.node_type,
               provider: newHost.provider,
+              hostId: newHost.host_id,
               ...(plan.binary_version ? { version: plan.binary_version, configChanges: await installedConfigChanges(deps.db, nodeId, plan.binary_version) } : {}),
             },
             `${ctx.runId}:configure`,

@@ -95,7 +95,7 @@ export function provisionWorkflow(deps: LifecycleDeps) {
         (step) =>
           configureNode(
             deps,
-            { nodeId: plan.node.id, chainProfileId: plan.node.chain_profile_id, nodeType: plan.node.node_type, provider: host.provider },
+            { nodeId: plan.node.id, chainProfileId: plan.node.chain_profile_id, nodeType: plan.node.node_type, provider: host.provider, hostId: host.host_id },
             `${ctx.runId}:configure`,
             step.heartbeat,
           ),

@@ -2,7 +2,8 @@
  * Placement on the host fleet (src/hosts/placement.ts) on both databases: a ready host of the
  * region with room, spread then pack, ports per host, idempotent by host key, a migration's new
  * placement never on the node's old host, nothing written when there is no room, reservations
- * freed, and placements from three processes at once never overbooking a host.
+ * freed, placements from three processes at once never overbooking a host, and a node being
+ * moved configured for the host it runs on, not the one reserved for its next move.
  */
 import { execFile } from 'node:child_process'
 import crypto from 'node:crypto'
@@ -12,8 +13,9 @@ import { promisify } from 'node:util'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import type { Db } from '../../../src/db/knex.js'
 import { DEFAULT_INSTANCE_TYPES } from '../../../src/hosts/instance-types.js'
-import { currentReservation, HOST_RPC_PORTS, placeNode, releaseReservation, usageByHost, type Placement } from '../../../src/hosts/placement.js'
+import { HOST_RPC_PORTS, placeNode, releaseReservation, reservationOnHost, usageByHost, type Placement } from '../../../src/hosts/placement.js'
 import { moveHost } from '../../../src/hosts/service.js'
+import { rpcHostOf } from '../../../src/provisioning/configure.js'
 import { insertHost, updateHostState, type HostCapacity, type Host } from '../../../src/hosts/store.js'
 import { insertNode } from '../../../src/nodes/node-store.js'
 import { createTestDatabase, DIALECTS, type TestDatabase } from '../../helpers/db.js'
@@ -137,7 +139,26 @@ describe.each(DIALECTS)('placement on %s', (dialect) => {
     const b = await host('b')
     const moved = await place(id, `${id}-m1`)
     expect(moved?.host.id).toBe(b.id)
-    expect((await currentReservation(db, id))?.host_key).toBe(`${id}-m1`)
+    expect((await reservationOnHost(db, id, `${b.id}/${id}-m1`))?.host_key).toBe(`${id}-m1`)
+    expect((await reservationOnHost(db, id, `${a.id}/${id}`))?.host_key).toBe(id)
+  })
+
+  it('a node being moved listens on the host it runs on until it moved, though its next host is reserved (a rollout reconfiguring it meanwhile)', async () => {
+    const a = await host('a')
+    const b = await host('b')
+    const { id } = await node()
+    expect((await place(id))?.host.id).toBe(a.id)
+    await db('nodes').where({ id }).update({ host_id: `${a.id}/${id}` })
+    // A drain reserved its room on b (newer than its placement on a) before the migration moved it.
+    expect((await place(id, `${id}-m1`))?.host.id).toBe(b.id)
+    expect(await rpcHostOf(db, id)).toBe(a.address)
+    // The migration configures the new host with that host's address.
+    expect(await rpcHostOf(db, id, `${b.id}/${id}-m1`)).toBe(b.address)
+    await db('nodes').where({ id }).update({ host_id: `${b.id}/${id}-m1` })
+    expect(await rpcHostOf(db, id)).toBe(b.address)
+    // Off the fleet (no placement on its host): loopback.
+    await db('nodes').where({ id }).update({ host_id: 'local-1' })
+    expect(await rpcHostOf(db, id)).toBe('127.0.0.1')
   })
 
   it('returns nothing and writes nothing when no ready host of the region has room; freeing a reservation makes room', async () => {
