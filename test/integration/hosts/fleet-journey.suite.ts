@@ -1,30 +1,35 @@
 /**
- * The fleet journeys of issue 19 ("Proven on several real hosts") on three network-namespace hosts
+ * The fleet journey of issue 19 ("Proven on several real hosts") on three network-namespace hosts
  * running sshd (test/helpers/netns.ts), with the control plane of fleet-stack.ts: the `ssh`
  * provider, real agents from the one-file bundle and real devnet chains in the namespaces, the
- * health evaluation cycle with the migration trigger, the host probe, the incident consumer.
+ * health evaluation cycle with the migration trigger, the host probe, the host-drain workflow, the
+ * incident consumer. Run on SQLite by fleet-journey.sqlite.test.ts and on Postgres by
+ * fleet-journey.postgres.test.ts, one fleet per file, its steps in order.
  *
- * One fleet for the whole file, its steps in order. Capacities (cpu; each node needs 1): A 6, B 3,
- * C 2. A user's six nodes spread two per host; every process of C killed: C's two nodes go down,
- * open node_down incidents and migrate to A and B (B is then full); B's link cut for longer than
- * the fence timeout: its three chains stop by themselves before their replacements start on A
- * (sampled every 250 ms: never two chain processes for one node), the link comes back and the old
- * copies never start again; the fleet is then full (every host's room reserved, the unreachable
- * ones' too) and refuses a new node with "no host with capacity in region test-1"; C's SSH host key
- * changes and C is refused.
+ * Capacities (cpu; each node needs 1): A 6, B 2, C 2. A user's six nodes spread two per host;
+ * `host drain` empties B onto A (C is full) and B is uncordoned again, empty; every process of C
+ * killed: C's two nodes go down, open node_down incidents and migrate to B (spread: the user has
+ * none there); B's link cut for longer than the fence timeout: its two chains stop by themselves
+ * before their replacements start on A (sampled every 250 ms: never two chain processes for one
+ * node), the link comes back and the old copies never start again; new nodes fill what room B
+ * has left (the old copies' reservations are freed only if their removal reached B), and the full
+ * fleet refuses one more with "no host with capacity in region test-1"; C's SSH host key changes
+ * and C is refused.
  *
- * Settings: heartbeat timeout 3 s, migration grace 2 s, fence 4 s (< 3 s + 2 s, the invariant the
- * health-evaluator enforces), agents heartbeat every 200 ms, an evaluation cycle every 250 ms.
+ * What other files prove in depth is only walked through here: the drain's API, stop and resume
+ * (host-drain.test.ts), a full fleet's incident and notification (ssh-fleet.test.ts), a changed
+ * key refused by `host add` (hosts-api.test.ts).
  *
- * Not yet called by a test file (docs/development.md, "Test hosts in network namespaces"): the
- * first two steps, the full fleet and the changed host key passed alone; the link-cut step failed
- * on a loaded machine (the probe marked host A unreachable, so B's nodes found no room).
+ * Settings: heartbeat timeout 6 s, migration grace 3 s, fence 8 s (< 6 s + 3 s, the invariant the
+ * health-evaluator enforces), agents heartbeat every 200 ms, an evaluation cycle and a host probe
+ * every 250 ms (a host is unreachable after three failed probes in a row).
  */
 import { execFileSync } from 'node:child_process'
 import fs from 'node:fs'
 import path from 'node:path'
-import { afterAll, beforeAll, expect, it, onTestFailed } from 'vitest'
+import { afterAll, afterEach, beforeAll, expect, it, onTestFailed } from 'vitest'
 import { defaultConfigDir, loadChainCatalogue } from '../../../src/config/chains.js'
+import { moveHost } from '../../../src/hosts/service.js'
 import { HostKeyMismatchError } from '../../../src/hosts/ssh-pool.js'
 import { findNode, type NodeRecord } from '../../../src/nodes/node-store.js'
 import { requestProvision } from '../../../src/provisioning/index.js'
@@ -39,9 +44,11 @@ import { onTheFleet, startFleetStack, type FleetStack } from './fleet-stack.js'
 const INSTANCE_TYPE = 'test.devnet'
 const GiB = 2 ** 30
 const NEEDS = { cpu: 1, memory_bytes: GiB, disk_bytes: GiB }
-const FENCE_MS = 4_000
-const HEARTBEAT_TIMEOUT_MS = 3_000
-const MIGRATION_GRACE_MS = 2_000
+// The agents' gateway runs in the test's process: on a loaded machine its event loop stalls for
+// seconds at times, and an agent silent for the fence timeout less a quarter stops its chain.
+const FENCE_MS = 8_000
+const HEARTBEAT_TIMEOUT_MS = 6_000
+const MIGRATION_GRACE_MS = 3_000
 
 /** Every process in the namespace, killed at once (as a host that lost power: sshd included). */
 function killEverything(netns: NetnsHost): void {
@@ -74,7 +81,7 @@ export function fleetJourneySuite(dialect: Dialect): void {
       dialect,
       hosts: [
         { name: 'host-a', netns: a, capacity: capacity(6) },
-        { name: 'host-b', netns: b, capacity: capacity(3) },
+        { name: 'host-b', netns: b, capacity: capacity(2) },
         { name: 'host-c', netns: c, capacity: capacity(2) },
       ],
       files,
@@ -84,6 +91,8 @@ export function fleetJourneySuite(dialect: Dialect): void {
       fenceTimeoutMs: FENCE_MS,
       heartbeatTimeoutMs: HEARTBEAT_TIMEOUT_MS,
       migrationGraceMs: MIGRATION_GRACE_MS,
+      // The full fleet's provisioning waits this long for room before it fails.
+      placementWaitMs: 3_000,
     })
   }, 120_000)
 
@@ -92,6 +101,21 @@ export function fleetJourneySuite(dialect: Dialect): void {
     await stack?.stop()
     for (const host of namespaces) await host.stop()
   }, 120_000)
+
+  // Where each node is and what its agent said about fencing and its chain, when a step failed.
+  afterEach(async (context) => {
+    if (context.task.result?.state !== 'fail' || !stack) return
+    for (const n of nodes) {
+      const row = await stack.db('nodes').where({ id: n.id }).first('state', 'sync_status', 'host_id')
+      const dirs = namespaces.flatMap((netns) => fs.readdirSync(path.join(netns.rootDir, 'nodes')).filter((d) => d.startsWith(n.id)).map((d) => path.join(netns.rootDir, 'nodes', d)))
+      const said = dirs.map((d) => {
+        const log = path.join(d, 'agent.log')
+        const lines = fs.existsSync(log) ? fs.readFileSync(log, 'utf8').split('\n').filter((l) => /fence|chain process|supersed|exited/i.test(l)).slice(-6) : ['(no agent.log)']
+        return `${d}: ${lines.join(' | ').slice(0, 1_500)}`
+      })
+      console.log(`node ${n.id} ${JSON.stringify(row)} chains ${chainsOf(n.id).length}\n  ${said.join('\n  ')}`)
+    }
+  })
 
   const hostOf = async (nodeId: string) => stack.whereIs((await findNode(stack.db, nodeId)) as NodeRecord)
   const namesOf = async (ids: readonly string[]) => Promise.all(ids.map(async (id) => (await hostOf(id)).name))
@@ -105,6 +129,19 @@ export function fleetJourneySuite(dialect: Dialect): void {
         return false
       }
     }))
+
+  const nodesOn = async (hostName: string) => {
+    const on: Array<{ id: string; dir: string }> = []
+    for (const n of nodes) {
+      const where = await hostOf(n.id)
+      if (where.name === hostName) on.push({ id: n.id, dir: where.dir })
+    }
+    return on
+  }
+  const hostRow = (name: string) => stack.db('hosts').where({ name }).first('id', 'state') as Promise<{ id: string; state: string }>
+  /** No migrate run of these nodes is still going (the old host's removal included). */
+  const migrationsFinished = async (ids: readonly string[]) =>
+    (await stack.db('workflow_runs').where('workflow_name', 'migrate').whereNotIn('status', ['completed', 'failed']).where((q) => { for (const id of ids) void q.orWhere('workflow_key', 'like', `${id}:%`) }).select('id')).length === 0
 
   /** Reserved cpu per host never beyond its capacity. */
   const expectCapacityRespected = async () => {
@@ -126,9 +163,26 @@ export function fleetJourneySuite(dialect: Dialect): void {
     await expectCapacityRespected()
   }, 240_000)
 
-  it('every process of host C killed: its nodes go down, open incidents, and migrate to A and B, healthy there', async () => {
-    const onC: string[] = []
-    for (const n of nodes) if ((await hostOf(n.id)).name === 'host-c') onC.push(n.id)
+  it('host drain empties host B onto A (C is full): its nodes healthy there, nothing of them left on B, B cordoned, then uncordoned', async () => {
+    const onB = await nodesOn('host-b')
+    expect(onB).toHaveLength(2)
+    expect(await moveHost({ db: stack.db }, 'host-b', 'drain')).toMatchObject({ state: 'draining' })
+    await waitFor(async () => (await hostRow('host-b')).state === 'cordoned', 'host B drained and cordoned', 120_000, 250)
+    const drain = await stack.db('host_drains').where({ host_id: (await hostRow('host-b')).id }).first('status', 'nodes_moved')
+    expect(drain).toMatchObject({ status: 'completed', nodes_moved: 2 })
+    for (const n of onB) {
+      await stack.untilHealthy(n.id)
+      expect((await hostOf(n.id)).name).toBe('host-a')
+      expect(chainsOf(n.id)).toHaveLength(1)
+      expect(processesOf(b, n.id)).toEqual([])
+    }
+    expect(await stack.db('host_reservations').where({ host_id: (await hostRow('host-b')).id })).toEqual([])
+    expect((await moveHost({ db: stack.db }, 'host-b', 'uncordon')).state).toBe('ready')
+    await expectCapacityRespected()
+  }, 180_000)
+
+  it('every process of host C killed: its nodes go down, open incidents, and migrate to B, healthy there', async () => {
+    const onC = (await nodesOn('host-c')).map((n) => n.id)
     expect(onC).toHaveLength(2)
     killEverything(c)
     await waitFor(async () => {
@@ -140,19 +194,16 @@ export function fleetJourneySuite(dialect: Dialect): void {
       await stack.untilHealthy(id)
       expect(chainsOf(id)).toHaveLength(1)
     }
-    expect((await namesOf(onC)).sort()).toEqual(['host-a', 'host-b'])
+    // Spread: the user had no node left on B, and A holds four.
+    expect(await namesOf(onC)).toEqual(['host-b', 'host-b'])
     // The probe found C gone: it takes nothing new.
     await waitFor(async () => (await stack.db('hosts').where({ name: 'host-c' }).first('state')).state === 'unreachable', 'host C unreachable', 30_000, 100)
     await expectCapacityRespected()
   }, 240_000)
 
   it("B's link cut past the fence timeout: its chains stop by themselves before their replacements start on A; back, the old copies never start again", async () => {
-    const onB: Array<{ id: string; dir: string }> = []
-    for (const n of nodes) {
-      const where = await hostOf(n.id)
-      if (where.name === 'host-b') onB.push({ id: n.id, dir: where.dir })
-    }
-    expect(onB).toHaveLength(3)
+    const onB = await nodesOn('host-b')
+    expect(onB).toHaveLength(2)
     onTestFailed(async () => {
       const runs = await stack.db('workflow_runs').where((q) => { for (const n of onB) void q.orWhere('workflow_key', 'like', `%${n.id}%`) }).where('workflow_name', 'migrate').select('id', 'workflow_name', 'status', 'current_step', 'error')
       console.log(JSON.stringify(runs, null, 1))
@@ -202,7 +253,20 @@ export function fleetJourneySuite(dialect: Dialect): void {
     await expectCapacityRespected()
   }, 300_000)
 
-  it('the full fleet refuses a new node with "no host with capacity in region test-1", nothing made for it', async () => {
+  it('the fleet filled up refuses a new node with "no host with capacity in region test-1", nothing made for it', async () => {
+    // A holds six nodes, C is unreachable; B holds what the migrations could not remove while it
+    // was cut off (removed once it answered again, or left reserved for the reconciler): new
+    // nodes take whatever room is left.
+    await waitFor(() => migrationsFinished(nodes.map((n) => n.id)), 'the migrations to finish', 90_000, 100)
+    await waitFor(async () => (await hostRow('host-b')).state === 'ready', 'host B ready again', 30_000, 100)
+    expect((await hostRow('host-c')).state).toBe('unreachable')
+    const { record: onB } = stack.hosts.get('host-b') as NonNullable<ReturnType<FleetStack['hosts']['get']>>
+    const room = onB.capacity.cpu - (await stack.db('host_reservations').where({ host_id: onB.id }).pluck('cpu')).map(Number).reduce((x, y) => x + y, 0)
+    const fillers = await Promise.all(Array.from({ length: room }, () => stack.newNode('devnet')))
+    const filled = await Promise.all(fillers.map(async (f) => untilRunFinished(stack.db, (await requestProvision(stack.db, f.id)).run.id, 120_000)))
+    for (const r of filled) expect(r.status, JSON.stringify(r.error)).toBe('completed')
+    for (const f of fillers) expect(stack.whereIs((await findNode(stack.db, f.id)) as NodeRecord).name).toBe('host-b')
+
     const node = await stack.newNode('devnet')
     const run = await untilRunFinished(stack.db, (await requestProvision(stack.db, node.id)).run.id, 60_000)
     expect(run.status).toBe('failed')

@@ -62,6 +62,8 @@ export interface FleetStackOptions {
   heartbeatTimeoutMs: number
   migrationGraceMs: number
   evaluationIntervalMs?: number
+  /** HOSTS_PLACEMENT_WAIT: how long a provisioning waits for room before it fails (default 10 s). */
+  placementWaitMs?: number
 }
 
 export interface FleetStack {
@@ -131,8 +133,7 @@ async function start(options: FleetStackOptions, stops: Array<() => Promise<unkn
     keys,
     logger,
     instanceTypes: { ...DEFAULT_INSTANCE_TYPES, ...options.instanceTypes },
-    // Long enough for a host the probe missed once on a loaded machine to be ready again.
-    placementWaitMs: 10_000,
+    placementWaitMs: options.placementWaitMs ?? 10_000,
     placementRetryIntervalMs: 200,
     agentBundle: options.files.bundle,
     rpcPorts: options.rpcPorts,
