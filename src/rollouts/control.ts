@@ -43,7 +43,8 @@ export async function startRollout(db: Db, rolloutId: string, options: ActionOpt
   return db.transaction(async (trx) => {
     const current = await requireRollout(trx, rolloutId)
     // Spec: start moves pending only. A scheduled rollout starts by itself at its time (even one
-    // whose time has passed while no orchestrator ran): starting it again would race its workflow.
+    // whose time has passed while no orchestrator ran): a second start is a repeat, never a second
+    // workflow racing the first.
     if (checkRolloutSignal(current, 'start').kind === 'repeat') return { ...current, changed: false }
     const to: RolloutStatus = current.scheduled_at && current.scheduled_at.getTime() > now.getTime() ? 'scheduled' : 'running'
     const moved = await updateRolloutStatus(trx, rolloutId, to, { expectedVersion: current.version, now })
