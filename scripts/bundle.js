@@ -74,6 +74,14 @@ await build({
   // and the externals, and a few read __dirname on paths this project never takes (knex's
   // migration stubs, oclif's fallbacks); give them what a CommonJS module has.
   banner: { js: COMMONJS_GLOBALS },
+  // Every CLI call and daemon start reads, decodes and parses these chunks before doing
+  // anything: without whitespace and with shorter syntax (11 MB down to 7) that took 5-10% less
+  // CPU per process (docs/development.md, "Test run time"). Names stay as they are (error
+  // classes and oclif read them); the source maps beside the chunks serve
+  // `node --enable-source-maps bin/run.js …` for a readable stack.
+  minifyWhitespace: true,
+  minifySyntax: true,
+  sourcemap: true,
   logLevel: 'warning',
 })
 
