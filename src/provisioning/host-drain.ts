@@ -55,7 +55,8 @@ export interface HostDrainResult {
 }
 
 type Ended = { end: Exclude<DrainStatus, 'running'> }
-type Round = Ended | { empty: true } | { wait: string } | { migration: { nodeId: string; runId: string } }
+/** `waitingOn`: what the host held when the round chose to wait (absent in rounds journaled before it: `wait`). */
+type Round = Ended | { empty: true } | { wait: string; waitingOn?: 'wait' | 'movable' } | { migration: { nodeId: string; runId: string } }
 
 /** How often a drain looks again at nodes it waits for (provisioning, syncing, ...). */
 const DEFAULT_DRAIN_POLL_MS = 1_000
@@ -76,7 +77,7 @@ export function hostDrainWorkflow(deps: LifecycleDeps) {
         continue
       }
       if ('wait' in round) {
-        const seen = await ctx.step('wait-for-nodes', (step) => waitForNodes(deps, input, pollMs, step.heartbeat), WATCH_STEP)
+        const seen = await ctx.step('wait-for-nodes', (step) => waitForNodes(deps, input, round.waitingOn ?? 'wait', pollMs, step.heartbeat), WATCH_STEP)
         if (seen === 'cancelled') return result()
         continue
       }
@@ -150,8 +151,6 @@ async function lookAtHost(deps: LifecycleDeps, input: HostDrainInput, now: Date)
   return { wait: activity, nodeId: nodes[0]?.id ?? null }
 }
 
-const lookKind = (look: Look): string => Object.keys(look)[0] as string
-
 async function nextRound(deps: LifecycleDeps, input: HostDrainInput, now: Date): Promise<Round> {
   const look = await lookAtHost(deps, input, now)
   if ('end' in look) return { end: 'cancelled' }
@@ -162,7 +161,7 @@ async function nextRound(deps: LifecycleDeps, input: HostDrainInput, now: Date):
   }
   if ('wait' in look) {
     await updateDrainProgress(deps.db, input.drainId, { current_node_id: look.nodeId, activity: look.wait }, now)
-    return { wait: look.wait }
+    return { wait: look.wait, waitingOn: 'wait' }
   }
   const { movable: node, host } = look
 
@@ -178,7 +177,7 @@ async function nextRound(deps: LifecycleDeps, input: HostDrainInput, now: Date):
     started = await requestMigration(deps.db, node.id, { reason: `host ${host.name} is being drained`, force: true, now })
   } catch (err) {
     await releaseReservation(deps.db, placement.reservation.host_key)
-    if (err instanceof ConflictError) return { wait: err.message }
+    if (err instanceof ConflictError) return { wait: err.message, waitingOn: 'movable' }
     throw err
   }
   // Another attempt was under way after all: wait for it; the room reserved for ours is not needed.
@@ -212,15 +211,14 @@ async function watchMigration(deps: LifecycleDeps, input: HostDrainInput, runId:
  * it. A round that had to wait on a node that can move (its migration request was refused) waits
  * likewise for that to change, instead of asking again at once.
  */
-async function waitForNodes(deps: LifecycleDeps, input: HostDrainInput, pollMs: number, heartbeat: () => void): Promise<'changed' | 'waiting' | 'cancelled'> {
+async function waitForNodes(deps: LifecycleDeps, input: HostDrainInput, waitingOn: 'wait' | 'movable', pollMs: number, heartbeat: () => void): Promise<'changed' | 'waiting' | 'cancelled'> {
   const clock = deps.now ?? (() => new Date())
   const until = clock().getTime() + WATCH_MS
-  const waitedOn = lookKind(await lookAtHost(deps, input, clock()))
   for (;;) {
     heartbeat()
     const look = await lookAtHost(deps, input, clock())
     if ('end' in look) return 'cancelled'
-    if (lookKind(look) !== waitedOn) return 'changed'
+    if (!(waitingOn in look)) return 'changed'
     if (clock().getTime() >= until) return 'waiting'
     await new Promise((resolve) => setTimeout(resolve, pollMs))
   }
