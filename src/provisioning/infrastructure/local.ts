@@ -1,7 +1,8 @@
 /**
  * The `local` infrastructure provider: a host is a directory under the data dir plus a detached
- * `nodeplane daemon node-agent` process, tracked by pid. Destroying a host stops the agent's
- * whole process group (the agent and the chain process it supervises) and removes the directory.
+ * node agent process (the one-file agent, `dist/agent/node-agent.mjs`), tracked by pid.
+ * Destroying a host stops the agent's whole process group (the agent and the chain process it
+ * supervises) and removes the directory.
  */
 import { spawn, type ChildProcess } from 'node:child_process'
 import fs from 'node:fs'
@@ -16,7 +17,11 @@ export interface LocalProviderOptions {
   /** Where host directories live, e.g. `<data dir>/hosts`. */
   root: string
   logger: Logger
-  /** The agent program; default: this package's `bin/run.js daemon node-agent` on this Node. */
+  /**
+   * The agent program; default: this package's one-file agent (`dist/agent/node-agent.mjs`, what
+   * the `ssh` provider uploads) on this Node, which starts on a fraction of the CPU of the whole
+   * CLI (`bin/run.js daemon node-agent`, the same agent behind oclif and every command's code).
+   */
   agentCommand?: readonly string[]
   /** Extra environment for agents (LOG_LEVEL, test intervals). */
   agentEnv?: Record<string, string>
@@ -66,7 +71,7 @@ export class LocalInfrastructureProvider implements InfrastructureProvider {
     // through this process (execa's file target), its output, and with it every write the agent
     // makes to stdout, would die with the orchestrator that created the host.
     const log = fs.openSync(path.join(dir, 'agent.log'), 'a', 0o600)
-    const [command, ...args] = this.options.agentCommand ?? [process.execPath, path.join(packageRoot(), 'bin', 'run.js'), 'daemon', 'node-agent']
+    const [command, ...args] = this.options.agentCommand ?? [process.execPath, path.join(packageRoot(), 'dist', 'agent', 'node-agent.mjs'), 'daemon', 'node-agent']
     const env: Record<string, string> = {
       PATH: process.env.PATH ?? '/usr/bin:/bin',
       ...this.options.agentEnv,
