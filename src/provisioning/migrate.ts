@@ -299,16 +299,20 @@ export function migrateWorkflow(deps: LifecycleDeps) {
  * token recheck, after which that stream is closed and no longer acknowledged.
  */
 async function oldAgentLastContact(deps: LifecycleDeps, nodeId: string, replacingAt: Date): Promise<Date> {
-  const node = (await deps.db('nodes').where({ id: nodeId }).first('last_heartbeat')) as { last_heartbeat: unknown } | undefined
   const registration = await findRegistration(deps.db, nodeId)
-  let last = toDateOrNull(node?.last_heartbeat)?.getTime() ?? 0
-  if (registration?.connected_at) last = Math.max(last, registration.connected_at.getTime())
+  let last = await lastHeard(deps, nodeId, registration?.connected_at ?? null)
   // Silent for a fence timeout already: the agent is fenced, and a fenced agent drops its stream,
   // so only a new stream, refused from now on, could reach it again. Otherwise a live stream may
   // go on being acknowledged until a gateway's recheck closes it.
   const mayStillBeHeard = registration?.connected_at && !registration.disconnected_at && replacingAt.getTime() - last < deps.fenceTimeoutMs
   if (mayStillBeHeard) last = Math.max(last, replacingAt.getTime() + (deps.streamTokenRecheckMs ?? STREAM_TOKEN_RECHECK_MS))
   return new Date(last)
+}
+
+/** The agent's last recorded heartbeat or stream opening (epoch ms; 0 for never). */
+async function lastHeard(deps: LifecycleDeps, nodeId: string, connectedAt: Date | null): Promise<number> {
+  const node = (await deps.db('nodes').where({ id: nodeId }).first('last_heartbeat')) as { last_heartbeat: unknown } | undefined
+  return Math.max(toDateOrNull(node?.last_heartbeat)?.getTime() ?? 0, connectedAt?.getTime() ?? 0)
 }
 
 type BestEffortResult<T> = { ok: true; value: T } | { ok: false; error: string }
@@ -380,6 +384,10 @@ async function backupOldHost(deps: LifecycleDeps, plan: MigrationPlan, commandKe
   if (!plan.old_host) return { taken: false, reason: 'the node had no host' }
   const registration = await findRegistration(deps.db, plan.node.id)
   if (!registration?.connected_at || registration.disconnected_at) return { taken: false, reason: "the old host's agent is not connected" }
+  // Silent for the fence timeout: fenced (it dropped its stream) or cut off, though the gateway
+  // may not have seen its stream end. A backup command would only wait out its timeout.
+  const silentMs = (deps.now ?? (() => new Date()))().getTime() - (await lastHeard(deps, plan.node.id, registration.connected_at))
+  if (silentMs >= deps.fenceTimeoutMs) return { taken: false, reason: `the old host's agent has been silent for ${Math.round(silentMs / 1000)} s, past the fence timeout` }
   try {
     const result = (await runAgentCommand(
       { ...deps, commandTimeoutMs: Math.min(deps.commandTimeoutMs, OLD_HOST_BACKUP_TIMEOUT_MS) },

@@ -33,6 +33,7 @@ import { moveHost } from '../../../src/hosts/service.js'
 import { HostKeyMismatchError } from '../../../src/hosts/ssh-pool.js'
 import { findNode, type NodeRecord } from '../../../src/nodes/node-store.js'
 import { requestProvision } from '../../../src/provisioning/index.js'
+import { listRuns } from '../../../src/workflows/index.js'
 import type { Dialect } from '../../helpers/db.js'
 import { insertUser } from '../../helpers/fixtures.js'
 import { startNetnsHost, type NetnsHost } from '../../helpers/netns.js'
@@ -238,6 +239,14 @@ export function fleetJourneySuite(dialect: Dialect): void {
     } finally {
       sampling = false
       await sampler
+    }
+    // The cut-off agents were not asked for a backup: silent past the fence timeout, they could not answer.
+    await waitFor(() => migrationsFinished(onB.map((n) => n.id)), "B's nodes' migrations to finish", 60_000, 100)
+    for (const n of onB) {
+      const runs = (await listRuns(stack.db, { name: 'migrate', limit: 500 })).filter((r) => r.workflowKey.startsWith(`${n.id}:`))
+      const onA = (await findNode(stack.db, n.id))?.host_id
+      const toA = runs.find((r) => (r.result as { host_id?: string } | null)?.host_id === onA)
+      expect(toA, `${n.id}: ${JSON.stringify(runs)}`).toMatchObject({ status: 'completed', result: { outcome: 'migrated', backup: { taken: false, reason: expect.stringMatching(/silent for \d+ s, past the fence timeout/) } } })
     }
     for (const [i, n] of onB.entries()) {
       const counts = samples.map((s) => s.counts[i] as number)
