@@ -27,7 +27,7 @@ describe('the host fleet settings of the ssh provider', () => {
     return result.success ? [] : result.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`)
   }
 
-  it('defaults: the built-in instance types, 5 minutes of waiting for room, ports 10000-19999, auto supervision', () => {
+  it('defaults: the built-in instance types, 5 minutes of waiting for room, ports 10000-19999, auto supervision, unreachable after 3 failed probes', () => {
     const result = parse({})
     expect(result.success && result.data).toMatchObject({
       HOSTS_INSTANCE_TYPES: DEFAULT_INSTANCE_TYPES,
@@ -35,7 +35,9 @@ describe('the host fleet settings of the ssh provider', () => {
       HOSTS_PLACEMENT_RETRY_INTERVAL: 15_000,
       HOSTS_RPC_PORTS: { first: 10_000, last: 19_999 },
       HOSTS_AGENT_SUPERVISOR: 'auto',
+      HOSTS_PROBE_FAILURES: 3,
     })
+    expect(parse({ HOSTS_PROBE_FAILURES: '1' }).data?.HOSTS_PROBE_FAILURES).toBe(1)
   })
 
   it('refuses what it cannot use, naming the variable', () => {
@@ -44,5 +46,6 @@ describe('the host fleet settings of the ssh provider', () => {
     expect(problems({ HOSTS_RPC_PORTS: '20000-10000' })).toEqual([expect.stringMatching(/^HOSTS_RPC_PORTS: .*not a port range/)])
     expect(problems({ HOSTS_RPC_PORTS: '80-90' })).toEqual([expect.stringMatching(/^HOSTS_RPC_PORTS: /)])
     expect(problems({ HOSTS_AGENT_SUPERVISOR: 'runit' })).toEqual([expect.stringMatching(/^HOSTS_AGENT_SUPERVISOR: /)])
+    for (const bad of ['0', '-1', '2.5', 'three', '101']) expect(problems({ HOSTS_PROBE_FAILURES: bad }), bad).toEqual([expect.stringMatching(/^HOSTS_PROBE_FAILURES: /)])
   })
 })
