@@ -63,7 +63,7 @@ export async function probeHosts(deps: HostProbeDeps, now: Date, logger?: Logger
       const to = action === 'probe_ok' ? 'ready' : 'unreachable'
       if (await updateHostState(deps.db, host, to, now)) {
         changes.push({ host: host.name, from: host.state, to })
-        logger?.warn({ host: host.name, hostId: host.id, from: host.state, to, result, error }, 'host state changed by the health probe')
+        logger?.warn({ host: host.name, hostId: host.id, from: host.state, to, result, error, failed_probes_in_a_row: failures }, 'host state changed by the health probe')
       }
     }),
   )
