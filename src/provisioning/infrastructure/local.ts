@@ -19,8 +19,8 @@ export interface LocalProviderOptions {
   logger: Logger
   /**
    * The agent program; default: this package's one-file agent (`dist/agent/node-agent.mjs`, what
-   * the `ssh` provider uploads) on this Node, which starts on a fraction of the CPU of the whole
-   * CLI (`bin/run.js daemon node-agent`, the same agent behind oclif and every command's code).
+   * the `ssh` provider uploads) on this Node: it starts on about 0.2 CPU seconds less than the
+   * whole CLI (`bin/run.js daemon node-agent`, the same agent behind oclif and every command's code).
    */
   agentCommand?: readonly string[]
   /** Extra environment for agents (LOG_LEVEL, test intervals). */
