@@ -204,7 +204,7 @@ export class AgentGateway {
           session.call.emit('error', refusal)
         }
       }
-      await this.reconcileSync()
+      await this.reconcileSync().catch((err: unknown) => this.options.logger.warn({ err }, 'could not compare the connected nodes\' sync_status with their agents\' reports; retrying'))
     } catch (err) {
       this.options.logger.warn({ err }, 'could not check the open streams\' tokens again; retrying')
     } finally {

@@ -10,9 +10,9 @@
  * (`leaseTokens`, a twentieth of a second's refill), and writes the row back. Leased tokens
  * expire after LEASE_MS, so a gateway can run ahead of the shared bucket by at most its lease, and
  * only for that long. A process that dies loses at most its lease. Calls for a key that arrive while
- * this gateway's database take for that key is in flight wait for it and draw on its lease: without
- * that, a burst of concurrent calls would each lease tokens and drain the bucket many times faster
- * than they spend it.
+ * this gateway's database take for that key is in flight wait for it and draw on its lease (or share
+ * its refusal): without that, a burst of concurrent calls would each lease tokens and drain the
+ * bucket many times faster than they spend it.
  *
  * When the database fails or takes longer than `databaseTimeoutMs`, buckets are kept in this
  * process's memory instead (each gateway then allows the rate on its own), logged once; the
@@ -104,8 +104,9 @@ export function createRpcRateLimiter(options: RpcRateLimiterOptions): RpcRateLim
   let lastFailure = 0
   // Tokens leased from the shared bucket, each batch valid until `until`.
   const leases = new Map<string, { tokens: number; until: number }>()
-  // The database take in flight per key, which concurrent calls for that key wait for.
-  const inflight = new Map<string, Promise<unknown>>()
+  // The database take in flight per key, which concurrent calls for that key wait for: its count
+  // and decision (undefined when the database failed).
+  const inflight = new Map<string, Promise<{ count: number; decision: RateDecision } | undefined>>()
   // The fallback's buckets, used only while the database is unavailable.
   const memory = new Map<string, Bucket>()
 
@@ -157,7 +158,10 @@ export function createRpcRateLimiter(options: RpcRateLimiterOptions): RpcRateLim
         }
         const running = inflight.get(key)
         if (!running) break
-        await running
+        // Refused for as many tokens or fewer: so is this call, without a database trip of its own
+        // (a flood on an empty bucket would otherwise queue one trip per call, one after another).
+        const outcome = await running
+        if (outcome && !outcome.decision.allowed && count >= outcome.count) return outcome.decision
         at = now()
       }
       leases.delete(key)
@@ -165,7 +169,7 @@ export function createRpcRateLimiter(options: RpcRateLimiterOptions): RpcRateLim
         try {
           const taking = takeInDatabase(key, count, at)
           const settled = taking.then(
-            () => undefined,
+            (decision) => ({ count, decision }),
             () => undefined,
           )
           inflight.set(key, settled)

@@ -131,9 +131,13 @@ export function createWebSocketProxy(options: WebSocketProxyOptions) {
       // their own, and its answer goes out with ours in one array, keyed by the ids sent on.
       const joins: Array<{ ids: Set<string>; answered: JsonRpcErrorResponse[] }> = []
       upstream.on('message', (data: RawData, isBinary) => {
-        const join = joins.length > 0 ? joinFor(joins, data) : undefined
-        if (!join) return client.send(data, { binary: isBinary })
-        client.send(JSON.stringify([...join.answers, ...join.answered]))
+        if (joins.length === 0) return client.send(data, { binary: isBinary })
+        const join = joinFor(joins, data)
+        if (join) return client.send(JSON.stringify([...join.answers, ...join.answered]))
+        client.send(data, { binary: isBinary })
+        // The node answered a batch with one error object (a batch it would not take, id null):
+        // the refusals waiting for that batch go out on their own, the oldest first.
+        if (isBatchRefusal(data)) client.send(JSON.stringify(joins.shift()!.answered))
       })
       upstream.on('close', closeBoth)
       upstream.on('error', closeBoth)
@@ -234,8 +238,10 @@ export function createWebSocketProxy(options: WebSocketProxyOptions) {
         }
         if (answered.length === 0) return upstream.send(body)
         // Only notifications go on: nothing of the node's to wait for.
-        if (awaited.length === 0) client.send(JSON.stringify(answered))
-        else if (joins.length < MAX_PENDING_CALLS) joins.push({ ids: new Set(awaited), answered })
+        // Nothing of the node's to wait for (only notifications go on), or too many batches wait
+        // already: the refusals go out now, on their own.
+        if (awaited.length === 0 || joins.length >= MAX_PENDING_CALLS) client.send(JSON.stringify(answered))
+        else joins.push({ ids: new Set(awaited), answered })
         upstream.send(JSON.stringify(passing.map((call) => call.raw)))
       }
       // One frame at a time, in the order they came: eth_subscribe before its eth_unsubscribe.
@@ -291,6 +297,16 @@ function joinFor(joins: Array<{ ids: Set<string>; answered: JsonRpcErrorResponse
   if (index < 0) return undefined
   const [join] = joins.splice(index, 1)
   return { answers, answered: join!.answered }
+}
+
+/** A single error object with a null id: how a node refuses a whole batch. */
+function isBatchRefusal(data: RawData): boolean {
+  try {
+    const answer = JSON.parse(rawText(data)) as unknown
+    return typeof answer === 'object' && answer !== null && !Array.isArray(answer) && 'error' in answer && (answer as { id?: unknown }).id === null
+  } catch {
+    return false
+  }
 }
 
 function rawText(data: RawData): string {

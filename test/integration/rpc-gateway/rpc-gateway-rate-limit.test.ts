@@ -57,6 +57,24 @@ describe.each(DIALECTS)('rpc rate limit on %s', (dialect) => {
     expect(await limiter.take('key:burst', 1)).toEqual({ allowed: false, retryAfterSeconds: 1 })
   })
 
+  it('concurrent calls on an empty bucket share the one refusal of the database take in flight instead of queueing a trip each', async () => {
+    const limiter = createRpcRateLimiter({ db: t.db, perSecond: 1, burst: 2, logger, now })
+    expect(await limiter.take('key:empty', 2)).toEqual({ allowed: true })
+    let statements = 0
+    const onQuery = (query: { sql: string }) => {
+      if (query.sql.includes('rpc_rate_buckets')) statements += 1
+    }
+    t.db.on('query', onQuery)
+    try {
+      const decisions = await Promise.all(Array.from({ length: 50 }, () => limiter.take('key:empty', 1)))
+      expect(decisions.every((d) => !d.allowed)).toBe(true)
+    } finally {
+      t.db.off('query', onQuery)
+    }
+    // One take: its read, (its insert,) its write; not fifty.
+    expect(statements).toBeLessThanOrEqual(4)
+  })
+
   it('counts in memory, per gateway, while the database is unavailable', async () => {
     const broken = t.connect()
     const limiter = createRpcRateLimiter({ db: broken, perSecond: 1, burst: 2, logger, now, retryDatabaseAfterMs: 5_000 })
