@@ -9,7 +9,7 @@ import type { Db } from '../db/knex.js'
 import { ConflictError } from '../errors.js'
 import { sendSignal, startWorkflow } from '../workflows/index.js'
 import { publishRolloutEvent, rolloutProgress } from './events.js'
-import { checkGroupSignal, checkRolloutSignal } from './signal-rules.js'
+import { checkGroupSignal, checkRolloutSignal, type GroupAction, type RolloutAction } from './signal-rules.js'
 import { CONTROL_SIGNAL, GROUP_CONTROL_SIGNAL, GROUP_WORKFLOW, ROLLOUT_WORKFLOW, type ControlSignal, type GroupControlSignal } from './workflow-names.js'
 import type { GroupSignal, RolloutSignal, RolloutStatus } from './states.js'
 import {
@@ -40,7 +40,7 @@ export type Signalled<T> = T & { changed: boolean }
  */
 export async function startRollout(db: Db, rolloutId: string, options: ActionOptions): Promise<Signalled<RolloutRecord>> {
   const now = options.now ?? new Date()
-  return db.transaction(async (trx) => {
+  return rolloutRepeatIfLost(db, rolloutId, 'start', () => db.transaction(async (trx) => {
     const current = await requireRollout(trx, rolloutId)
     // Spec: start moves pending only. A scheduled rollout starts by itself at its time (even one
     // whose time has passed while no orchestrator ran): a second start is a repeat, never a second
@@ -54,14 +54,16 @@ export async function startRollout(db: Db, rolloutId: string, options: ActionOpt
       await publishRolloutEvent(trx, 'started', rolloutProgress(moved), now)
     }
     return { ...moved, changed: true }
-  })
+  }))
 }
 
 export async function signalRollout(db: Db, rolloutId: string, signal: RolloutSignal, options: ActionOptions): Promise<Signalled<RolloutRecord>> {
   const now = options.now ?? new Date()
   const current = await requireRollout(db, rolloutId)
   if (checkRolloutSignal(current, signal).kind === 'repeat') return { ...current, changed: false }
-  if (signal === 'cancel' && (current.status === 'pending' || current.status === 'scheduled')) return { ...(await cancelBeforeStart(db, current, now)), changed: true }
+  if (signal === 'cancel' && (current.status === 'pending' || current.status === 'scheduled')) {
+    return rolloutRepeatIfLost(db, rolloutId, signal, async () => ({ ...(await cancelBeforeStart(db, current, now)), changed: true }))
+  }
   const payload: ControlSignal = { signal, by: options.by }
   await sendSignal(db, { name: ROLLOUT_WORKFLOW, key: rolloutId }, CONTROL_SIGNAL, payload, { now })
   return { ...current, changed: true }
@@ -96,13 +98,13 @@ export async function retryRolloutNode(db: Db, rolloutId: string, nodeId: string
 
 export async function startRolloutGroup(db: Db, groupId: string, options: ActionOptions): Promise<Signalled<RolloutGroupRecord>> {
   const now = options.now ?? new Date()
-  return db.transaction(async (trx) => {
+  return groupRepeatIfLost(db, groupId, 'start', () => db.transaction(async (trx) => {
     const current = await requireRolloutGroup(trx, groupId)
     if (checkGroupSignal(current, 'start').kind === 'repeat') return { ...current, changed: false }
     const moved = await updateGroupStatus(trx, groupId, 'running', { expectedVersion: current.version, now, fields: { current_component_index: 0 } })
     await startWorkflow(trx, GROUP_WORKFLOW, { groupId }, { key: groupId, now })
     return { ...moved, changed: true }
-  })
+  }))
 }
 
 export async function signalRolloutGroup(db: Db, groupId: string, signal: GroupSignal, options: ActionOptions): Promise<Signalled<RolloutGroupRecord>> {
@@ -110,8 +112,38 @@ export async function signalRolloutGroup(db: Db, groupId: string, signal: GroupS
   const current = await requireRolloutGroup(db, groupId)
   if (checkGroupSignal(current, signal).kind === 'repeat') return { ...current, changed: false }
   // A group never started has no workflow to tell: it is cancelled here (the group table allows it).
-  if (current.status === 'pending') return { ...(await updateGroupStatus(db, groupId, 'cancelled', { expectedVersion: current.version, now })), changed: true }
+  if (current.status === 'pending') {
+    return groupRepeatIfLost(db, groupId, signal, async () => ({ ...(await updateGroupStatus(db, groupId, 'cancelled', { expectedVersion: current.version, now })), changed: true }))
+  }
   const payload: GroupControlSignal = { signal, by: options.by }
   await sendSignal(db, { name: GROUP_WORKFLOW, key: groupId }, GROUP_CONTROL_SIGNAL, payload, { now })
   return { ...current, changed: true }
+}
+
+/*
+ * The status check above reads without a lock: two callers at once (Postgres) both find the
+ * rollout pending, and the loser's versioned write fails. Judged again on the row as the winner
+ * left it, the loser's call is what it would have been a moment later: a repeat answers
+ * `changed: false`; anything else stays refused. The same as incidents' moveIncident.
+ */
+async function rolloutRepeatIfLost(db: Db, rolloutId: string, action: RolloutAction, move: () => Promise<Signalled<RolloutRecord>>): Promise<Signalled<RolloutRecord>> {
+  try {
+    return await move()
+  } catch (err) {
+    if (!(err instanceof ConflictError)) throw err
+    const now = await requireRollout(db, rolloutId)
+    if (checkRolloutSignal(now, action).kind === 'repeat') return { ...now, changed: false }
+    throw err
+  }
+}
+
+async function groupRepeatIfLost(db: Db, groupId: string, action: GroupAction, move: () => Promise<Signalled<RolloutGroupRecord>>): Promise<Signalled<RolloutGroupRecord>> {
+  try {
+    return await move()
+  } catch (err) {
+    if (!(err instanceof ConflictError)) throw err
+    const now = await requireRolloutGroup(db, groupId)
+    if (checkGroupSignal(now, action).kind === 'repeat') return { ...now, changed: false }
+    throw err
+  }
 }

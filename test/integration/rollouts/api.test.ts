@@ -432,6 +432,37 @@ describe.each(DIALECTS)('rollouts API on %s', (dialect) => {
     expect((await call('POST', '/api/v1/rollout-groups', GROUP)).status).toBe(201)
   })
 
+  it('one rule for repeats under concurrency: 6 starts or cancels at once are one changed: true and five 200 changed: false', async () => {
+    const { db, call } = await setup(dialect)
+    const sixAtOnce = async (path: string) => {
+      const answers = await Promise.all(Array.from({ length: 6 }, () => call('POST', path)))
+      expect(answers.map((a) => a.status), path).toEqual([200, 200, 200, 200, 200, 200])
+      expect(answers.map((a) => (a.body as { changed: boolean }).changed).sort(), path).toEqual([false, false, false, false, false, true])
+      return answers.map((a) => a.body as { status: string; version: number })
+    }
+    const workflows = async (key: string) => Number(((await db('workflow_runs').where({ workflow_key: key }).count({ n: '*' }).first()) as { n: unknown }).n)
+
+    const rollout = (await call('POST', '/api/v1/rollouts', AUTO)).body as RolloutView
+    for (const body of await sixAtOnce(`/api/v1/rollouts/${rollout.id}/start`)) expect(body).toMatchObject({ status: 'running', version: 2 })
+    expect(await workflows(rollout.id)).toBe(1)
+    expect(await db('outbox').where({ subject: `events.rollout.${rollout.id}.started` }).select('subject')).toHaveLength(1)
+    await db('rollouts').where({ id: rollout.id }).update({ status: 'completed' })
+
+    const pending = (await call('POST', '/api/v1/rollouts', AUTO)).body as RolloutView
+    for (const body of await sixAtOnce(`/api/v1/rollouts/${pending.id}/cancel`)) expect(body).toMatchObject({ status: 'cancelled', version: 2 })
+    expect(await db('outbox').where({ subject: `events.rollout.${pending.id}.completed` }).select('subject')).toHaveLength(1)
+
+    const group = (await call('POST', '/api/v1/rollout-groups', GROUP)).body as RolloutGroupView
+    for (const body of await sixAtOnce(`/api/v1/rollout-groups/${group.id}/start`)) expect(body).toMatchObject({ status: 'running', version: 2 })
+    expect(await workflows(group.id)).toBe(1)
+    await db('rollout_groups').where({ id: group.id }).update({ status: 'completed' })
+
+    const pendingGroup = (await call('POST', '/api/v1/rollout-groups', GROUP)).body as RolloutGroupView
+    for (const body of await sixAtOnce(`/api/v1/rollout-groups/${pendingGroup.id}/cancel`)) expect(body).toMatchObject({ status: 'cancelled', version: 2 })
+    // A move the winner's state forbids stays refused.
+    expect(await call('POST', `/api/v1/rollout-groups/${pendingGroup.id}/start`)).toMatchObject({ status: 409 })
+  })
+
   it('documents every rollout route in the OpenAPI document, admin-scoped', async () => {
     const { api } = await setup(dialect)
     const doc = (await getJson(`${api.url}/api/v1/openapi.json`)).body as { paths: Record<string, Record<string, { security?: unknown }>> }
