@@ -11,6 +11,7 @@ import { z } from 'zod'
 import type { Logger } from '../../log.js'
 import { isNodeAgentProcess as isAlive, readAgentPid } from '../../node-agent/lock.js'
 import { packageRoot } from '../../package-root.js'
+import { NonRetryableStepError } from '../../workflows/errors.js'
 import type { Host, HostSpec, HostStatus, InfrastructureProvider } from './types.js'
 
 export interface LocalProviderOptions {
@@ -71,7 +72,10 @@ export class LocalInfrastructureProvider implements InfrastructureProvider {
     // through this process (execa's file target), its output, and with it every write the agent
     // makes to stdout, would die with the orchestrator that created the host.
     const log = fs.openSync(path.join(dir, 'agent.log'), 'a', 0o600)
-    const [command, ...args] = this.options.agentCommand ?? [process.execPath, path.join(packageRoot(), 'dist', 'agent', 'node-agent.mjs'), 'daemon', 'node-agent']
+    const bundle = path.join(packageRoot(), 'dist', 'agent', 'node-agent.mjs')
+    // Missing, the agent would exit at once into agent.log and the step wait out AGENT_READY_WAIT.
+    if (!this.options.agentCommand && !fs.existsSync(bundle)) throw new NonRetryableStepError(`the node agent ${bundle} does not exist: build it with \`npm run build\``)
+    const [command, ...args] = this.options.agentCommand ?? [process.execPath, bundle, 'daemon', 'node-agent']
     const env: Record<string, string> = {
       PATH: process.env.PATH ?? '/usr/bin:/bin',
       ...this.options.agentEnv,
