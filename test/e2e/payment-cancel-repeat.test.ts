@@ -26,7 +26,8 @@ describe.each(DIALECTS)('payment cancel, repeated, through the binary on %s', (d
 
   beforeAll(async () => {
     bus = createLocalBus()
-    stack = await startPaymentStack({ dialect, paymentBus: bus, controlBus: bus })
+    // Payments settle 3 s after creation: the first cancel lands before, also on a loaded machine.
+    stack = await startPaymentStack({ dialect, paymentBus: bus, controlBus: bus, providerDelayMs: 3_000 })
   }, 60_000)
   afterAll(async () => {
     await stack?.stop()
@@ -42,7 +43,7 @@ describe.each(DIALECTS)('payment cancel, repeated, through the binary on %s', (d
       expect(created.status).toBe(201)
       return created.body as Payment
     }
-    // Canceled at once through the API (the test provider completes a card payment after 250 ms).
+    // Canceled at once through the API, before the test provider would complete it.
     const canceledOne = await pay('cancel-me')
     const first = await call('POST', `/api/v1/payments/${canceledOne.id}/cancel`)
     expect(first).toMatchObject({ status: 200, body: { status: 'canceled', changed: true } })

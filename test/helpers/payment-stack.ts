@@ -84,6 +84,8 @@ export interface PaymentStackOptions {
   /** Real node agents and the workflow worker (default false). */
   lifecycle?: boolean
   failureRate?: number
+  /** When a test payment settles (default 250 ms). */
+  providerDelayMs?: number
   logger?: Logger
 }
 
@@ -138,7 +140,7 @@ export async function startPaymentStack(options: PaymentStackOptions): Promise<P
 
     // The payment service daemon with the development mTLS set in its data dir.
     const pki = ensurePaymentDevCertificates(paymentsCaDir(dataDir))
-    const service = await startPaymentService(paymentServiceSettings(dataDir, { PAYMENT_TEST_PROVIDER_FAILURE_RATE: options.failureRate ?? 0 }), {
+    const service = await startPaymentService(paymentServiceSettings(dataDir, { PAYMENT_TEST_PROVIDER_FAILURE_RATE: options.failureRate ?? 0, PAYMENT_TEST_PROVIDER_DELAY: options.providerDelayMs ?? 250 }), {
       db: payments.db,
       bus: options.paymentBus,
       logger,
