@@ -15,7 +15,7 @@ export default class HostDrain extends BaseCommand<typeof HostDrain> {
 
   async run(): Promise<HostDetail> {
     const api = apiClientFor(this.env(), this.flags['api-url'])
-    const host = (await hostAction(api, await resolveApiId(api, 'host', this.subject('host (name or id)')), 'drain')) as HostDetail
+    const host = await hostAction<HostDetail>(api, await resolveApiId(api, 'host', this.subject('host (name or id)')), 'drain')
     if (!this.jsonEnabled()) this.log(describeDrain(host))
     return host
   }

@@ -98,14 +98,16 @@ export type OperatorHostAction = 'cordon' | 'uncordon' | 'drain' | 'remove'
  * otherwise the host is `draining` and a `host-drain` run moves its nodes off (one running per
  * host: draining again while it runs changes nothing, after it stopped starts a new one that
  * continues). Leaving `draining` any other way (uncordon, remove) cancels the running drain.
- * `remove` refuses a host that still has nodes, and forgets its SSH key.
+ * `remove` refuses a host that still has nodes, and forgets its SSH key. `changed` is false for
+ * such a repeat (docs/cli.md, "Repeats"): judged under the row lock, so of two cordons at once
+ * exactly one is true.
  */
 export async function moveHost(
   fleet: Pick<HostFleet, 'db' | 'now'> & { keys?: SshKeyStore; pool?: SshPool },
   ref: string,
   action: OperatorHostAction,
   options: { requestedBy?: string } = {},
-): Promise<Host> {
+): Promise<Host & { changed: boolean }> {
   const now = fleet.now ?? (() => new Date())
   const result = await fleet.db.transaction(async (trx) => {
     // Locked and read again: two drains of one host at once would both find no running drain
@@ -115,7 +117,7 @@ export async function moveHost(
     await lockRow(trx, trx('hosts').where({ id: resolved.id }).first('id'))
     const host = (await findHostById(trx, resolved.id)) ?? resolved
     const already = (action === 'cordon' && host.state === 'cordoned') || (action === 'uncordon' && host.state === 'ready') || (action === 'drain' && host.state === 'draining')
-    if (already && action !== 'drain') return host
+    if (already && action !== 'drain') return { ...host, changed: false }
     let steps: HostAction[] = already ? [] : [action]
     let nodes = 0
     if (action === 'remove' || action === 'drain') {
@@ -130,13 +132,14 @@ export async function moveHost(
       // Its run sees it at its next look (within the drain poll interval) and ends.
       await finishDrain(trx, running.id, { status: state === 'cordoned' ? 'completed' : 'cancelled' }, now())
     }
-    if (action === 'drain' && state === 'draining' && !running) {
+    const drainStarts = action === 'drain' && state === 'draining' && !running
+    if (drainStarts) {
       const drain = await insertDrain(trx, { hostId: host.id, requestedBy: options.requestedBy ?? null, now: now() })
       await startWorkflow(trx, HOST_DRAIN_WORKFLOW, { drainId: drain.id, hostId: host.id }, { key: drain.id, now: now() })
     }
-    if (state === host.state) return host
+    if (state === host.state) return { ...host, changed: drainStarts }
     if (!(await updateHostState(trx, host, state, now()))) throw new ConflictError('host changed', `host ${host.name} changed meanwhile; try again`)
-    return (await findHostById(trx, host.id)) as Host
+    return { ...((await findHostById(trx, host.id)) as Host), changed: true }
   })
   if (action === 'remove' && result.state === 'removed') {
     await fleet.keys?.remove(result.id)

@@ -74,6 +74,10 @@ const hostView = z
   })
   .openapi('Host')
 
+const hostMoveView = hostView
+  .extend({ changed: z.boolean().openapi({ description: 'false for a repeat (the host already was where the move puts it); of two moves at once, exactly one is true' }) })
+  .openapi('HostMove')
+
 const hostDetailView = hostView
   .extend({
     reservations: z
@@ -152,10 +156,10 @@ export function hostRoutes(deps: HostRouteDeps): ApiRoute[] {
       tags: TAGS,
       auth: { scope: 'admin' },
       request: { params: hostParams },
-      responses: { 200: hostView, 404: NOT_FOUND_404, 409: CONFLICT_409 },
+      responses: { 200: hostMoveView, 404: NOT_FOUND_404, 409: CONFLICT_409 },
     }).handle(async ({ params, principal, log }) => {
       const host = await moveHost(fleet(), params.host, name, { requestedBy: principal.userId })
-      log.info({ host: host.name, hostId: host.id, action: name, state: host.state }, 'host state set by an operator')
+      if (host.changed) log.info({ host: host.name, hostId: host.id, action: name, state: host.state }, 'host state set by an operator')
       return { status: 200, body: host }
     })
 
@@ -220,8 +224,8 @@ export function hostRoutes(deps: HostRouteDeps): ApiRoute[] {
       responses: { 200: hostDetailView, 404: NOT_FOUND_404 },
     }).handle(async ({ params }) => ({ status: 200, body: await hostDetail(db, params.host) })),
 
-    action('cordon', 'Cordon a host: it takes no new nodes; its nodes stay', 'ready or unreachable -> cordoned; a cordoned host is returned unchanged.'),
-    action('uncordon', 'Uncordon a host: it takes new nodes again', 'cordoned or draining -> ready; a ready host is returned unchanged.'),
+    action('cordon', 'Cordon a host: it takes no new nodes; its nodes stay', 'ready or unreachable -> cordoned; a cordoned host is answered unchanged with `changed: false` (a repeat); draining or removed answers 409.'),
+    action('uncordon', 'Uncordon a host: it takes new nodes again', 'cordoned or draining -> ready; a ready host is answered unchanged with `changed: false` (a repeat); unreachable or removed answers 409.'),
     defineRoute({
       method: 'post',
       path: '/api/v1/hosts/{host}/drain',

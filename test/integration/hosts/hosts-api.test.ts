@@ -181,11 +181,18 @@ describe.each(DIALECTS)('hosts API on %s', (dialect) => {
   })
 
   it('cordon, uncordon, drain and remove follow the state rules; a host with a node cannot be removed', async () => {
-    expect((await call('POST', '/hosts/fra-1/cordon')).body).toMatchObject({ state: 'cordoned' })
+    // Six cordons at once: the row lock lets exactly one move it; the others are repeats.
+    const cordons = await Promise.all(Array.from({ length: 6 }, () => call('POST', '/hosts/fra-1/cordon')))
+    expect(cordons.map((c) => c.status)).toEqual([200, 200, 200, 200, 200, 200])
+    expect(cordons.map((c) => (c.body as { changed: boolean }).changed).sort()).toEqual([false, false, false, false, false, true])
+    for (const c of cordons) expect(c.body).toMatchObject({ state: 'cordoned', version: expect.any(Number) })
+    const cordonedVersion = ((await call('GET', '/hosts/fra-1')).body as { version: number }).version
     const again = await call('POST', '/hosts/fra-1/cordon')
-    expect(again.status).toBe(200)
-    expect(again.body).toMatchObject({ state: 'cordoned' })
-    expect((await call('POST', '/hosts/fra-1/uncordon')).body).toMatchObject({ state: 'ready' })
+    expect(again).toMatchObject({ status: 200, body: { state: 'cordoned', version: cordonedVersion, changed: false } })
+    expect((await call('POST', '/hosts/fra-1/uncordon')).body).toMatchObject({ state: 'ready', changed: true })
+    const uncordonAgain = await call('POST', '/hosts/fra-1/uncordon')
+    expect(uncordonAgain).toMatchObject({ status: 200, body: { state: 'ready', version: cordonedVersion + 1, changed: false } })
+    expect(await db('hosts').where({ name: 'fra-1' }).first('state', 'version')).toEqual({ state: 'ready', version: cordonedVersion + 1 })
     expect((await call('GET', '/hosts/nope')).status).toBe(404)
     expect((await call('POST', '/hosts/nope/cordon')).status).toBe(404)
 
@@ -194,6 +201,10 @@ describe.each(DIALECTS)('hosts API on %s', (dialect) => {
     const node = await insertTestNode(db)
     await db('nodes').where({ id: node.id }).update({ provider: 'ssh', host_id: `${id}/node-key` })
     expect((await call('POST', '/hosts/fra-1/drain')).body).toMatchObject({ state: 'draining' })
+    // A state cordon does not start from is still a conflict, and nothing moves.
+    const cordonDraining = await call('POST', '/hosts/fra-1/cordon')
+    expect(cordonDraining).toMatchObject({ status: 409, body: { error: expect.any(String), details: expect.any(String) } })
+    expect(await db('hosts').where({ name: 'fra-1' }).first('state')).toEqual({ state: 'draining' })
     const refused = await call('DELETE', '/hosts/fra-1')
     expect(refused.status).toBe(409)
     expect(refused.body).toMatchObject({ details: expect.stringMatching(/drain it first/) })
