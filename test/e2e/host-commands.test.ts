@@ -91,6 +91,10 @@ describe.each(DIALECTS)('host commands on %s', (dialect) => {
     const cordon = await run(['cordon', '--host', 'fra-1'])
     expect(cordon.exitCode, cordon.stderr).toBe(0)
     expect(cordon.stdout.trim()).toBe('Host fra-1 is cordoned.')
+    // A repeat: exit 0, one line saying nothing changed.
+    const cordonAgain = await run(['cordon', '--host', 'fra-1'])
+    expect(cordonAgain.exitCode, cordonAgain.stderr).toBe(0)
+    expect(cordonAgain.stdout.trim()).toBe('Host fra-1 was already cordoned; nothing changed.')
     const drain = await run(['drain', '--host', h.id, '--json'])
     expect(json<Host>(drain).state).toBe('cordoned')
     const removed = await run(['remove', '--host', 'fra-1', '--yes', '--json'])
