@@ -126,24 +126,21 @@ export async function signalRolloutGroup(db: Db, groupId: string, signal: GroupS
  * left it, the loser's call is what it would have been a moment later: a repeat answers
  * `changed: false`; anything else stays refused. The same as incidents' moveIncident.
  */
-async function rolloutRepeatIfLost(db: Db, rolloutId: string, action: RolloutAction, move: () => Promise<Signalled<RolloutRecord>>): Promise<Signalled<RolloutRecord>> {
+async function repeatIfLost<T>(move: () => Promise<Signalled<T>>, readAgain: () => Promise<T>, isRepeat: (fresh: T) => boolean): Promise<Signalled<T>> {
   try {
     return await move()
   } catch (err) {
     if (!(err instanceof ConflictError)) throw err
-    const now = await requireRollout(db, rolloutId)
-    if (checkRolloutSignal(now, action).kind === 'repeat') return { ...now, changed: false }
+    const fresh = await readAgain()
+    if (isRepeat(fresh)) return { ...fresh, changed: false }
     throw err
   }
 }
 
-async function groupRepeatIfLost(db: Db, groupId: string, action: GroupAction, move: () => Promise<Signalled<RolloutGroupRecord>>): Promise<Signalled<RolloutGroupRecord>> {
-  try {
-    return await move()
-  } catch (err) {
-    if (!(err instanceof ConflictError)) throw err
-    const now = await requireRolloutGroup(db, groupId)
-    if (checkGroupSignal(now, action).kind === 'repeat') return { ...now, changed: false }
-    throw err
-  }
+function rolloutRepeatIfLost(db: Db, rolloutId: string, action: RolloutAction, move: () => Promise<Signalled<RolloutRecord>>): Promise<Signalled<RolloutRecord>> {
+  return repeatIfLost(move, () => requireRollout(db, rolloutId), (fresh) => checkRolloutSignal(fresh, action).kind === 'repeat')
+}
+
+function groupRepeatIfLost(db: Db, groupId: string, action: GroupAction, move: () => Promise<Signalled<RolloutGroupRecord>>): Promise<Signalled<RolloutGroupRecord>> {
+  return repeatIfLost(move, () => requireRolloutGroup(db, groupId), (fresh) => checkGroupSignal(fresh, action).kind === 'repeat')
 }
