@@ -37,6 +37,14 @@ export const WAITING_FILES = [
   'test/e2e/daemon-readiness.test.ts',
 ]
 
+/**
+ * The fleet journeys (three network-namespace hosts, a gateway in the test's own process that
+ * agents must hear from within the fence timeout): under the rest of the suite's load that process
+ * stalled for longer than the fence, agents stopped their chains and migrations failed. They run
+ * after everything else, one after the other, on a machine that is otherwise idle.
+ */
+export const AFTER_THE_REST_FILES = ['test/integration/hosts/fleet-journey.sqlite.test.ts', 'test/integration/hosts/fleet-journey.postgres.test.ts']
+
 export default defineConfig({
   test: {
     globalSetup: ['test/helpers/global-setup.ts'],
@@ -58,8 +66,12 @@ export default defineConfig({
       threads: { maxThreads: 2, minThreads: 1 },
     },
     projects: [
-      { extends: true, test: { name: 'main', include: ['test/**/*.test.ts'], exclude: WAITING_FILES, pool: 'forks' } },
+      { extends: true, test: { name: 'main', include: ['test/**/*.test.ts'], exclude: [...WAITING_FILES, ...AFTER_THE_REST_FILES], pool: 'forks' } },
       { extends: true, test: { name: 'waiting', include: WAITING_FILES, pool: 'threads' } },
+      {
+        extends: true,
+        test: { name: 'last', include: AFTER_THE_REST_FILES, pool: 'forks', poolOptions: { forks: { singleFork: true } }, sequence: { groupOrder: 1 } },
+      },
     ],
   },
 })
