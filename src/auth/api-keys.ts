@@ -207,56 +207,141 @@ export type ApiKeyRejection = 'malformed' | 'unknown' | 'revoked' | 'expired' | 
 
 export type ApiKeyCheck = { ok: true; apiKey: ApiKey; owner: User } | { ok: false; reason: ApiKeyRejection }
 
+type KeyAndOwnerRow = ApiKeyRow & Record<`owner_${string}`, unknown>
+
+interface Waiter {
+  hash: string
+  now: Date
+  resolve: (check: ApiKeyCheck) => void
+  reject: (err: unknown) => void
+}
+
 /**
- * Looks up the key matching `plaintext` together with its owner (one query), and keeps
- * `last_used_at` current without a write on every request: at most one update per key per
- * LAST_USED_RESOLUTION_MS, and the condition is in the UPDATE so concurrent requests of one
- * key do not all write. The hash is compared in constant time.
+ * Lookups of one database handle: one query at a time, and the lookups that arrive while it runs
+ * go together into the next one (`key_hash IN (...)`). A lookup is only answered by a query that
+ * started after it arrived, so a key revoked before a request came in is seen revoked by that
+ * request, on every process: no answer is ever reused. Under load a query serves many requests
+ * (the per-statement cost, on SQLite mostly its implicit read transaction, is paid once per
+ * batch); a lone request still gets its own query at once.
+ */
+class KeyLookups {
+  private waiting: Waiter[] = []
+  private running = false
+
+  constructor(private readonly db: Queryable) {}
+
+  check(hash: string, now: Date): Promise<ApiKeyCheck> {
+    return new Promise((resolve, reject) => {
+      this.waiting.push({ hash, now, resolve, reject })
+      if (!this.running) void this.drain()
+    })
+  }
+
+  private async drain(): Promise<void> {
+    this.running = true
+    try {
+      while (this.waiting.length > 0) {
+        const batch = this.waiting
+        this.waiting = []
+        try {
+          await answerBatch(this.db, batch)
+        } catch (err) {
+          for (const waiter of batch) waiter.reject(err)
+        }
+      }
+    } finally {
+      this.running = false
+    }
+  }
+}
+
+const MAX_HASHES_PER_QUERY = 500
+
+async function answerBatch(db: Queryable, batch: Waiter[]): Promise<void> {
+  const hashes = [...new Set(batch.map((w) => w.hash))]
+  const rows = new Map<string, KeyAndOwnerRow>()
+  for (let i = 0; i < hashes.length; i += MAX_HASHES_PER_QUERY) {
+    const slice = hashes.slice(i, i + MAX_HASHES_PER_QUERY)
+    const found = (await db('api_keys as k')
+      .join('users as u', 'u.id', 'k.user_id')
+      .whereIn('k.key_hash', slice)
+      .select(
+        'k.*',
+        'u.email as owner_email',
+        'u.wallet_address as owner_wallet_address',
+        'u.wallet_type as owner_wallet_type',
+        'u.external_auth_id as owner_external_auth_id',
+        'u.is_admin as owner_is_admin',
+        'u.disabled_at as owner_disabled_at',
+        'u.created_at as owner_created_at',
+        'u.updated_at as owner_updated_at',
+      )) as KeyAndOwnerRow[]
+    for (const row of found) rows.set(String(row.key_hash), row)
+  }
+  // `last_used_at` at most once per key per batch; the condition in the UPDATE keeps concurrent
+  // processes from all writing it.
+  const touched = new Set<string>()
+  for (const waiter of batch) {
+    const row = rows.get(waiter.hash)
+    if (!row || !crypto.timingSafeEqual(Buffer.from(String(row.key_hash), 'hex'), Buffer.from(waiter.hash, 'hex'))) {
+      waiter.resolve({ ok: false, reason: 'unknown' })
+      continue
+    }
+    const key = apiKeyFromRow(row)
+    const status = apiKeyStatus(key, waiter.now)
+    if (status !== 'active') {
+      waiter.resolve({ ok: false, reason: status })
+      continue
+    }
+    if (row.owner_disabled_at !== null && row.owner_disabled_at !== undefined) {
+      waiter.resolve({ ok: false, reason: 'user_disabled' })
+      continue
+    }
+    const now = waiter.now
+    if (touched.has(key.id)) key.last_used_at = now
+    else if (!key.last_used_at || now.getTime() - key.last_used_at.getTime() >= LAST_USED_RESOLUTION_MS) {
+      touched.add(key.id)
+      const staleBefore = new Date(now.getTime() - LAST_USED_RESOLUTION_MS)
+      await db('api_keys')
+        .where({ id: key.id })
+        .andWhere((q) => q.whereNull('last_used_at').orWhere('last_used_at', '<=', staleBefore))
+        .update({ last_used_at: now })
+      key.last_used_at = now
+    }
+    const owner = userFromRow({
+      id: key.user_id,
+      email: row.owner_email,
+      wallet_address: row.owner_wallet_address,
+      wallet_type: row.owner_wallet_type,
+      wallet_public_key: null,
+      external_auth_id: row.owner_external_auth_id,
+      is_admin: row.owner_is_admin,
+      disabled_at: null,
+      created_at: row.owner_created_at,
+      updated_at: row.owner_updated_at,
+    })
+    waiter.resolve({ ok: true, apiKey: key, owner })
+  }
+}
+
+// One batcher per database handle (a knex instance, or a transaction for the lookups made in it).
+const lookups = new WeakMap<Queryable, KeyLookups>()
+
+/**
+ * Looks up the key matching `plaintext` together with its owner (one query, shared with the
+ * lookups that arrive while another is running: KeyLookups), and keeps `last_used_at` current
+ * without a write on every request: at most one update per key per LAST_USED_RESOLUTION_MS, and
+ * the condition is in the UPDATE so concurrent requests of one key do not all write. The hash is
+ * compared in constant time.
  */
 export async function checkApiKey(db: Queryable, plaintext: string, now: Date = new Date()): Promise<ApiKeyCheck> {
   if (!KEY_SHAPE.test(plaintext)) return { ok: false, reason: 'malformed' }
-  const hash = hashApiKey(plaintext)
-  // The owner comes with the key in the same query: the request needs it anyway.
-  const row = (await db('api_keys as k')
-    .join('users as u', 'u.id', 'k.user_id')
-    .where('k.key_hash', hash)
-    .first(
-      'k.*',
-      'u.email as owner_email',
-      'u.wallet_address as owner_wallet_address',
-      'u.wallet_type as owner_wallet_type',
-      'u.external_auth_id as owner_external_auth_id',
-      'u.is_admin as owner_is_admin',
-      'u.disabled_at as owner_disabled_at',
-      'u.created_at as owner_created_at',
-      'u.updated_at as owner_updated_at',
-    )) as (ApiKeyRow & Record<`owner_${string}`, unknown>) | undefined
-  if (!row || !crypto.timingSafeEqual(Buffer.from(String(row.key_hash), 'hex'), Buffer.from(hash, 'hex'))) return { ok: false, reason: 'unknown' }
-  const key = apiKeyFromRow(row)
-  const status = apiKeyStatus(key, now)
-  if (status !== 'active') return { ok: false, reason: status }
-  if (row.owner_disabled_at !== null && row.owner_disabled_at !== undefined) return { ok: false, reason: 'user_disabled' }
-  if (!key.last_used_at || now.getTime() - key.last_used_at.getTime() >= LAST_USED_RESOLUTION_MS) {
-    const staleBefore = new Date(now.getTime() - LAST_USED_RESOLUTION_MS)
-    await db('api_keys')
-      .where({ id: key.id })
-      .andWhere((q) => q.whereNull('last_used_at').orWhere('last_used_at', '<=', staleBefore))
-      .update({ last_used_at: now })
-    key.last_used_at = now
+  let batcher = lookups.get(db)
+  if (!batcher) {
+    batcher = new KeyLookups(db)
+    lookups.set(db, batcher)
   }
-  const owner = userFromRow({
-    id: key.user_id,
-    email: row.owner_email,
-    wallet_address: row.owner_wallet_address,
-    wallet_type: row.owner_wallet_type,
-    wallet_public_key: null,
-    external_auth_id: row.owner_external_auth_id,
-    is_admin: row.owner_is_admin,
-    disabled_at: null,
-    created_at: row.owner_created_at,
-    updated_at: row.owner_updated_at,
-  })
-  return { ok: true, apiKey: key, owner }
+  return batcher.check(hashApiKey(plaintext), now)
 }
 
 /**
