@@ -29,6 +29,7 @@ import type { Logger } from '../log.js'
 import { requiredScope, requiresAuthentication, type RouteAuth } from './auth.js'
 import type { ApiContext, ApiMiddleware, Principal } from './context.js'
 import { errorBodySchema } from './http-errors.js'
+import { compileResponseCheck } from './response-check.js'
 import { validateRequest, type Output } from './validation.js'
 
 export type HttpMethod = 'get' | 'post' | 'put' | 'patch' | 'delete'
@@ -130,6 +131,7 @@ export function defineRoute<
   const hasBody = request.body !== undefined
   const openapi = toOpenApi(spec as AnyRouteSpec, hasBody)
   const name = `${method.toUpperCase()} ${path}`
+  const replies = compileReplies(responses)
 
   return {
     handle(handler) {
@@ -142,23 +144,38 @@ export function defineRoute<
           log: ctx.state.log,
           ctx,
         })
-        writeReply(ctx, name, responses, reply)
+        writeReply(ctx, name, replies, reply)
       }
       return { method, path, routerPath: path.replace(PATH_PARAM, ':$1'), auth, hasBody, openapi, handle }
     },
   }
 }
 
+/** How each declared status is written: its content type and its schema's parse, built once. */
+interface CompiledReply {
+  contentType: string
+  parse: ((body: unknown) => unknown) | undefined
+}
+
+function compileReplies(responses: ResponsesSpec): Map<number, CompiledReply> {
+  const replies = new Map<number, CompiledReply>()
+  for (const [status, entry] of Object.entries(responses)) {
+    const { schema, contentType } = normaliseResponse(entry, Number(status))
+    replies.set(Number(status), { contentType, parse: schema ? compileResponseCheck(schema) : undefined })
+  }
+  return replies
+}
+
 function writeReply(
   ctx: ApiContext,
   route: string,
-  responses: ResponsesSpec,
+  replies: Map<number, CompiledReply>,
   reply: { status: number; body?: unknown; headers?: Record<string, string> },
 ): void {
-  const entry = responses[reply.status]
-  if (entry === undefined) throw new Error(`${route} answered ${reply.status}, a status its definition does not declare`)
-  const { schema, contentType } = normaliseResponse(entry, reply.status)
-  const body = schema ? schema.parse(reply.body) : undefined
+  const compiled = replies.get(reply.status)
+  if (compiled === undefined) throw new Error(`${route} answered ${reply.status}, a status its definition does not declare`)
+  const { parse, contentType } = compiled
+  const body = parse ? parse(reply.body) : undefined
   ctx.status = reply.status
   if (reply.headers) ctx.set(reply.headers)
   if (body === undefined) return
