@@ -138,6 +138,27 @@ describe('request id', () => {
     expect(failed.headers.get('x-request-id')).toBe('req-2')
   })
 
+  it('puts the caller and the trace on the access line of a request whose handler logs nothing', async () => {
+    const api = await resources.api({ db: t.db, routes: testRoutes(), authenticate: bearerAuthenticator })
+    const res = await fetch(`${api.url}/api/v1/whoami`, { headers: { 'X-Request-Id': 'quiet-1', Authorization: 'Bearer user-token', 'User-Agent': 'probe/1' } })
+    expect(res.status).toBe(200)
+    expect(api.logs.forRequest('quiet-1')).toEqual([
+      expect.objectContaining({
+        msg: 'request answered',
+        level: 'info',
+        requestId: 'quiet-1',
+        traceId: expect.stringMatching(/^[0-9a-f]{32}$/),
+        spanId: expect.stringMatching(/^[0-9a-f]{16}$/),
+        userId: 'u-user',
+        method: 'GET',
+        path: '/api/v1/whoami',
+        route: '/api/v1/whoami',
+        status: 200,
+        userAgent: 'probe/1',
+      }),
+    ])
+  })
+
   it.each([
     ['spaces', 'has spaces in it'],
     ['too long', 'a'.repeat(129)],
