@@ -112,10 +112,13 @@ export async function paginateKeyset<T = Record<string, unknown>>(db: Queryable,
   const position = options.cursor === undefined ? undefined : decodeCursor(options.cursor)
   const exactText = isPostgres(db)
 
-  query
-    .select(...(options.columns ?? ['*']))
-    .select(db.raw(exactText ? '??::text as ??' : '?? as ??', [sortColumn, SORT_ALIAS]))
-    .select(db.raw('?? as ??', [idColumn, ID_ALIAS]))
+  // A sort or id column the caller selects anyway is read from the row under its own name
+  // rather than selected twice (on SQLite the sort value is the same; Postgres wants its text).
+  const sortKey = exactText ? undefined : selectedAs(options.columns, sortColumn)
+  const idKey = selectedAs(options.columns, idColumn)
+  query.select(...(options.columns ?? ['*']))
+  if (sortKey === undefined) query.select(db.raw(exactText ? '??::text as ??' : '?? as ??', [sortColumn, SORT_ALIAS]))
+  if (idKey === undefined) query.select(db.raw('?? as ??', [idColumn, ID_ALIAS]))
   if (position) {
     // Row-value comparison: (sort, id) strictly after the cursor in the page order.
     query.whereRaw(`(??, ??) ${direction === 'asc' ? '>' : '<'} (?, ?)`, [sortColumn, idColumn, position.sort, position.id])
@@ -130,12 +133,29 @@ export async function paginateKeyset<T = Record<string, unknown>>(db: Queryable,
   const rows = (await query) as Record<string, unknown>[]
   const pageRows = rows.slice(0, limit)
   const last = pageRows[pageRows.length - 1]
-  const next_cursor = rows.length > limit && last ? encodeCursor({ sort: keyPart(last[SORT_ALIAS]), id: keyPart(last[ID_ALIAS]) }) : null
+  const next_cursor =
+    rows.length > limit && last ? encodeCursor({ sort: keyPart(last[sortKey ?? SORT_ALIAS]), id: keyPart(last[idKey ?? ID_ALIAS]) }) : null
+  const aliased = sortKey === undefined || idKey === undefined
   const items = pageRows.map((row) => {
+    if (!aliased) return options.map ? options.map(row) : (row as T)
     const { [SORT_ALIAS]: _sort, [ID_ALIAS]: _id, ...rest } = row
     return options.map ? options.map(rest) : (rest as T)
   })
   return { items, next_cursor }
+}
+
+/**
+ * The row key under which `column` comes back when `columns` selects it plainly (`n.id` comes
+ * back as `id`), provided no other selected column comes back under the same key.
+ */
+function selectedAs(columns: readonly string[] | undefined, column: string): string | undefined {
+  if (!columns?.includes(column)) return undefined
+  const key = rowKey(column)
+  return columns.filter((c) => rowKey(c) === key).length === 1 ? key : undefined
+}
+
+function rowKey(column: string): string {
+  return column.slice(column.lastIndexOf('.') + 1)
 }
 
 function keyPart(value: unknown): string | number {

@@ -141,7 +141,11 @@ export function defineRoute<
           ...input,
           principal: ctx.state.principal as RouteInput<P, Q, B, A>['principal'],
           requestId: ctx.state.requestId,
-          log: ctx.state.log,
+          // A getter: reading ctx.state.log makes the request's child logger, which most
+          // handlers never need (access-log.ts).
+          get log() {
+            return ctx.state.log
+          },
           ctx,
         })
         writeReply(ctx, name, replies, reply)
