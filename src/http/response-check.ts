@@ -109,8 +109,16 @@ function compileString(schema: z.ZodString): Check | undefined {
         return undefined
     }
   }
+  return passing((value): value is string => typeof value === 'string', tests)
+}
+
+/** A check of the type, then of each test; the common counts get no loop. */
+function passing<T>(isType: (value: unknown) => value is T, tests: Array<(value: T) => boolean>): Check {
+  const [first, second] = tests
+  if (first === undefined) return (value) => (isType(value) ? value : UNSURE)
+  if (second === undefined) return (value) => (isType(value) && first(value) ? value : UNSURE)
   return (value) => {
-    if (typeof value !== 'string') return UNSURE
+    if (!isType(value)) return UNSURE
     for (const test of tests) if (!test(value)) return UNSURE
     return value
   }
@@ -137,11 +145,7 @@ function compileNumber(schema: z.ZodNumber): Check | undefined {
         return undefined
     }
   }
-  return (value) => {
-    if (typeof value !== 'number' || Number.isNaN(value)) return UNSURE
-    for (const test of tests) if (!test(value)) return UNSURE
-    return value
-  }
+  return passing((value): value is number => typeof value === 'number' && !Number.isNaN(value), tests)
 }
 
 function compileArray(schema: z.ZodArray<ZodTypeAny>): Check {
@@ -166,8 +170,9 @@ function compileObject(schema: z.AnyZodObject): Check | undefined {
   const { unknownKeys, catchall } = schema._def
   if (!(catchall instanceof z.ZodNever) || (unknownKeys !== 'strip' && unknownKeys !== 'strict')) return undefined
   const strict = unknownKeys === 'strict'
-  const fields = Object.entries(schema.shape as Record<string, ZodTypeAny>).map(([key, field]) => ({ key, check: compile(field) }))
-  const known = new Set(fields.map((f) => f.key))
+  const keys = Object.keys(schema.shape as Record<string, ZodTypeAny>)
+  const checks = keys.map((key) => compile((schema.shape as Record<string, ZodTypeAny>)[key]!))
+  const known = new Set(keys)
   return (value) => {
     // Plain objects only (zod also takes class instances; those go to zod).
     if (typeof value !== 'object' || value === null) return UNSURE
@@ -176,8 +181,9 @@ function compileObject(schema: z.AnyZodObject): Check | undefined {
     const input = value as Record<string, unknown>
     if (strict) for (const key in input) if (!known.has(key)) return UNSURE
     const out: Record<string, unknown> = {}
-    for (const { key, check } of fields) {
-      const parsed = check(input[key])
+    for (let i = 0; i < keys.length; i++) {
+      const key = keys[i]!
+      const parsed = checks[i]!(input[key])
       if (parsed === UNSURE) return UNSURE
       // As zod: a key is written when its output is defined or the input had it.
       if (key !== '__proto__' && (parsed !== undefined || key in input)) out[key] = parsed
