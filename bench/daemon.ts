@@ -12,8 +12,9 @@ export interface BenchDaemon {
   stop(): Promise<void>
 }
 
-export async function startBenchDaemon(name: string, env: Record<string, string>, port: number): Promise<BenchDaemon> {
-  const child = spawn(process.execPath, [BIN, 'daemon', name], { env: { ...process.env, ...env }, cwd: os.tmpdir(), stdio: ['ignore', 'ignore', 'pipe'] })
+/** `nodeArgs`: options for node itself, e.g. `--cpu-prof` to profile the daemon under a benchmark's load. */
+export async function startBenchDaemon(name: string, env: Record<string, string>, port: number, nodeArgs: string[] = []): Promise<BenchDaemon> {
+  const child = spawn(process.execPath, [...nodeArgs, BIN, 'daemon', name], { env: { ...process.env, ...env }, cwd: os.tmpdir(), stdio: ['ignore', 'ignore', 'pipe'] })
   let stderr = ''
   child.stderr!.on('data', (chunk: Buffer) => (stderr = (stderr + chunk.toString('utf8')).slice(-4000)))
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()))

@@ -9,7 +9,7 @@
  * - merged reads: 100 concurrent identical `eth_getBalance` calls from another process, and how
  *   many of them the gateway sent on to the node (its merge counter on /metrics).
  */
-import { execFile } from 'node:child_process'
+import { execFile, spawn } from 'node:child_process'
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
@@ -66,6 +66,53 @@ async function concurrentReads(url: string, key: string): Promise<void> {
   await run(process.execPath, ['-e', script, url, key])
 }
 
+/**
+ * The floor of any proxy written on Node.js: a bare `http` server that forwards each body to the
+ * node on keep-alive connections and copies the answer back (no key, no limit, no route, no
+ * usage), in its own process like the gateway. The gateway's distance from direct calls splits
+ * into what Node's HTTP costs on both sides of a hop (this against direct) and what the gateway
+ * adds on top (the gateway against this).
+ */
+const BARE_PROXY = `
+  const http = require('node:http')
+  const [target, port] = [new URL(process.argv[1]), Number(process.argv[2])]
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 256 })
+  http.createServer((req, res) => {
+    const chunks = []
+    req.on('data', (c) => chunks.push(c))
+    req.on('end', () => {
+      const body = Buffer.concat(chunks)
+      const up = http.request({ host: target.hostname, port: target.port, path: '/', method: 'POST', agent, headers: { 'content-type': 'application/json', 'content-length': body.length } }, (answer) => {
+        const parts = []
+        answer.on('data', (c) => parts.push(c))
+        answer.on('end', () => {
+          const out = Buffer.concat(parts)
+          res.writeHead(answer.statusCode, { 'content-type': 'application/json', 'content-length': out.length })
+          res.end(out)
+        })
+      })
+      up.on('error', () => { res.writeHead(502); res.end() })
+      up.end(body)
+    })
+  }).listen(port, '127.0.0.1', () => console.log('listening'))`
+
+async function startBareProxy(target: string): Promise<{ url: string; stop: () => Promise<void> }> {
+  const port = await freePort()
+  const child = spawn(process.execPath, ['-e', BARE_PROXY, target, String(port)], { stdio: ['ignore', 'pipe', 'inherit'] })
+  await new Promise<void>((resolve, reject) => {
+    child.stdout!.once('data', () => resolve())
+    child.once('exit', (code) => reject(new Error(`the bare proxy exited ${code}`)))
+  })
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()))
+  return {
+    url: `http://127.0.0.1:${port}`,
+    stop: async () => {
+      child.kill('SIGTERM')
+      await exited
+    },
+  }
+}
+
 async function mergedCalls(gatewayUrl: string, nodeId: string): Promise<number> {
   const text = await (await fetch(`${gatewayUrl}/metrics`)).text()
   const line = text.split('\n').find((l) => l.startsWith('rpc_gateway_merged_calls_total{') && l.includes(`node_id="${nodeId}"`))
@@ -76,6 +123,10 @@ export const benchRpcGateway: Bench = async (ctx) => {
   const figures: BenchFigure[] = []
   const seconds = Math.max(1, Math.round(3 * ctx.scale))
   const anvil = await startAnvil(31337)
+  const bareProxy = await startBareProxy(anvil.url).catch(async (err: unknown) => {
+    await anvil.stop()
+    throw err
+  })
   try {
     for (const dialect of ['sqlite', 'postgres'] as Dialect[]) {
       const database = await benchDatabase(dialect, ctx.postgresUrl)
@@ -103,28 +154,35 @@ export const benchRpcGateway: Bench = async (ctx) => {
 
         await load(anvil.url, {}, { seconds: 1 }) // warm-up, not measured
         await load(endpoint, through, { seconds: 1 })
+        await load(bareProxy.url, {}, { seconds: 1 })
         const direct: Load[] = []
+        const bare: Load[] = []
         const proxied: Load[] = []
         for (let r = 0; r < ROUNDS; r++) {
           direct.push(await load(anvil.url, {}, { seconds }))
+          bare.push(await load(bareProxy.url, {}, { seconds }))
           proxied.push(await load(endpoint, through, { seconds }))
         }
         const fixedDirect: Load[] = []
+        const fixedBare: Load[] = []
         const fixedProxied: Load[] = []
         for (let r = 0; r < 3; r++) {
           fixedDirect.push(await load(anvil.url, {}, { seconds: seconds + 2, rate: FIXED_RATE }))
+          fixedBare.push(await load(bareProxy.url, {}, { seconds: seconds + 2, rate: FIXED_RATE }))
           fixedProxied.push(await load(endpoint, through, { seconds: seconds + 2, rate: FIXED_RATE }))
         }
         const before = await mergedCalls(gatewayUrl, nodeId)
         await concurrentReads(endpoint, key)
         const merged = (await mergedCalls(gatewayUrl, nodeId)) - before
 
-        const rate = { direct: median(direct.map((x) => x.requestsPerSecond)), proxied: median(proxied.map((x) => x.requestsPerSecond)) }
-        const p99 = { direct: median(fixedDirect.map((x) => x.p99)), proxied: median(fixedProxied.map((x) => x.p99)) }
-        const p50 = { direct: median(fixedDirect.map((x) => x.p50)), proxied: median(fixedProxied.map((x) => x.p50)) }
+        const rateOf = (loads: Load[]) => median(loads.map((x) => x.requestsPerSecond))
+        const rate = { direct: rateOf(direct), bare: rateOf(bare), proxied: rateOf(proxied) }
+        const p99 = { direct: median(fixedDirect.map((x) => x.p99)), bare: median(fixedBare.map((x) => x.p99)), proxied: median(fixedProxied.map((x) => x.p99)) }
+        const p50 = { direct: median(fixedDirect.map((x) => x.p50)), bare: median(fixedBare.map((x) => x.p50)), proxied: median(fixedProxied.map((x) => x.p50)) }
         ctx.log(
-          `${dialect}: flat out ${rate.proxied.toFixed(0)}/s through the gateway, ${rate.direct.toFixed(0)}/s direct; at ${FIXED_RATE}/s p99 ${p99.proxied} ms vs ${p99.direct} ms ` +
-            `(p50 ${p50.proxied} vs ${p50.direct}); ${CONCURRENT_READS} identical reads: ${CONCURRENT_READS - merged} sent to the node`,
+          `${dialect}: flat out ${rate.proxied.toFixed(0)}/s through the gateway, ${rate.bare.toFixed(0)}/s through a bare Node proxy, ${rate.direct.toFixed(0)}/s direct; ` +
+            `at ${FIXED_RATE}/s p99 ${p99.proxied} / ${p99.bare} / ${p99.direct} ms (p50 ${p50.proxied} / ${p50.bare} / ${p50.direct}); ` +
+            `${CONCURRENT_READS} identical reads: ${CONCURRENT_READS - merged} sent to the node`,
         )
         const how = `autocannon CLI in its own process, ${CONNECTIONS} connections; gateway (key check and shared rate limit on every call) and anvil each in their own process`
         figures.push(
@@ -136,6 +194,14 @@ export const benchRpcGateway: Bench = async (ctx) => {
             baselineValue: rate.direct,
             aim: '>= 0.8',
             notes: `${how}; median of ${ROUNDS} rounds of ${seconds} s`,
+          }),
+          figure({
+            name: `eth_blockNumber through the rpc-gateway, flat out, against a bare Node.js proxy (${dialect})`,
+            baseline: 'a bare node:http proxy to the same anvil in its own process (no key, limit, route or usage), same load, interleaved rounds',
+            unit: 'requests/s',
+            value: rate.proxied,
+            baselineValue: rate.bare,
+            notes: `what the gateway's own work costs; the bare proxy itself reaches ${(rate.bare / rate.direct).toFixed(2)} of direct (${rate.bare.toFixed(0)} against ${rate.direct.toFixed(0)}/s): Node's HTTP on both sides of a hop`,
           }),
           figure({
             name: `eth_blockNumber through the rpc-gateway at ${FIXED_RATE} requests/s (${dialect}); p99 ${p99.proxied} ms vs ${p99.direct} ms direct, added ${(p99.proxied - p99.direct).toFixed(2)} ms`,
@@ -163,6 +229,7 @@ export const benchRpcGateway: Bench = async (ctx) => {
       }
     }
   } finally {
+    await bareProxy.stop()
     await anvil.stop()
   }
   return figures

@@ -222,7 +222,7 @@ interface Waiter {
  * started after it arrived, so a key revoked before a request came in is seen revoked by that
  * request, on every process: no answer is ever reused. Under load a query serves many requests
  * (the per-statement cost, on SQLite mostly its implicit read transaction, is paid once per
- * batch); a lone request still gets its own query at once.
+ * batch); a lone request still gets its own query in the same turn of the event loop.
  */
 class KeyLookups {
   private waiting: Waiter[] = []
@@ -233,12 +233,16 @@ class KeyLookups {
   check(hash: string, now: Date): Promise<ApiKeyCheck> {
     return new Promise((resolve, reject) => {
       this.waiting.push({ hash, now, resolve, reject })
-      if (!this.running) void this.drain()
+      if (!this.running) {
+        this.running = true
+        // After the other requests read in this turn of the event loop, so they share the query:
+        // a SQLite query runs synchronously, and without the wait no two lookups would ever meet.
+        setImmediate(() => void this.drain())
+      }
     })
   }
 
   private async drain(): Promise<void> {
-    this.running = true
     try {
       while (this.waiting.length > 0) {
         const batch = this.waiting

@@ -220,6 +220,14 @@ describe.each(DIALECTS)('rpc-gateway on %s', (dialect) => {
 
     const logged = logs.lines.join('')
     expect(logged).toContain('/v1/' + anvilNode + '/<key>')
+    // Refusals get an access line at info; answered calls are counted, and logged only at debug.
+    const access = logged
+      .split('\n')
+      .filter((line) => line.length > 0)
+      .map((line) => JSON.parse(line) as { msg?: string; status?: number; path?: string })
+      .filter((line) => line.msg === 'request answered')
+    expect(access).toContainEqual(expect.objectContaining({ status: 403, path: `/v1/${anvilNode}/<key>` }))
+    expect(access.filter((line) => line.status === 200)).toEqual([])
     for (const secret of [key, readOnly, wildcard, otherKey, revocable.key, expiring.key]) expect(logged).not.toContain(secret)
   })
 
