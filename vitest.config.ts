@@ -71,7 +71,7 @@ export default defineConfig({
       { extends: true, test: { name: 'waiting', include: WAITING_FILES, pool: 'threads' } },
       {
         extends: true,
-        test: { name: 'last', include: AFTER_THE_REST_FILES, pool: 'forks', poolOptions: { forks: { maxForks: 2, minForks: 2 } }, sequence: { groupOrder: 1 } },
+        test: { name: 'last', include: AFTER_THE_REST_FILES, pool: 'forks', sequence: { groupOrder: 1 } },
       },
     ],
   },
