@@ -27,7 +27,8 @@ import { createFailedAuthThrottle, DEFAULT_AUTH_FAILURE_LIMIT_PER_MINUTE, type F
 import { createIdpTokenVerifier, type IdpTokenVerifier, type KeySetOptions } from './idp-tokens.js'
 import { createLegacyTokenVerifier, defaultLegacyJwksUrl, LEGACY_TOKEN_ISSUER, type LegacyTokenVerifier } from './legacy-tokens.js'
 import { ADMIN_SCOPE, USER_SCOPES } from './scopes.js'
-import { findUserByExternalAuthId, findUserById, type User } from './users.js'
+import { lookUpUserByExternalAuthId, lookUpUserById } from './user-lookups.js'
+import type { User } from './users.js'
 
 export type AuthProvider = 'idp' | 'both' | 'siwe'
 
@@ -152,8 +153,8 @@ async function userForJwt(deps: AuthenticatorDeps, token: string, now: Date): Pr
   const verified = deps.verifiedTokens?.get(token, now)
   if (verified) {
     // The mode may have changed since; the checks below that do not need the signature run again.
-    if (verified.issuer === 'legacy' && deps.provider !== 'idp') return existingUser(await findUserById(deps.db, verified.userId))
-    if (verified.issuer === 'idp' && deps.provider !== 'siwe') return knownIdpUser(await findUserByExternalAuthId(deps.db, verified.subject))
+    if (verified.issuer === 'legacy' && deps.provider !== 'idp') return existingUser(await lookUpUserById(deps.db, verified.userId))
+    if (verified.issuer === 'idp' && deps.provider !== 'siwe') return knownIdpUser(await lookUpUserByExternalAuthId(deps.db, verified.subject))
   }
   let issuer: unknown
   try {
@@ -167,14 +168,14 @@ async function userForJwt(deps: AuthenticatorDeps, token: string, now: Date): Pr
     }
     const { userId } = await deps.legacy.verify(token, now)
     deps.verifiedTokens?.set(token, { issuer: 'legacy', userId }, now)
-    return existingUser(await findUserById(deps.db, userId))
+    return existingUser(await lookUpUserById(deps.db, userId))
   }
   if (deps.provider === 'siwe') {
     throw new UnauthorizedError('invalid token', 'identity-provider tokens are not accepted (AUTH_PROVIDER=siwe); use wallet sign-in or an API key')
   }
   const { subject } = await deps.idp.verify(token, now)
   deps.verifiedTokens?.set(token, { issuer: 'idp', subject }, now)
-  return knownIdpUser(await findUserByExternalAuthId(deps.db, subject))
+  return knownIdpUser(await lookUpUserByExternalAuthId(deps.db, subject))
 }
 
 function existingUser(user: User | undefined): User {

@@ -18,7 +18,7 @@ export interface User {
   updated_at: Date
 }
 
-type UserRow = Record<Exclude<keyof User, 'disabled_at'> | 'wallet_public_key', unknown> & { disabled_at?: unknown }
+export type UserRow = Record<Exclude<keyof User, 'disabled_at'> | 'wallet_public_key', unknown> & { disabled_at?: unknown }
 
 export function userFromRow(row: UserRow): User {
   return {
