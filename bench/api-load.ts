@@ -8,6 +8,10 @@
  * pending subscription, later ones find the equal pending one inside a locked transaction, as the
  * spec's rule 1 says). Every request authenticates its key. Reported: p50/p99 latency and errors
  * (non-2xx and socket errors) of each at the same offered rate; ratio = hello-world p99 / API p99.
+ *
+ * Then the capacity (issue 21): offered rates climbing a ladder (RATE_LADDER), each held for
+ * STEP_S; the highest rate each side holds with p99 < P99_LIMIT_MS, no error and at least 95% of
+ * the offered requests answered, the API against the two hello-world processes.
  */
 import os from 'node:os'
 import path from 'node:path'
@@ -24,6 +28,9 @@ const RATE = 400
 const DURATION_S = 15
 const WARMUP_S = 4
 const CONNECTIONS = 20
+const RATE_LADDER = [100, 200, 400, 800, 1200, 1600, 2400, 3200, 4800, 6400]
+const STEP_S = 6
+const P99_LIMIT_MS = 50
 const BIN = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'bin', 'run.js')
 
 const HELLO_WORLD = `
@@ -63,6 +70,7 @@ export const benchApiLoad: Bench = async (ctx) => {
     ctx.log(`hello-world x2: ${rate} req/s for ${DURATION_S} s`)
     await load(helloPorts, keys, rate, false, WARMUP_S)
     const hello = await load(helloPorts, keys, rate, false)
+    const helloHolds = await capacity(helloPorts, keys, false, ctx.log)
 
     const apiPorts = [await freePort(), await freePort()]
     for (const port of apiPorts) {
@@ -79,6 +87,7 @@ export const benchApiLoad: Bench = async (ctx) => {
     // Warm-up (JIT, pools, prepared statements), not measured.
     await load(apiPorts, keys, rate, true, WARMUP_S)
     const api = await load(apiPorts, keys, rate, true)
+    const apiHolds = await capacity(apiPorts, keys, true, ctx.log)
     const subscriptions = Number(((await db('subscriptions').count({ n: '*' })) as Array<{ n: number | string }>)[0]?.n ?? 0)
     ctx.log(`api: p50 ${api.p50} ms, p99 ${api.p99} ms, ${api.requests} requests, ${api.errors} errors, ${api.non2xx} non-2xx; hello: p50 ${hello.p50} ms, p99 ${hello.p99} ms`)
     if (subscriptions !== CONNECTIONS) throw new Error(`expected one pending subscription per user, found ${subscriptions}`)
@@ -92,6 +101,14 @@ export const benchApiLoad: Bench = async (ctx) => {
         baselineValue: 1 / Math.max(hello.p99, 0.1),
         notes: 'ratio = hello-world p99 / API p99; the mix is GET /me, /subscriptions, /chains, /nodes and POST /subscriptions per connection; autocannon, both servers and Postgres share 2 cores',
       }),
+      figure({
+        name: `highest rate of the mixed API load held with p99 < ${P99_LIMIT_MS} ms and no errors, two api-server processes (postgres, NATS): ${describeHold(apiHolds)}`,
+        baseline: `two bare Koa hello-world processes, same ladder: ${describeHold(helloHolds)}`,
+        unit: 'requests/s',
+        value: apiHolds.held?.rate ?? 0,
+        baselineValue: helloHolds.held?.rate ?? 0,
+        notes: `offered rates ${RATE_LADDER.join(', ')} req/s, ${STEP_S} s each, climbing until one fails (p99 >= ${P99_LIMIT_MS} ms, an error, or under 95% of the offered requests answered); a side that holds the top of the ladder is reported at it`,
+      }),
     )
   } finally {
     for (const child of children) child.kill('SIGTERM')
@@ -99,6 +116,41 @@ export const benchApiLoad: Bench = async (ctx) => {
     await drop()
   }
   return figures
+}
+
+interface Hold {
+  /** The highest rate held, with its result; none: not even the first. */
+  held?: { rate: number; result: LoadResult }
+  /** The first rate not held, and why. */
+  failed?: { rate: number; why: string }
+}
+
+function describeHold(hold: Hold): string {
+  const held = hold.held ? `${hold.held.rate} req/s held (p99 ${hold.held.result.p99} ms)` : `not even ${RATE_LADDER[0]} req/s held`
+  return hold.failed ? `${held}; ${hold.failed.rate} req/s not (${hold.failed.why})` : `${held}, the top of the ladder`
+}
+
+async function capacity(ports: number[], keys: string[], api: boolean, log: (line: string) => void): Promise<Hold> {
+  const hold: Hold = {}
+  for (const rate of RATE_LADDER) {
+    const result = await load(ports, keys, rate, api, STEP_S)
+    const answered = result.requests / (rate * STEP_S)
+    const why =
+      result.errors + result.non2xx > 0
+        ? `${result.errors} errors, ${result.non2xx} non-2xx`
+        : result.p99 >= P99_LIMIT_MS
+          ? `p99 ${result.p99} ms`
+          : answered < 0.95
+            ? `${Math.round(answered * 100)}% of the offered requests answered`
+            : undefined
+    log(`${api ? 'api' : 'hello'} at ${rate} req/s: p50 ${result.p50} ms, p99 ${result.p99} ms, ${result.requests} requests${why ? ` -> not held: ${why}` : ''}`)
+    if (why) {
+      hold.failed = { rate, why }
+      break
+    }
+    hold.held = { rate, result }
+  }
+  return hold
 }
 
 /** Half the rate to each of two servers at once; latencies merged as the worse of the two. */
