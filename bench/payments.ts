@@ -15,7 +15,6 @@
  */
 import crypto from 'node:crypto'
 import { AckPolicy, DeliverPolicy, connect } from 'nats'
-import { fromJson } from '../src/db/dialect.js'
 import { createLogger } from '../src/log.js'
 import { staticChainSource } from '../src/config/chain-source.js'
 import { defaultConfigDir, loadChainCatalogue } from '../src/config/chains.js'
@@ -28,6 +27,7 @@ import { createSubscription } from '../src/subscriptions/subscriptions.js'
 import { createUser } from '../src/auth/users.js'
 import { benchDatabase, type Dialect } from './databases.js'
 import { figure, type Bench, type BenchFigure } from './lib.js'
+import { BurstTrace } from './payments-trace.js'
 
 function percentile(sorted: number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))] ?? 0
@@ -85,20 +85,26 @@ export const benchPayments: Bench = async (ctx) => {
       const paymentBus = await connectNatsBus({ url: ctx.natsUrl, logger, name: `bench-payment-service-${dialect}` })
       const consumerBus = await connectNatsBus({ url: ctx.natsUrl, logger, name: `bench-control-plane-${dialect}` })
       await jsm.streams.purge('PAYMENTS')
-      const relay = new OutboxRelay({ db: payments.db, bus: paymentBus, logger, pollIntervalMs: 500 })
+      const trace = new BurstTrace()
+      trace.timeStatements('payment service', payments.db)
+      trace.timeStatements('control plane', controlPlane.db)
+      const relay = new OutboxRelay({ db: payments.db, bus: trace.publishing(paymentBus), logger, pollIntervalMs: 500, metrics: { published: () => trace.relayCycle() } })
       const processedAt = new Map<string, number>()
       const waiters = new Map<string, () => void>()
       const options = paymentConsumerOptions({
-        bus: consumerBus,
+        bus: trace.consuming(consumerBus),
         db: controlPlane.db,
         logger,
         chains: catalogue,
         idempotencyTtlMs: 86_400_000,
         concurrency: 8,
         onOutcome: (outcome, info) => {
-          if (outcome !== 'processed' || !info.messageId) return
-          processedAt.set(info.messageId, performance.now())
-          waiters.get(info.messageId)?.()
+          const paymentId = trace.paymentFor(info.messageId)
+          if (outcome !== 'processed' || !paymentId) return
+          const at = performance.now()
+          processedAt.set(paymentId, at)
+          trace.stage(paymentId).processed ??= at
+          waiters.get(paymentId)?.()
         },
       })
       const subscription = await runConsumer({ ...options, durable: `bench-payments-${dialect}-${run}` })
@@ -135,41 +141,38 @@ export const benchPayments: Bench = async (ctx) => {
           await controlPlane.db('subscriptions').where({ id: sub.id }).update({ payment_id: paymentId })
           return paymentId
         }
-        /** Completes the payment; resolves with the completion time and the event's message id. */
-        const complete = async (paymentId: string): Promise<{ t0: number; messageId: string }> => {
-          // The event's message id from the outbox row this completion wrote (completions of a burst
-          // commit concurrently, so "the newest row" may be another payment's).
-          const messageId = await payments.db.transaction(async (trx) => {
-            await completePayment(trx, paymentId, { actor: 'bench' }, new Date())
-            const rows = (await trx('outbox').where({ subject: 'payment.completed' }).orderBy('id', 'desc').limit(burst + 10).select('message_id', 'payload')) as Array<{ message_id: string; payload: unknown }>
-            const own = rows.find((r) => fromJson<{ payment_id: string }>(r.payload).payment_id === paymentId)
-            if (!own) throw new Error(`no payment.completed outbox row for ${paymentId}`)
-            return own.message_id
-          })
-          return { t0: performance.now(), messageId }
+        /** Completes the payment; resolves with the time of its commit. */
+        const complete = async (paymentId: string): Promise<number> => {
+          await payments.db.transaction((trx) => completePayment(trx, paymentId, { actor: 'bench' }, new Date()))
+          const t0 = performance.now()
+          trace.stage(paymentId).committed = t0
+          return t0
         }
-        const activated = (messageId: string): Promise<void> =>
-          processedAt.has(messageId) ? Promise.resolve() : new Promise((resolve) => waiters.set(messageId, () => resolve()))
+        // Payments are known by id: the relay's side of the trace maps each message id to its payment.
+        const activated = (paymentId: string): Promise<void> =>
+          processedAt.has(paymentId) ? Promise.resolve() : new Promise((resolve) => waiters.set(paymentId, () => resolve()))
 
         for (let i = 0; i < 5; i++) {
-          const { messageId } = await complete(await prepare())
-          await activated(messageId)
+          const paymentId = await prepare()
+          await complete(paymentId)
+          await activated(paymentId)
         }
         const latencies: number[] = []
         for (let i = 0; i < latencyRuns; i++) {
           const paymentId = await prepare()
-          const { t0, messageId } = await complete(paymentId)
-          await activated(messageId)
-          latencies.push((processedAt.get(messageId) as number) - t0)
+          const t0 = await complete(paymentId)
+          await activated(paymentId)
+          latencies.push((processedAt.get(paymentId) as number) - t0)
         }
         latencies.sort((a, b) => a - b)
 
         const ids: string[] = []
         for (let i = 0; i < burst; i++) ids.push(await prepare())
+        trace.start()
         const started = performance.now()
-        const done = await Promise.all(ids.map((id) => complete(id)))
-        await Promise.all(done.map((d) => activated(d.messageId)))
+        await Promise.all(ids.map((id) => complete(id).then(() => activated(id))))
         const rate = burst / ((performance.now() - started) / 1000)
+        for (const line of trace.report()) ctx.log(`${dialect} burst: ${line}`)
 
         const runs = Number(((await controlPlane.db('workflow_runs').where({ workflow_name: 'provision' }).count({ n: '*' })) as Array<{ n: number | string }>)[0]?.n)
         const expected = 5 + latencyRuns + burst
