@@ -5,6 +5,7 @@
  * retired node): restarting cannot help, and systemd's RestartPreventExitStatus=77 keeps it down.
  */
 import { EXIT } from '../src/cli/exit-codes.js'
+import { routeGrpcLogs } from '../src/daemon/grpc-logs.js'
 import { Resources } from '../src/daemon/resources.js'
 import { installShutdown } from '../src/daemon/shutdown.js'
 import { createLogger } from '../src/log.js'
@@ -12,6 +13,7 @@ import { startNodeAgent, SupersededError, type NodeAgentSettings } from './node-
 
 export async function runNodeAgent(config: NodeAgentSettings): Promise<void> {
   const logger = createLogger({ level: config.LOG_LEVEL, daemon: 'node-agent' }).child({ node_id: config.NODE_AGENT_NODE_ID })
+  routeGrpcLogs(logger.child({ component: 'grpc' }))
   const resources = new Resources(logger)
   const superseded = (reason: string) => {
     logger.fatal({ reason }, 'the agent-gateway refused this agent; exiting')

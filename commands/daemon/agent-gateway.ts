@@ -9,6 +9,7 @@ import { announceReady } from '../../src/daemon/sd-notify.js'
 import { assertSchemaCurrent } from '../../src/db/schema-check.js'
 import { openEventBus } from '../../src/events/open-bus.js'
 import { createLogger } from '../../src/log.js'
+import { routeGrpcLogs } from '../../src/daemon/grpc-logs.js'
 
 export default class DaemonAgentGateway extends BaseCommand<typeof DaemonAgentGateway> {
   static override summary = 'Run the agent-gateway daemon: gRPC over TLS for node agents (port AGENT_GATEWAY_PORT, 9090)'
@@ -20,6 +21,7 @@ export default class DaemonAgentGateway extends BaseCommand<typeof DaemonAgentGa
 
   async run(): Promise<{ daemon: string; target: string; ca_file: string | null }> {
     const { config, logger } = await loadSettingsWithSecrets(agentGatewayEnv, this.env(), (level) => createLogger({ level, daemon: 'agent-gateway' }))
+    routeGrpcLogs(logger.child({ component: 'grpc' }))
     const resources = new Resources(logger)
     const running = await resources.starting(async () => {
       const bus = resources.add(

@@ -10,6 +10,7 @@ import { assertSchemaCurrent } from '../../src/db/schema-check.js'
 import { openEventBus } from '../../src/events/open-bus.js'
 import { openChainCatalogueFromSettings } from '../../src/config/chain-source.js'
 import { createLogger } from '../../src/log.js'
+import { routeGrpcLogs } from '../../src/daemon/grpc-logs.js'
 import { MasterKeyMissingError, openMasterKey } from '../../src/secrets/master-key.js'
 import { paymentClientFromSettings } from '../../src/payments/client.js'
 
@@ -20,6 +21,7 @@ export default class DaemonApiServer extends BaseCommand<typeof DaemonApiServer>
 
   async run(): Promise<{ daemon: string; url: string }> {
     const { config, logger, secrets } = await loadSettingsWithSecrets(apiServerEnv, this.env(), (level) => createLogger({ level, daemon: 'api-server' }))
+    routeGrpcLogs(logger.child({ component: 'grpc' }))
     const resources = new Resources(logger)
     const url = await resources.starting(async () => {
       // Closed last: key export may still be unwrapping while the HTTP server drains.

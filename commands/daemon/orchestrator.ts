@@ -7,6 +7,7 @@ import { installShutdown } from '../../src/daemon/shutdown.js'
 import { announceReady } from '../../src/daemon/sd-notify.js'
 import { assertSchemaCurrent } from '../../src/db/schema-check.js'
 import { createLogger } from '../../src/log.js'
+import { routeGrpcLogs } from '../../src/daemon/grpc-logs.js'
 import { openMasterKey } from '../../src/secrets/master-key.js'
 import { ensureServerKeyPair } from '../../src/secrets/server-key.js'
 import { openChainCatalogueFromSettings } from '../../src/config/chain-source.js'
@@ -23,6 +24,7 @@ export default class DaemonOrchestrator extends BaseCommand<typeof DaemonOrchest
 
   async run(): Promise<{ daemon: string; owner: string }> {
     const { config, logger, secrets } = await loadSettingsWithSecrets(orchestratorEnv, this.env(), (level) => createLogger({ level, daemon: 'orchestrator' }))
+    routeGrpcLogs(logger.child({ component: 'grpc' }))
     const resources = new Resources(logger)
     const owner = await resources.starting(async () => {
       // Closed last: provisioning steps in flight may still be wrapping keys.

@@ -10,6 +10,7 @@ import { assertSchemaCurrent } from '../../src/db/schema-check.js'
 import { ConfigError } from '../../src/errors.js'
 import { openEventBus } from '../../src/events/open-bus.js'
 import { createLogger } from '../../src/log.js'
+import { routeGrpcLogs } from '../../src/daemon/grpc-logs.js'
 import { warnIfTestProviderEnabled } from '../../src/payments/providers/test-provider-warning.js'
 
 export default class DaemonPaymentService extends BaseCommand<typeof DaemonPaymentService> {
@@ -23,6 +24,7 @@ export default class DaemonPaymentService extends BaseCommand<typeof DaemonPayme
   async run(): Promise<{ daemon: string; grpc: string; http: string; metrics: string }> {
     // Card processor keys and database credentials may come from files or Vault (docs/secrets.md).
     const { config, logger } = await loadSettingsWithSecrets(paymentServiceEnv, this.env(), (level) => createLogger({ level, daemon: 'payment-service' }))
+    routeGrpcLogs(logger.child({ component: 'grpc' }))
     // Everything knowable from the settings alone, in one message, before connecting to anything.
     const problems = [
       ...(config.NATS_URL ? [] : ['NATS_URL: required when a daemon runs as its own process (set it to nats://host:4222); only `nodeplane up` runs without NATS']),

@@ -5,8 +5,6 @@
  */
 import fs from 'node:fs'
 import path from 'node:path'
-import { format } from 'node:util'
-import * as grpc from '@grpc/grpc-js'
 import { destination } from 'pino'
 import type { Logger } from '../log.js'
 
@@ -27,9 +25,4 @@ export function upLogTarget(formatFlag: UpLogFormat, dataDir: string, interactiv
 export function openLogFile(file: string): ReturnType<typeof destination> {
   fs.mkdirSync(path.dirname(file), { recursive: true, mode: 0o700 })
   return destination({ dest: file, sync: true, append: true })
-}
-
-/** gRPC's own diagnostics (it prints them to stderr as text) become log lines of `logger`. */
-export function routeGrpcLogs(logger: Logger): void {
-  grpc.setLogger({ error: (...args: unknown[]) => logger.warn(format(...args)) })
 }

@@ -1,4 +1,5 @@
 import fs from 'node:fs'
+import net from 'node:net'
 import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { findRegistration } from '../../src/agent-gateway/registrations.js'
@@ -86,6 +87,25 @@ describe('nodeplane daemon agent-gateway and daemon node-agent (separate process
     })
     expect(result.exitCode).toBe(78)
     expect(result.stderr).toMatch(/NODE_AGENT_TOKEN_FILE=.*missing-token.*file not found/)
+  })
+
+  it("agent-gateway on a taken port exits 78 with the reason on stderr, and gRPC's own diagnostic is a JSON log line, not text", async () => {
+    const port = await freePort()
+    const blocker = net.createServer()
+    await new Promise<void>((resolve) => blocker.listen(port, '127.0.0.1', resolve))
+    try {
+      const result = await nodeplane(['daemon', 'agent-gateway', '--data-dir', path.join(tempDir(), 'data')], {
+        env: { DATABASE_URL: database.url, NATS_URL: nats.url, AGENT_GATEWAY_PORT: String(port) },
+      })
+      expect(result.exitCode).toBe(78)
+      expect(result.stderr).toContain(`AGENT_GATEWAY_PORT: port ${port} on 127.0.0.1 is already in use`)
+      expect(result.stderr).not.toMatch(/\| server \|/)
+      expect(jsonLogLines(result.stdout).filter((l) => l.component === 'grpc')).toEqual([
+        expect.objectContaining({ level: 'warn', daemon: 'agent-gateway', msg: 'No address added out of total 1 resolved' }),
+      ])
+    } finally {
+      blocker.close()
+    }
   })
 
   it('agent-gateway with a certificate but no key exits 78', async () => {
