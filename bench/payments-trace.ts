@@ -76,7 +76,7 @@ export class BurstTrace {
     this.relayCycles++
   }
 
-  /** Totals statement time on `db` by statement kind (its SQL's first 60 characters). */
+  /** Totals statement time on `db` by statement kind (its SQL's first 60 characters: knex writes one line). */
   timeStatements(name: string, db: Db): void {
     const totals = new Map<string, StatementTotal>()
     this.statements.set(name, totals)
@@ -86,7 +86,7 @@ export class BurstTrace {
       const t0 = started.get(q.__knexQueryUid)
       if (t0 === undefined) return
       started.delete(q.__knexQueryUid)
-      const key = q.sql.replace(/\s+/g, ' ').slice(0, 60)
+      const key = q.sql.slice(0, 60)
       const total = totals.get(key) ?? { count: 0, ms: 0 }
       total.count++
       total.ms += performance.now() - t0

@@ -120,21 +120,18 @@ export function createEventHandler<T>(options: ConsumerOptions<T>): (message: Bu
       }
     }
     try {
-      const outcome = await db.transaction(async (trx): Promise<ConsumerOutcome> => {
-        const at = now()
-        if (await isProcessed(trx, key, at)) return 'duplicate'
-        // Marked before the handler runs: on Postgres a concurrent delivery of the same key
-        // waits here for this transaction instead of running the handler in parallel.
-        await markProcessed(trx, key, durable, ttlMs, at)
+      await db.transaction(async (trx) => {
+        // Marked before the handler runs, and refused (AlreadyProcessedError, rolling back) when
+        // the key is live: on Postgres a concurrent delivery of the same key waits here for this
+        // transaction instead of running the handler in parallel.
+        await markProcessed(trx, key, durable, ttlMs, now())
         await handle(trx, event, envelope)
-        return 'processed'
       })
-      if (outcome === 'duplicate') log.info('event already processed; acknowledged and skipped')
-      else log.debug('event processed')
-      return settle(outcome)
+      log.debug('event processed')
+      return settle('processed')
     } catch (err) {
       if (err instanceof AlreadyProcessedError) {
-        log.info('event processed concurrently by another delivery; acknowledged and skipped')
+        log.info('event already processed; acknowledged and skipped')
         return settle('duplicate')
       }
       log.warn({ err }, 'event handler failed; rolled back, redelivering')

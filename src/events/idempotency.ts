@@ -58,12 +58,13 @@ export async function isProcessed(db: Queryable, key: string, now: Date = new Da
  */
 export async function markProcessed(trx: Queryable, key: string, consumer: string, ttlMs: number, now: Date = new Date()): Promise<void> {
   if (!(ttlMs > 0)) throw new ValidationError(`idempotency lifetime must be positive, got ${ttlMs} ms`)
-  const stored = idempotencyKey(key)
-  await trx('idempotency_keys').where({ key: stored }).where('expires_at', '<=', now).del()
+  // One statement: a new key is inserted, an expired one (not purged yet) taken over, a live
+  // one left alone and nothing returned.
   const inserted = (await trx('idempotency_keys')
-    .insert({ key: stored, consumer, processed_at: now, expires_at: new Date(now.getTime() + ttlMs) })
+    .insert({ key: idempotencyKey(key), consumer, processed_at: now, expires_at: new Date(now.getTime() + ttlMs) })
     .onConflict('key')
-    .ignore()
+    .merge(['consumer', 'processed_at', 'expires_at'])
+    .where('idempotency_keys.expires_at', '<=', now)
     .returning('key')) as unknown[]
   if (inserted.length === 0) throw new AlreadyProcessedError(key)
 }

@@ -275,10 +275,12 @@ function describeAllowed(from: PaymentStatus): string {
 /**
  * Moves a payment along the state table, in the caller's transaction (lock first on Postgres).
  * A move the table does not allow throws PaymentPreconditionError (409, FAILED_PRECONDITION) and writes nothing; callers
- * replaying an event check the status first and skip instead.
+ * replaying an event check the status first and skip instead. `locked`: the payment as this
+ * transaction already read it under its lock (findPaymentForUpdate, or a previous transition's
+ * result), so it is not read again.
  */
-export async function transitionPayment(trx: Queryable, transition: PaymentTransition): Promise<PaymentRecord> {
-  const payment = await findPaymentForUpdate(trx, transition.paymentId)
+export async function transitionPayment(trx: Queryable, transition: PaymentTransition, locked?: PaymentRecord): Promise<PaymentRecord> {
+  const payment = locked ?? (await findPaymentForUpdate(trx, transition.paymentId))
   if (!payment) throw new NotFoundError(`payment ${transition.paymentId} not found`)
   if (!canTransitionPayment(payment.status, transition.to)) {
     throw new PaymentPreconditionError(`payment ${payment.id} is ${payment.status} and cannot become ${transition.to}`, describeAllowed(payment.status))
@@ -301,7 +303,17 @@ export async function transitionPayment(trx: Queryable, transition: PaymentTrans
     { from: payment.status, to: transition.to, ...(transition.failureReason ? { failure_reason: transition.failureReason } : {}), ...(transition.details ?? {}) },
     now,
   )
-  const next = (await findPayment(trx, payment.id)) as PaymentRecord
+  // The row as just written, without reading it back: the versioned update above proved
+  // `payment` was current, and each statement is a round trip of a payment's completion.
+  const next: PaymentRecord = {
+    ...payment,
+    status: transition.to,
+    version: payment.version + 1,
+    updatedAt: now,
+    completedAt: transition.to === 'completed' ? now : payment.completedAt,
+    failureReason: values.failure_reason === undefined ? payment.failureReason : String(values.failure_reason),
+    crypto: payment.crypto && transition.cryptoTx ? { ...payment.crypto, txHash: transition.cryptoTx.txHash, blockNumber: transition.cryptoTx.blockNumber } : payment.crypto,
+  }
   const subject = subjectForStatus(transition.to)
   if (subject) await enqueueEvent(trx, { subject, payload: paymentEventPayload(next, now) }, now)
   return next
@@ -311,8 +323,8 @@ export async function transitionPayment(trx: Queryable, transition: PaymentTrans
 export async function completePayment(trx: Queryable, paymentId: string, context: AuditContext, now: Date, details: Record<string, unknown> = {}, cryptoTx?: { txHash: string; blockNumber: number }): Promise<PaymentRecord> {
   const current = await findPaymentForUpdate(trx, paymentId)
   if (!current) throw new NotFoundError(`payment ${paymentId} not found`)
-  if (current.status === 'pending') await transitionPayment(trx, { paymentId, to: 'processing', context, details, now })
-  return transitionPayment(trx, { paymentId, to: 'completed', context, details, now, ...(cryptoTx ? { cryptoTx } : {}) })
+  const locked = current.status === 'pending' ? await transitionPayment(trx, { paymentId, to: 'processing', context, details, now }, current) : current
+  return transitionPayment(trx, { paymentId, to: 'completed', context, details, now, ...(cryptoTx ? { cryptoTx } : {}) }, locked)
 }
 
 /** Payment audit trail, oldest first. */

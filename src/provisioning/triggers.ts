@@ -23,7 +23,12 @@ async function existingNode(db: Queryable, nodeId: string) {
 
 export async function requestProvision(db: Queryable, nodeId: string, now: Date = new Date()): Promise<StartResult> {
   const node = await existingNode(db, nodeId)
-  return startWorkflow(db, PROVISION_WORKFLOW, { nodeId: node.id }, { key: node.id, now })
+  return startProvision(db, node.id, now)
+}
+
+/** For a caller that has just inserted the node in this transaction: it is not read again. */
+export function startProvision(db: Queryable, nodeId: string, now: Date): Promise<StartResult> {
+  return startWorkflow(db, PROVISION_WORKFLOW, { nodeId }, { key: nodeId, now })
 }
 
 export async function requestTermination(db: Queryable, nodeId: string, reason: string, now: Date = new Date()): Promise<StartResult> {

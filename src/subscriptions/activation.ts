@@ -39,7 +39,7 @@ import type { Logger } from '../log.js'
 import { insertNode } from '../nodes/node-store.js'
 import { createNotification } from '../notifications/notifications.js'
 import { paymentEventSchema, type PaymentEvent } from '../payments/events.js'
-import { requestProvision } from '../provisioning/triggers.js'
+import { startProvision } from '../provisioning/triggers.js'
 import { transitionSubscription } from './lifecycle.js'
 import { confirmPayment, raiseUnconfirmedPayment, type PaymentConfirmation, type PaymentLookup } from './payment-confirmation.js'
 import { durationEnd } from './subscriptions.js'
@@ -100,7 +100,7 @@ export async function provisionNode(trx: Tx, sub: Pick<SubscriptionRow, 'id' | '
     { subscription_id: sub.id, chain_profile_id: sub.chain_profile_id, node_type: sub.node_type, provider: sub.provider, region: sub.region, instance_type: sub.instance_type },
     now,
   )
-  const { run } = await requestProvision(trx, node.id, now)
+  const { run } = await startProvision(trx, node.id, now)
   return { subscription_id: sub.id, node_id: node.id, workflow_run_id: run.id }
 }
 
