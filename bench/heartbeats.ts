@@ -4,19 +4,21 @@
  * 1. Capacity: heartbeats/s written by the gateway's batcher (last_heartbeat update + agent_status
  *    upsert, one transaction per batch) for a 50,000-node fleet, against a bare batched upsert loop
  *    (multi-row INSERT … ON CONFLICT into agent_status) on the same database, same run.
- * 2. The target load over real gRPC with TLS: simulated agents (one authenticated stream each)
- *    send heartbeats at 3,333/s in total (50,000 agents at 15 s); reports the p99
+ * 2. The target load over real gRPC with TLS: simulated agents (one authenticated stream each, in
+ *    a process of their own) send heartbeats at 3,333/s in total (50,000 agents at 15 s); reports the p99
  *    receive-to-commit latency, and that every heartbeat sent was received and written.
  */
+import { spawn } from 'node:child_process'
 import crypto from 'node:crypto'
 import { monitorEventLoopDelay } from 'node:perf_hooks'
 import path from 'node:path'
 import os from 'node:os'
 import fs from 'node:fs'
+import readline from 'node:readline'
+import { fileURLToPath } from 'node:url'
 import * as grpc from '@grpc/grpc-js'
 import pino from 'pino'
 import { AgentGateway } from '../src/agent-gateway/gateway.js'
-import { agentGatewayService, agentMetadata, type AgentMessageOut, type GatewayMessage } from '../src/agent-gateway/grpc.js'
 import { HeartbeatBatcher, type HeartbeatRecord } from '../src/agent-gateway/heartbeats.js'
 import { ensureDevCertificates, readTlsMaterial } from '../src/agent-gateway/tls.js'
 import { AGENT_TOKEN_PREFIX, hashAgentToken } from '../src/agent-gateway/tokens.js'
@@ -25,6 +27,7 @@ import { toJson } from '../src/db/dialect.js'
 import { uuidv7 } from '../src/db/ids.js'
 import { benchDatabase, type Dialect } from './databases.js'
 import { INSERT_CHUNK, insertFleet } from './fleet.js'
+import type { HeartbeatAgentsPlan } from './heartbeat-agents.js'
 import { figure, interleaved, type Bench, type BenchFigure } from './lib.js'
 
 const FLEET = 50_000
@@ -126,49 +129,28 @@ async function overGrpc(db: Db, dialect: Dialect, nodeIds: string[], tls: { ca: 
     },
   })
   const port = await gateway.listen('127.0.0.1', 0, grpc.ServerCredentials.createSsl(null, [{ private_key: tls.key, cert_chain: tls.cert }], false))
-  const Service = agentGatewayService()
-  const channels = Array.from({ length: 8 }, () => new Service(`127.0.0.1:${port}`, grpc.credentials.createSsl(tls.ca)) as unknown as grpc.Client & { Connect(m: grpc.Metadata): grpc.ClientDuplexStream<AgentMessageOut, GatewayMessage> })
-  const streams: grpc.ClientDuplexStream<AgentMessageOut, GatewayMessage>[] = []
+  // The agents run in a process of their own (bench/heartbeat-agents.ts): the gateway's event loop is its own.
+  const planFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'nodeplane-bench-agents-')), 'plan.json')
+  const plan: HeartbeatAgentsPlan = { port, caPem: tls.ca.toString('utf8'), agents: tokens, rate: TARGET_RATE, seconds }
+  fs.writeFileSync(planFile, JSON.stringify(plan), { mode: 0o600 })
+  const generator = spawn(process.execPath, ['--import', 'tsx', path.join(path.dirname(fileURLToPath(import.meta.url)), 'heartbeat-agents.ts'), planFile], { stdio: ['pipe', 'pipe', 'inherit'] })
+  const exited = new Promise<void>((resolve) => generator.once('exit', () => resolve()))
+  const output = readline.createInterface({ input: generator.stdout! })
+  const nextLine = () =>
+    new Promise<string>((resolve, reject) => {
+      output.once('line', resolve)
+      generator.once('exit', (code) => reject(new Error(`the simulated agents exited ${code}`)))
+    })
   try {
-    ctx.log(`${dialect}: connecting ${agents} agents over gRPC/TLS`)
-    for (let i = 0; i < agents; i += 200) {
-      const opened = await Promise.all(
-        tokens.slice(i, i + 200).map(({ nodeId, token }, j) => {
-          const stream = channels[(i + j) % channels.length]!.Connect(agentMetadata(nodeId, token))
-          return new Promise<grpc.ClientDuplexStream<AgentMessageOut, GatewayMessage>>((resolve, reject) => {
-            stream.once('metadata', () => resolve(stream))
-            stream.once('error', reject)
-          })
-        }),
-      )
-      streams.push(...opened)
-    }
+    ctx.log(`${dialect}: connecting ${agents} agents over gRPC/TLS from another process`)
+    if ((await nextLine()) !== 'connected') throw new Error('the simulated agents did not connect')
     const eld = monitorEventLoopDelay({ resolution: 10 })
     eld.enable()
-    const started = Date.now()
     ctx.log(`${dialect}: sending ${Math.round(TARGET_RATE)} heartbeats/s for ${seconds}s`)
-    let sent = 0
-    let next = 0
-    await new Promise<void>((resolve) => {
-      const timer = setInterval(() => {
-        const elapsed = (Date.now() - started) / 1_000
-        const due = Math.min(Math.floor(elapsed * TARGET_RATE), Math.floor(seconds * TARGET_RATE))
-        for (; sent < due; sent++) {
-          const stream = streams[next++ % streams.length]!
-          stream.write({
-            heartbeat: {
-              sent_at_unix_ms: Date.now(), agent_version: '0.1.0', binary_version: '1.0.0', running_command_ids: [], sync_status: 'synced',
-              metrics: { block_height: 1234567, peer_count: 12, rpc_latency_ms: 3, rpc_up: 1 }, process_state: 'running', restarts_in_window: 0,
-            },
-          })
-        }
-        if (elapsed >= seconds) {
-          clearInterval(timer)
-          resolve()
-        }
-      }, 5)
-    })
-    const achievedRate = sent / ((Date.now() - started) / 1_000)
+    generator.stdin!.write('go\n')
+    const report = JSON.parse(await nextLine()) as { sent: number; seconds: number }
+    const sent = report.sent
+    const achievedRate = sent / report.seconds
     eld.disable()
     // The gateway's own event loop: when it is not what delays commits, the tail is the database's.
     const loopP99 = eld.percentile(99) / 1e6
@@ -192,12 +174,13 @@ async function overGrpc(db: Db, dialect: Dialect, nodeIds: string[], tls: { ca: 
         value: achievedRate,
         baselineValue: TARGET_RATE,
         aim: '>= 1.0, p99 < 50 ms, 0 lost',
-        notes: `gateway event-loop delay p99 ${loopP99.toFixed(1)} ms (the load generator shares the process); database, gateway and generator share 2 cores`,
+        notes: `gateway event-loop delay p99 ${loopP99.toFixed(1)} ms; the agents in a process of their own; database, gateway and agents share 2 cores`,
       }),
     ]
   } finally {
-    for (const s of streams) s.end()
-    for (const c of channels) c.close()
+    generator.stdin!.end()
+    await exited
+    fs.rmSync(path.dirname(planFile), { recursive: true, force: true })
     await gateway.close(500)
   }
 }

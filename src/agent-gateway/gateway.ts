@@ -70,10 +70,10 @@ interface Session {
   nodeId: string
   call: Stream
   /**
-   * What this stream's agent last reported, so only changes reach the state machine. Null until
-   * its first report: the node's recorded value may be one an older stream of the node (a previous
-   * agent, before a migration) wrote after this stream was opened, so the first report is always
-   * compared with the database.
+   * What this stream's agent last reported, so only changes reach the state machine; at first the
+   * node's recorded value when the stream was set up. Null: compare the next report with the
+   * database (reconcileSync sets it when something else, e.g. an older stream's late write, changed
+   * the recorded value since).
    */
   syncStatus: SyncStatus | null
   /** Until then (epoch ms) the node's sync changes are held back: it flapped (sync-flapping.ts). */
@@ -373,7 +373,7 @@ export class AgentGateway {
       }
       // The agent gave up while it waited (its 'cancelled' came before there was a session to close).
       if (call.cancelled) continue
-      opened.push(this.openSession(agent.nodeId, call))
+      opened.push(this.openSession(agent.nodeId, call, agent.syncStatus))
     }
     // A node that opened two streams in one batch keeps the later one.
     const current = opened.filter((session) => this.sessions.get(session.nodeId) === session)
@@ -399,8 +399,14 @@ export class AgentGateway {
     }
   }
 
-  private openSession(nodeId: string, call: Stream): Session {
-    const session: Session = { nodeId, call, syncStatus: null, queue: Promise.resolve(), ready: false }
+  /**
+   * `recorded`: the node's sync_status as this batch read it. The stream's first report is compared
+   * with it, so agents reconnecting in thousands (a gateway restart) that report what is recorded
+   * start no state-machine transaction each; a value written by someone else after this read is
+   * caught by reconcileSync at the next token recheck.
+   */
+  private openSession(nodeId: string, call: Stream, recorded: SyncStatus): Session {
+    const session: Session = { nodeId, call, syncStatus: recorded, queue: Promise.resolve(), ready: false }
     const previous = this.sessions.get(nodeId)
     this.sessions.set(nodeId, session)
     if (previous) previous.call.end()

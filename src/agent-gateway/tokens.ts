@@ -8,7 +8,7 @@ import crypto from 'node:crypto'
 import type { Queryable } from '../db/knex.js'
 import { toDateOrNull } from '../db/dialect.js'
 import { UnauthorizedError } from '../errors.js'
-import { isTerminalState, type NodeState } from '../nodes/states.js'
+import { isTerminalState, type NodeState, type SyncStatus } from '../nodes/states.js'
 
 export const AGENT_TOKEN_PREFIX = 'npt_'
 const TOKEN_SHAPE = /^npt_[A-Za-z0-9_-]{43}$/
@@ -46,6 +46,11 @@ export async function authenticateAgent(db: Queryable, nodeId: string | undefine
   return { nodeId: result.nodeId, state: result.state }
 }
 
+/** An authenticated agent with its node's sync_status as stored (what a new stream starts from). */
+export interface ConnectingAgent extends AuthenticatedAgent {
+  syncStatus: SyncStatus
+}
+
 /** Node ids per statement: well under both databases' bind-parameter limits. */
 const IDS_PER_STATEMENT = 500
 
@@ -57,7 +62,7 @@ const IDS_PER_STATEMENT = 500
 export async function authenticateAgents(
   db: Queryable,
   credentials: readonly { nodeId: string | undefined; token: string | undefined }[],
-): Promise<Array<AuthenticatedAgent | UnauthorizedError>> {
+): Promise<Array<ConnectingAgent | UnauthorizedError>> {
   const wellFormed = credentials.map((c) => (c.nodeId && c.token && isUuid(c.nodeId) && TOKEN_SHAPE.test(c.token) ? c.nodeId.toLowerCase() : undefined))
   const ids = [...new Set(wellFormed.filter((id): id is string => id !== undefined))]
   const rows = new Map<string, TokenRow>()
@@ -65,7 +70,7 @@ export async function authenticateAgents(
     const found = (await db('agent_tokens as t')
       .join('nodes as n', 'n.id', 't.node_id')
       .whereIn('t.node_id', ids.slice(i, i + IDS_PER_STATEMENT))
-      .select('t.node_id', 't.token_hash', 't.revoked_at', 'n.state')) as TokenRow[]
+      .select('t.node_id', 't.token_hash', 't.revoked_at', 'n.state', 'n.sync_status')) as TokenRow[]
     for (const row of found) rows.set(String(row.node_id).toLowerCase(), row)
   }
   return credentials.map((c, i) => {
@@ -76,7 +81,7 @@ export async function authenticateAgents(
     const stored = Buffer.from(row?.token_hash ?? '0'.repeat(64), 'hex')
     const matches = crypto.timingSafeEqual(presented, stored)
     if (!nodeId || !row || !matches || toDateOrNull(row.revoked_at) !== null) return refusal()
-    return { nodeId, state: row.state }
+    return { nodeId, state: row.state, syncStatus: row.sync_status ?? 'unknown' }
   })
 }
 
@@ -85,6 +90,7 @@ interface TokenRow {
   token_hash: string
   revoked_at: unknown
   state: NodeState
+  sync_status: SyncStatus | null
 }
 
 function refusal(): UnauthorizedError {
