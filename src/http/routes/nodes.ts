@@ -73,7 +73,8 @@ const NOT_FOUND = (): NotFoundError => new NotFoundError('not found', 'no node w
 export function nodeRoutes(deps: NodeRouteDeps): ApiRoute[] {
   const { db } = deps
   const publicUrl = deps.rpcPublicUrl ?? rpcPublicUrl({})
-  const withEndpoints = (node: NodeView) => ({ ...node, endpoints: nodeEndpoints(publicUrl, node.id) })
+  // The view is fresh from nodeViewFromRow: adding to it spares a copy of every row of a page.
+  const withEndpoints = (node: NodeView) => Object.assign(node, { endpoints: nodeEndpoints(publicUrl, node.id) })
   return [
     defineRoute({
       method: 'get',
