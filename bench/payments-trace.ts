@@ -33,6 +33,8 @@ export class BurstTrace {
   private startedHr = 0n
   private cpuAt: NodeJS.CpuUsage | undefined
   private machineAt: number[] | undefined
+  private readonly postgres = new Map<string, Db>()
+  private postgresAt = new Map<number, number>()
 
   stage(paymentId: string): PaymentStages {
     let s = this.stages.get(paymentId)
@@ -72,6 +74,16 @@ export class BurstTrace {
     }
   }
 
+  /** CPU ticks of every server process connected to the watched databases, by pid. */
+  private async postgresTicks(): Promise<Map<number, number>> {
+    const ticks = new Map<number, number>()
+    for (const db of this.postgres.values()) {
+      const result = (await db.raw('select pid from pg_stat_activity where datname = current_database()')) as { rows: Array<{ pid: number }> }
+      for (const { pid } of result.rows) ticks.set(pid, processTicks(pid))
+    }
+    return ticks
+  }
+
   relayCycle(): void {
     this.relayCycles++
   }
@@ -96,8 +108,14 @@ export class BurstTrace {
     db.on('query-error', (_error: unknown, q: { __knexQueryUid: string; sql: string }) => done(q))
   }
 
+  /** Also measures the CPU of `db`'s server processes (a Postgres on this machine). */
+  watchPostgres(name: string, db: Db): void {
+    this.postgres.set(name, db)
+  }
+
   /** Forgets everything measured so far (the warm-up and latency runs) and starts the clock. */
-  start(): void {
+  async start(): Promise<void> {
+    this.postgresAt = await this.postgresTicks()
     this.stages.clear()
     for (const totals of this.statements.values()) totals.clear()
     this.relayCycles = 0
@@ -108,10 +126,14 @@ export class BurstTrace {
   }
 
   /** The breakdown of the burst since `start()`, as lines for the bench log. */
-  report(): string[] {
+  async report(): Promise<string[]> {
     const wallMs = performance.now() - this.startedAt
     const cpu = process.cpuUsage(this.cpuAt)
     const machine = machineTicks()
+    const postgresAfter = await this.postgresTicks()
+    let postgresMs = 0
+    for (const [pid, ticks] of postgresAfter) postgresMs += (ticks - (this.postgresAt.get(pid) ?? 0)) * MS_PER_TICK
+    const processMs = (cpu.user + cpu.system) / 1000
     const all = [...this.stages.values()]
     const at = (pick: (s: PaymentStages) => number | undefined): number[] =>
       all.map(pick).filter((v): v is number => v !== undefined).sort((a, b) => a - b)
@@ -144,7 +166,9 @@ export class BurstTrace {
         gap('PubAck->handler', (s) => s.acked, (s) => s.received),
         gap('handler', (s) => s.received, (s) => s.processed),
       ].join('; ')}; relay cycles ${this.relayCycles}; handlers busy on average ${(handlerMs / wallMs).toFixed(1)} at once`,
-      `CPU over the burst: this process ${(((cpu.user + cpu.system) / 1000 / wallMs) * 100).toFixed(0)}% of a core, the machine ${machineBusy(this.machineAt, machine)}`,
+      `CPU over the burst: this process ${((processMs / wallMs) * 100).toFixed(0)}% of a core (${(processMs / Math.max(1, all.length)).toFixed(2)} ms per payment)${
+        this.postgres.size > 0 ? `, the Postgres backends of both databases ${(postgresMs / Math.max(1, all.length)).toFixed(2)} ms per payment` : ''
+      }, the machine ${machineBusy(this.machineAt, machine)}`,
     ]
     // The burst's window on a CPU profile's clock (µs), to cut the profile of a --cpu-prof run.
     if (process.execArgv.some((a) => a.startsWith('--cpu-prof'))) lines.push(`profile window ${this.startedHr / 1000n}-${process.hrtime.bigint() / 1000n} µs`)
@@ -155,6 +179,19 @@ export class BurstTrace {
       lines.push(`${name}: ${count} statements, ${sum.toFixed(0)} ms in flight in all; top: ${top.map(([k, t]) => `[${k}] ${t.count}x ${(t.ms / t.count).toFixed(2)} ms`).join(' | ')}`)
     }
     return lines
+  }
+}
+
+/** Linux's USER_HZ: /proc reports CPU times in hundredths of a second. */
+const MS_PER_TICK = 10
+
+/** utime + stime of a process, in ticks (0 when it is gone or off Linux). */
+function processTicks(pid: number): number {
+  try {
+    const fields = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.split(' ') ?? []
+    return Number(fields[11] ?? 0) + Number(fields[12] ?? 0)
+  } catch {
+    return 0
   }
 }
 

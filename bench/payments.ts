@@ -88,6 +88,10 @@ export const benchPayments: Bench = async (ctx) => {
       const trace = new BurstTrace()
       trace.timeStatements('payment service', payments.db)
       trace.timeStatements('control plane', controlPlane.db)
+      if (dialect === 'postgres') {
+        trace.watchPostgres('payment service', payments.db)
+        trace.watchPostgres('control plane', controlPlane.db)
+      }
       const relay = new OutboxRelay({ db: payments.db, bus: trace.publishing(paymentBus), logger, pollIntervalMs: 500, metrics: { published: () => trace.relayCycle() } })
       const processedAt = new Map<string, number>()
       const waiters = new Map<string, () => void>()
@@ -168,11 +172,11 @@ export const benchPayments: Bench = async (ctx) => {
 
         const ids: string[] = []
         for (let i = 0; i < burst; i++) ids.push(await prepare())
-        trace.start()
+        await trace.start()
         const started = performance.now()
         await Promise.all(ids.map((id) => complete(id).then(() => activated(id))))
         const rate = burst / ((performance.now() - started) / 1000)
-        for (const line of trace.report()) ctx.log(`${dialect} burst: ${line}`)
+        for (const line of await trace.report()) ctx.log(`${dialect} burst: ${line}`)
 
         const runs = Number(((await controlPlane.db('workflow_runs').where({ workflow_name: 'provision' }).count({ n: '*' })) as Array<{ n: number | string }>)[0]?.n)
         const expected = 5 + latencyRuns + burst
