@@ -7,6 +7,7 @@ import crypto from 'node:crypto'
 import type { Queryable } from '../db/knex.js'
 import { fromJson, lockRow, toDate, toDateOrNull, toJson } from '../db/dialect.js'
 import { isUuid, uuidv7 } from '../db/ids.js'
+import { TurnBatches, type Waiter } from '../db/turn-batches.js'
 import { ConflictError, NotFoundError, ValidationError } from '../errors.js'
 import { ADMIN_SCOPE, isApiKeyScope, type Scope } from './scopes.js'
 import { userFromRow, type User } from './users.js'
@@ -209,59 +210,14 @@ export type ApiKeyCheck = { ok: true; apiKey: ApiKey; owner: User } | { ok: fals
 
 type KeyAndOwnerRow = ApiKeyRow & Record<`owner_${string}`, unknown>
 
-interface Waiter {
+interface KeyWaiter extends Waiter<ApiKeyCheck> {
   hash: string
   now: Date
-  resolve: (check: ApiKeyCheck) => void
-  reject: (err: unknown) => void
-}
-
-/**
- * Lookups of one database handle: one query at a time, and the lookups that arrive while it runs
- * go together into the next one (`key_hash IN (...)`). A lookup is only answered by a query that
- * started after it arrived, so a key revoked before a request came in is seen revoked by that
- * request, on every process: no answer is ever reused. Under load a query serves many requests
- * (the per-statement cost, on SQLite mostly its implicit read transaction, is paid once per
- * batch); a lone request still gets its own query in the same turn of the event loop.
- */
-class KeyLookups {
-  private waiting: Waiter[] = []
-  private running = false
-
-  constructor(private readonly db: Queryable) {}
-
-  check(hash: string, now: Date): Promise<ApiKeyCheck> {
-    return new Promise((resolve, reject) => {
-      this.waiting.push({ hash, now, resolve, reject })
-      if (!this.running) {
-        this.running = true
-        // After the other requests read in this turn of the event loop, so they share the query:
-        // a SQLite query runs synchronously, and without the wait no two lookups would ever meet.
-        setImmediate(() => void this.drain())
-      }
-    })
-  }
-
-  private async drain(): Promise<void> {
-    try {
-      while (this.waiting.length > 0) {
-        const batch = this.waiting
-        this.waiting = []
-        try {
-          await answerBatch(this.db, batch)
-        } catch (err) {
-          for (const waiter of batch) waiter.reject(err)
-        }
-      }
-    } finally {
-      this.running = false
-    }
-  }
 }
 
 const MAX_HASHES_PER_QUERY = 500
 
-async function answerBatch(db: Queryable, batch: Waiter[]): Promise<void> {
+async function answerBatch(db: Queryable, batch: KeyWaiter[]): Promise<void> {
   const hashes = [...new Set(batch.map((w) => w.hash))]
   const rows = new Map<string, KeyAndOwnerRow>()
   for (let i = 0; i < hashes.length; i += MAX_HASHES_PER_QUERY) {
@@ -329,23 +285,24 @@ async function answerBatch(db: Queryable, batch: Waiter[]): Promise<void> {
 }
 
 // One batcher per database handle (a knex instance, or a transaction for the lookups made in it).
-const lookups = new WeakMap<Queryable, KeyLookups>()
+const lookups = new WeakMap<Queryable, TurnBatches<KeyWaiter>>()
 
 /**
  * Looks up the key matching `plaintext` together with its owner (one query, shared with the
- * lookups that arrive while another is running: KeyLookups), and keeps `last_used_at` current
+ * lookups of the same turn of the event loop: src/db/turn-batches.ts), and keeps `last_used_at` current
  * without a write on every request: at most one update per key per LAST_USED_RESOLUTION_MS, and
  * the condition is in the UPDATE so concurrent requests of one key do not all write. The hash is
  * compared in constant time.
  */
 export async function checkApiKey(db: Queryable, plaintext: string, now: Date = new Date()): Promise<ApiKeyCheck> {
   if (!KEY_SHAPE.test(plaintext)) return { ok: false, reason: 'malformed' }
-  let batcher = lookups.get(db)
-  if (!batcher) {
-    batcher = new KeyLookups(db)
-    lookups.set(db, batcher)
+  let batches = lookups.get(db)
+  if (!batches) {
+    batches = new TurnBatches((batch) => answerBatch(db, batch))
+    lookups.set(db, batches)
   }
-  return batcher.check(hashApiKey(plaintext), now)
+  const hash = hashApiKey(plaintext)
+  return new Promise((resolve, reject) => batches.add({ hash, now, resolve, reject }))
 }
 
 /**
