@@ -154,8 +154,8 @@ export async function upsertCustomer(db: Queryable, customer: CustomerMirror, no
     .merge(values)
 }
 
-export async function recordPaymentEvent(db: Queryable, paymentId: string | null, eventType: string, context: AuditContext, details: Record<string, unknown>, now: Date): Promise<void> {
-  await db('payment_events').insert({
+function paymentEventRow(paymentId: string | null, eventType: string, context: AuditContext, details: Record<string, unknown>, now: Date): Row {
+  return {
     payment_id: paymentId,
     actor: context.actor.slice(0, 100),
     event_type: eventType,
@@ -163,7 +163,11 @@ export async function recordPaymentEvent(db: Queryable, paymentId: string | null
     ip: context.ip?.slice(0, 64) ?? null,
     details: toJson(details),
     created_at: now,
-  })
+  }
+}
+
+export async function recordPaymentEvent(db: Queryable, paymentId: string | null, eventType: string, context: AuditContext, details: Record<string, unknown>, now: Date): Promise<void> {
+  await db('payment_events').insert(paymentEventRow(paymentId, eventType, context, details, now))
 }
 
 export interface NewPayment {
@@ -263,6 +267,11 @@ export interface PaymentTransition {
   failureReason?: string
   /** On-chain evidence (crypto provider). */
   cryptoTx?: { txHash: string; blockNumber: number }
+  /**
+   * A status passed through on the way (pending -> processing -> completed): each move is
+   * checked and audited (`payment.<via>`), the row written once.
+   */
+  via?: PaymentStatus
   now: Date
 }
 
@@ -282,11 +291,18 @@ function describeAllowed(from: PaymentStatus): string {
 export async function transitionPayment(trx: Queryable, transition: PaymentTransition, locked?: PaymentRecord): Promise<PaymentRecord> {
   const payment = locked ?? (await findPaymentForUpdate(trx, transition.paymentId))
   if (!payment) throw new NotFoundError(`payment ${transition.paymentId} not found`)
-  if (!canTransitionPayment(payment.status, transition.to)) {
-    throw new PaymentPreconditionError(`payment ${payment.id} is ${payment.status} and cannot become ${transition.to}`, describeAllowed(payment.status))
+  const moves: Array<[PaymentStatus, PaymentStatus]> = transition.via
+    ? [
+        [payment.status, transition.via],
+        [transition.via, transition.to],
+      ]
+    : [[payment.status, transition.to]]
+  for (const [from, to] of moves) {
+    if (!canTransitionPayment(from, to)) throw new PaymentPreconditionError(`payment ${payment.id} is ${from} and cannot become ${to}`, describeAllowed(from))
   }
   const now = transition.now
-  const values: Row = { status: transition.to, version: payment.version + 1, updated_at: now }
+  const version = payment.version + moves.length
+  const values: Row = { status: transition.to, version, updated_at: now }
   if (transition.to === 'completed') values.completed_at = now
   if (transition.failureReason !== undefined) values.failure_reason = transition.failureReason.slice(0, 2000)
   if (transition.cryptoTx) {
@@ -295,20 +311,24 @@ export async function transitionPayment(trx: Queryable, transition: PaymentTrans
   }
   const updated = await trx('payments').where({ id: payment.id, version: payment.version }).update(values)
   if (updated !== 1) throw new ConflictError(`payment ${payment.id} changed concurrently; retry`)
-  await recordPaymentEvent(
-    trx,
-    payment.id,
-    transition.eventType ?? `payment.${transition.to}`,
-    transition.context,
-    { from: payment.status, to: transition.to, ...(transition.failureReason ? { failure_reason: transition.failureReason } : {}), ...(transition.details ?? {}) },
-    now,
+  const last = moves.length - 1
+  await trx('payment_events').insert(
+    moves.map(([from, to], i) =>
+      paymentEventRow(
+        payment.id,
+        i === last ? (transition.eventType ?? `payment.${to}`) : `payment.${to}`,
+        transition.context,
+        { from, to, ...(i === last && transition.failureReason ? { failure_reason: transition.failureReason } : {}), ...(transition.details ?? {}) },
+        now,
+      ),
+    ),
   )
   // The row as just written, without reading it back: the versioned update above proved
   // `payment` was current, and each statement is a round trip of a payment's completion.
   const next: PaymentRecord = {
     ...payment,
     status: transition.to,
-    version: payment.version + 1,
+    version,
     updatedAt: now,
     completedAt: transition.to === 'completed' ? now : payment.completedAt,
     failureReason: values.failure_reason === undefined ? payment.failureReason : String(values.failure_reason),
@@ -323,8 +343,7 @@ export async function transitionPayment(trx: Queryable, transition: PaymentTrans
 export async function completePayment(trx: Queryable, paymentId: string, context: AuditContext, now: Date, details: Record<string, unknown> = {}, cryptoTx?: { txHash: string; blockNumber: number }): Promise<PaymentRecord> {
   const current = await findPaymentForUpdate(trx, paymentId)
   if (!current) throw new NotFoundError(`payment ${paymentId} not found`)
-  const locked = current.status === 'pending' ? await transitionPayment(trx, { paymentId, to: 'processing', context, details, now }, current) : current
-  return transitionPayment(trx, { paymentId, to: 'completed', context, details, now, ...(cryptoTx ? { cryptoTx } : {}) }, locked)
+  return transitionPayment(trx, { paymentId, to: 'completed', ...(current.status === 'pending' ? { via: 'processing' as const } : {}), context, details, now, ...(cryptoTx ? { cryptoTx } : {}) }, current)
 }
 
 /** Payment audit trail, oldest first. */
