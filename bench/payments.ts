@@ -200,7 +200,8 @@ export const benchPayments: Bench = async (ctx) => {
             unit: 'payments/s',
             value: rate,
             baselineValue: bareRate,
-            notes: 'consumer concurrency 8; relay wakes on commit',
+            ...(dialect === 'postgres' ? { aim: '>= 1,000 payments/s (issue 21)' } : {}),
+            notes: 'consumer concurrency 8; relay wakes on commit; the log breaks the burst down',
           }),
         )
       } finally {
