@@ -422,7 +422,7 @@ export class CryptoWatcher {
       }
       case 'underpaid': {
         const failureReason = `underpaid: expected ${formatTokenAmount(transfer.currency, owed)} ${transfer.currency}, received ${formatTokenAmount(transfer.currency, transfer.amountBaseUnits)} ${transfer.currency}`
-        await transitionPayment(trx, { paymentId: payment.id, to: 'failed', context: CONTEXT, failureReason, details: { ...details, expected_base_units: owed.toString() }, cryptoTx, now })
+        await transitionPayment(trx, { paymentId: payment.id, to: 'failed', context: CONTEXT, failureReason, details: { ...details, expected_base_units: owed.toString() }, cryptoTx, now }, payment)
         this.log.warn({ ...fields, expected_base_units: owed.toString(), received_base_units: transfer.amountBaseUnits.toString() }, 'crypto payment underpaid; marked failed (refund is manual)')
         return
       }

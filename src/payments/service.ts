@@ -268,7 +268,7 @@ export class PaymentService {
       await this.deps.db.transaction(async (trx) => {
         const current = await findPaymentForUpdate(trx, payment.id)
         if (current?.status !== 'pending') return
-        await transitionPayment(trx, { paymentId: payment.id, to: 'failed', context, failureReason: `provider ${provider.name} could not set up the payment`, now: this.now() })
+        await transitionPayment(trx, { paymentId: payment.id, to: 'failed', context, failureReason: `provider ${provider.name} could not set up the payment`, now: this.now() }, current)
       })
       throw new UnavailableError(`payment provider ${provider.name} is unavailable`, `payment ${payment.id} was marked failed; retry with a new idempotency_key`)
     }
@@ -524,7 +524,7 @@ export class PaymentService {
       const current = await findPaymentForUpdate(trx, payment.id)
       if (current?.status !== 'pending') return 'moved'
       if (current.providerReference !== payment.providerReference) return 'reattached'
-      return transitionPayment(trx, { paymentId: payment.id, to: 'canceled', context, failureReason, now: this.now() })
+      return transitionPayment(trx, { paymentId: payment.id, to: 'canceled', context, failureReason, now: this.now() }, current)
     })
   }
 

@@ -385,9 +385,10 @@ export class CardProvider implements PaymentProvider {
       await completePayment(trx, payment.id, context, now, details)
       return plan.outcome
     }
+    let locked = payment
     for (const [i, to] of plan.steps.entries()) {
       const last = i === plan.steps.length - 1
-      await transitionPayment(trx, { paymentId: payment.id, to, context, details, now, ...(last && plan.failureReason ? { failureReason: plan.failureReason } : {}) })
+      locked = await transitionPayment(trx, { paymentId: payment.id, to, context, details, now, ...(last && plan.failureReason ? { failureReason: plan.failureReason } : {}) }, locked)
     }
     return plan.outcome
   }

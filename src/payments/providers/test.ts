@@ -79,11 +79,10 @@ export class TestProvider implements PaymentProvider {
         if (payment?.status !== 'pending') return false
         const at = now()
         const context = { actor: 'provider:test' }
-        await transitionPayment(trx, { paymentId: id, to: 'processing', context, now: at })
         if (failsAtRate(id, this.options.failureRate)) {
-          await transitionPayment(trx, { paymentId: id, to: 'failed', context, failureReason: 'declined by the test provider (failure rate)', now: at })
+          await transitionPayment(trx, { paymentId: id, via: 'processing', to: 'failed', context, failureReason: 'declined by the test provider (failure rate)', now: at }, payment)
         } else {
-          await transitionPayment(trx, { paymentId: id, to: 'completed', context, now: at })
+          await transitionPayment(trx, { paymentId: id, via: 'processing', to: 'completed', context, now: at }, payment)
         }
         return true
       })
