@@ -199,8 +199,12 @@ export const commandPayloads = {
     /** Keys the chain keeps inside itself: the agent has the chain write each to its path first. */
     exports: z.array(keyExport).max(10).optional(),
   }),
-  /** `key`: the backup's key (src/secrets/backup-keys.ts), sealed to the agent's X25519 key. */
-  backup: z.object({ backup_id: z.string().regex(/^[A-Za-z0-9._-]{1,100}$/), store_url: fileUrl, key: sealedBox }),
+  /**
+   * `key`: the backup's key (src/secrets/backup-keys.ts), sealed to the agent's X25519 key.
+   * `stop_chain`: stop the chain first and leave it stopped (a migration's, of a node leaving this
+   * host): the snapshot is the chain's last state, not a live copy of files it is still writing.
+   */
+  backup: z.object({ backup_id: z.string().regex(/^[A-Za-z0-9._-]{1,100}$/), store_url: fileUrl, key: sealedBox, stop_chain: z.boolean().optional() }),
   restore: z.object({ backup_id: z.string().regex(/^[A-Za-z0-9._-]{1,100}$/), store_url: fileUrl, key: sealedBox }),
   upgrade: z.object({
     /** The binary the artifact is a release of: refused unless it is the one the node runs. */

@@ -130,7 +130,10 @@ export function createExecutor(options: ExecutorOptions): Executor {
       return captureKeys(stateDir, p.paths, p.recipient_public_key)
     },
     backup: async (_id, p, report) => {
-      await prepareBackup(stateDir, supervisor, logger)
+      if (p.stop_chain) {
+        report.progress('backup', 'stopping the chain for its last state')
+        await supervisor.stop()
+      } else await prepareBackup(stateDir, supervisor, logger)
       report.progress('backup', `writing backup ${p.backup_id}`)
       return withBackupKey(p.key, (key) => backupToStore(stateDir, p.store_url, p.backup_id, key, clock(), logger))
     },

@@ -398,6 +398,9 @@ async function backupOldHost(deps: LifecycleDeps, plan: MigrationPlan, commandKe
           backup_id: migrationBackupId(plan.node.id),
           store_url: deps.backupStoreUrl,
           key: await sealedBackupKey(deps, plan.node.id, migrationBackupId(plan.node.id), registration.public_key),
+          // The node is leaving this host and in maintenance (its endpoint refuses calls): its
+          // chain stops for the snapshot, which then holds the last block and transaction.
+          stop_chain: true,
         },
         key: commandKey,
       },
