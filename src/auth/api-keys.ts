@@ -249,35 +249,30 @@ async function answerBatch(db: Queryable, batch: KeyWaiter[]): Promise<void> {
   for (let i = 0; i < hashes.length; i += MAX_HASHES_PER_QUERY) {
     for (const row of await keysAndOwners(db, hashes.slice(i, i + MAX_HASHES_PER_QUERY))) rows.set(String(row.key_hash), row)
   }
-  // `last_used_at` at most once per key per batch; the condition in the UPDATE keeps concurrent
-  // processes from all writing it.
-  const touched = new Set<string>()
+  const answers: Array<[KeyWaiter, ApiKeyCheck]> = []
+  // Keys whose `last_used_at` is older than LAST_USED_RESOLUTION_MS, written in one statement below.
+  const stale = new Set<string>()
+  let latest = 0
   for (const waiter of batch) {
     const row = rows.get(waiter.hash)
     if (!row || !crypto.timingSafeEqual(Buffer.from(String(row.key_hash), 'hex'), Buffer.from(waiter.hash, 'hex'))) {
-      waiter.resolve({ ok: false, reason: 'unknown' })
+      answers.push([waiter, { ok: false, reason: 'unknown' }])
       continue
     }
     const key = apiKeyFromRow(row)
     const status = apiKeyStatus(key, waiter.now)
     if (status !== 'active') {
-      waiter.resolve({ ok: false, reason: status })
+      answers.push([waiter, { ok: false, reason: status }])
       continue
     }
     if (row.owner_disabled_at !== null && row.owner_disabled_at !== undefined) {
-      waiter.resolve({ ok: false, reason: 'user_disabled' })
+      answers.push([waiter, { ok: false, reason: 'user_disabled' }])
       continue
     }
-    const now = waiter.now
-    if (touched.has(key.id)) key.last_used_at = now
-    else if (!key.last_used_at || now.getTime() - key.last_used_at.getTime() >= LAST_USED_RESOLUTION_MS) {
-      touched.add(key.id)
-      const staleBefore = new Date(now.getTime() - LAST_USED_RESOLUTION_MS)
-      await db('api_keys')
-        .where({ id: key.id })
-        .andWhere((q) => q.whereNull('last_used_at').orWhere('last_used_at', '<=', staleBefore))
-        .update({ last_used_at: now })
-      key.last_used_at = now
+    if (!key.last_used_at || waiter.now.getTime() - key.last_used_at.getTime() >= LAST_USED_RESOLUTION_MS) {
+      stale.add(key.id)
+      latest = Math.max(latest, waiter.now.getTime())
+      key.last_used_at = waiter.now
     }
     const owner = userFromRow({
       id: key.user_id,
@@ -291,8 +286,27 @@ async function answerBatch(db: Queryable, batch: KeyWaiter[]): Promise<void> {
       created_at: row.owner_created_at,
       updated_at: row.owner_updated_at,
     })
-    waiter.resolve({ ok: true, apiKey: key, owner })
+    answers.push([waiter, { ok: true, apiKey: key, owner }])
   }
+  if (stale.size > 0) {
+    // The condition in the UPDATE keeps concurrent processes from all writing it. Best effort: the
+    // column is informational, a failure (a busy SQLite, a pool timeout) must not refuse the batch's
+    // requests, and the next request after it finds the key stale and writes again.
+    const now = new Date(latest)
+    const staleBefore = new Date(latest - LAST_USED_RESOLUTION_MS)
+    const ids = [...stale]
+    try {
+      for (let i = 0; i < ids.length; i += MAX_HASHES_PER_QUERY) {
+        await db('api_keys')
+          .whereIn('id', ids.slice(i, i + MAX_HASHES_PER_QUERY))
+          .andWhere((q) => q.whereNull('last_used_at').orWhere('last_used_at', '<=', staleBefore))
+          .update({ last_used_at: now })
+      }
+    } catch {
+      // See above.
+    }
+  }
+  for (const [waiter, answer] of answers) waiter.resolve(answer)
 }
 
 // One batcher per database handle (a knex instance, or a transaction for the lookups made in it).

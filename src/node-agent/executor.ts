@@ -132,10 +132,13 @@ export function createExecutor(options: ExecutorOptions): Executor {
     backup: async (_id, p, report) => {
       if (p.stop_chain) {
         report.progress('backup', 'stopping the chain for its last state')
-        await supervisor.stop()
+        // Killed, the chain may have left what it writes as it exits half written (anvil's
+        // state.json): no snapshot is better than one that does not start.
+        if ((await supervisor.stop()) === 'killed') throw new Error('the chain did not exit within its stop grace period and was killed: its last state may be partial, so no backup was taken')
       } else await prepareBackup(stateDir, supervisor, logger)
       report.progress('backup', `writing backup ${p.backup_id}`)
-      return withBackupKey(p.key, (key) => backupToStore(stateDir, p.store_url, p.backup_id, key, clock(), logger))
+      const size = await withBackupKey(p.key, (key) => backupToStore(stateDir, p.store_url, p.backup_id, key, clock(), logger))
+      return p.stop_chain ? { ...size, chain_stopped: true } : size
     },
     restore: async (_id, p, report) => {
       report.progress('restore', `restoring backup ${p.backup_id}`)

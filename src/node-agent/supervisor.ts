@@ -37,6 +37,9 @@ export interface SupervisorOptions {
   fenced?: boolean
 }
 
+/** How a stop ended: the chain exited on SIGTERM, had to be killed, or was not running. */
+export type StopOutcome = 'exited' | 'killed' | 'not_running'
+
 export interface ProcessExit {
   code: number | null
   signal: string | null
@@ -155,11 +158,15 @@ export class ChainSupervisor {
     return this.#enqueue(() => this.#start())
   }
 
-  /** Stops the process (SIGTERM, SIGKILL after the grace period) and any pending restart. */
-  stop(): Promise<void> {
+  /**
+   * Stops the process (SIGTERM, SIGKILL after the grace period) and any pending restart. Says how:
+   * `killed` means the chain did not exit on its own, so what it writes as it exits may be partial.
+   */
+  stop(): Promise<StopOutcome> {
     return this.#enqueue(async () => {
-      await this.#stop()
+      const how = await this.#stop()
       fs.rmSync(this.#wantedFile, { force: true })
+      return how
     })
   }
 
@@ -272,12 +279,12 @@ export class ChainSupervisor {
     writeFileAtomic(this.#wantedFile, `${new Date().toISOString()}\n`, 0o600)
   }
 
-  async #stop(graceMs = this.#stopGraceMs): Promise<void> {
+  async #stop(graceMs = this.#stopGraceMs): Promise<StopOutcome> {
     this.#wantRunning = false
     this.#crashLoop = false
     this.#clearRestartTimer()
     const child = this.#child
-    if (!child) return
+    if (!child) return 'not_running'
     child.stopping = true
     child.proc.kill('SIGTERM')
     const exited = await Promise.race([child.exited, sleep(graceMs).then(() => undefined)])
@@ -285,7 +292,9 @@ export class ChainSupervisor {
       this.#logger.warn({ pid: child.pid, grace_ms: graceMs }, 'chain process ignored SIGTERM; sending SIGKILL')
       child.proc.kill('SIGKILL')
       await child.exited
+      return 'killed'
     }
+    return 'exited'
   }
 
   async #launch(deployment: ActiveDeployment, settling: boolean): Promise<Running> {

@@ -74,7 +74,8 @@ export interface MigrateResult {
   host_id?: string
   binary_version?: string
   /** The fresh backup of the old host taken before the move. */
-  backup?: { taken: boolean; reason?: string; size_bytes?: number; file_count?: number }
+  /** `live`: the old agent copied the running chain (it predates `stop_chain`), up to a state write behind. */
+  backup?: { taken: boolean; reason?: string; size_bytes?: number; file_count?: number; live?: boolean }
   /** Whether a snapshot was restored onto the new host. */
   restored?: boolean
   /** Names of the keys injected into the new host (never their content). */
@@ -132,6 +133,7 @@ export function migrateWorkflow(deps: LifecycleDeps) {
         retry: { maxAttempts: 1 },
       }).then((r) => (r.ok ? r.value : { taken: false, reason: r.error }))
       if (!backup.taken) notes.push(`no fresh backup of the old host: ${backup.reason ?? 'unknown reason'}`)
+      if (backup.live) notes.push("the old host's agent does not stop the chain for a backup (an older agent): the snapshot is a live copy, up to one state write behind")
 
       // The token is created inside the step that hands it to the host, so its plaintext is
       // never journaled. It replaces the old host's token: the old agent is refused from here on.
@@ -406,8 +408,9 @@ async function backupOldHost(deps: LifecycleDeps, plan: MigrationPlan, commandKe
       },
       heartbeat,
       { abandonOnDisconnect: true },
-    )) as { size_bytes: number; file_count: number }
-    return { taken: true, size_bytes: result.size_bytes, file_count: result.file_count }
+    )) as { size_bytes: number; file_count: number; chain_stopped?: boolean }
+    // An agent older than `stop_chain` ignores it and copies the running chain's files.
+    return { taken: true, size_bytes: result.size_bytes, file_count: result.file_count, ...(result.chain_stopped ? {} : { live: true }) }
   } catch (err) {
     const reason = err instanceof Error ? err.message : String(err)
     deps.logger.warn({ node_id: plan.node.id, err: reason }, 'migration: the old host could not be backed up; going on without a fresh backup')

@@ -8,7 +8,8 @@ import { loadOrCreateAgentKey } from '../../../src/node-agent/keys.js'
 import { seal } from '../../../src/secrets/sealed-box.js'
 import { readActiveDeployment, readCommandJournal, releaseBinaryPath, type StateDir } from '../../../src/node-agent/state-dir.js'
 import { ChainSupervisor, isProcessAlive } from '../../../src/node-agent/supervisor.js'
-import { fileUrl, fixture, killAll, removeStateDir, sha256Of, silentLogger, tempStateDir } from '../../fixtures/agent/helpers.js'
+import { capturingLogger, fileUrl, fixture, killAll, removeStateDir, sha256Of, silentLogger, tempStateDir } from '../../fixtures/agent/helpers.js'
+import { waitFor } from '../../helpers/ports.js'
 
 const sleeper = { version: '1.0.0', url: fileUrl(fixture('sleeper.mjs')), sha256: sha256Of(fixture('sleeper.mjs')) }
 const configure = (extra: Record<string, unknown> = {}) => ({
@@ -42,10 +43,10 @@ describe('command executor', () => {
     store = undefined
   })
 
-  function node(): { dir: StateDir; executor: Executor } {
+  function node(logger = silentLogger): { dir: StateDir; executor: Executor } {
     const stateDir = tempStateDir()
     dir = stateDir
-    supervisor = new ChainSupervisor({ stateDir, logger: silentLogger, settleMs: 100, stopGraceMs: 2_000 })
+    supervisor = new ChainSupervisor({ stateDir, logger, settleMs: 100, stopGraceMs: 2_000 })
     return { dir: stateDir, executor: createExecutor({ stateDir, supervisor, logger: silentLogger }) }
   }
 
@@ -144,6 +145,35 @@ describe('command executor', () => {
     await expect(executor.execute({ ...backup, payload: { backup_id: 'b-2', store_url: fileUrl(store), key } }, report)).rejects.toThrow(
       'command id backup-1 was already used for a different command',
     )
+  })
+
+  it('a backup with stop_chain stops the chain first and says so; a chain that must be killed gives no backup', async () => {
+    const { logger, lines } = capturingLogger()
+    const { dir, executor } = node(logger)
+    const { report, calls } = recorder()
+    store = fs.mkdtempSync(path.join(os.tmpdir(), 'nodeplane-store-'))
+    const key = seal(crypto.randomBytes(32), loadOrCreateAgentKey(dir).publicKey)
+    await executor.execute({ id: 'configure-1', type: 'configure', payload: configure() }, report)
+    const started = (await executor.execute({ id: 'start-1', type: 'start', payload: {} }, report)) as { pid: number }
+    pids.add(started.pid)
+    const taken = await executor.execute({ id: 'backup-1', type: 'backup', payload: { backup_id: 'b-1', store_url: fileUrl(store), key, stop_chain: true } }, report)
+    expect(taken).toMatchObject({ chain_stopped: true, file_count: expect.any(Number) })
+    expect(isProcessAlive(started.pid)).toBe(false)
+    expect(supervisor?.status().process_state).toBe('stopped')
+    expect(calls).toContain('backup: stopping the chain for its last state')
+    expect(fs.existsSync(path.join(store, 'b-1', 'manifest.json'))).toBe(true)
+
+    const stubborn = { version: '2.0.0', url: fileUrl(fixture('stubborn.mjs')), sha256: sha256Of(fixture('stubborn.mjs')) }
+    await executor.execute({ id: 'configure-2', type: 'configure', payload: configure({ artifact: stubborn }) }, report)
+    const again = (await executor.execute({ id: 'start-2', type: 'start', payload: {} }, report)) as { pid: number }
+    pids.add(again.pid)
+    // Its SIGTERM handler is in place once it says so.
+    await waitFor(async () => lines.some((l) => l.msg === 'stubborn ready'), 'the stubborn chain to be ready')
+    await expect(executor.execute({ id: 'backup-2', type: 'backup', payload: { backup_id: 'b-2', store_url: fileUrl(store), key, stop_chain: true } }, report)).rejects.toThrow(
+      /was killed: its last state may be partial, so no backup was taken/,
+    )
+    expect(isProcessAlive(again.pid)).toBe(false)
+    expect(fs.existsSync(path.join(store, 'b-2'))).toBe(false)
   })
 
   it('reruns an interrupted idempotent command', async () => {
