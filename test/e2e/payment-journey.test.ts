@@ -129,7 +129,12 @@ describe.each(DIALECTS)('the purchase journey on the in-process stack, %s', (dia
       return current?.state === 'syncing' ? current : undefined
     }, 'the node to reach syncing', 90_000, 200)
     expect(node.id).toBe(pending.id)
-    expect((await findRunByKey(s.db, PROVISION_WORKFLOW, node.id))?.status).toBe('completed')
+    // The node reaches syncing in the run's last step; the run records its end just after.
+    const provisioned = await waitFor(async () => {
+      const run = await findRunByKey(s.db, PROVISION_WORKFLOW, node.id)
+      return run?.status === 'completed' || run?.status === 'failed' ? run : undefined
+    }, 'the provision run to end', 10_000, 50)
+    expect(provisioned.status, provisioned.error ?? '').toBe('completed')
     expect(fs.readdirSync(root)).toEqual([`local-${node.id}`])
     expect(await count(s.db, 'node_keys', { node_id: node.id })).toBeGreaterThan(0)
 
