@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest'
+import { afterEach, describe, expect, it, vi } from 'vitest'
 import { compileResponseCheck } from '../../../src/http/response-check.js'
 import { z } from '../../../src/http/zod.js'
 
@@ -98,6 +98,30 @@ describe('compileResponseCheck', () => {
     expect(JSON.stringify(output)).toBe(JSON.stringify(page.parse(body)))
     expect(JSON.stringify(output)).not.toContain('key_hash')
     expect(JSON.stringify(output)).not.toContain('dropped')
+  })
+
+  describe('without zod where it models every part', () => {
+    afterEach(() => vi.restoreAllMocks())
+    const modelled = z.object({ id: z.string().uuid(), name: z.string().min(1), state: z.enum(['running', 'stopped']), count: z.number().int(), tags: z.array(z.string()), note: z.string().nullable() })
+    const body = { id: good.id, name: 'a', state: 'running', count: 1, tags: ['x'], note: null, extra: true }
+
+    // zod binds parse and safeParse to each schema in its constructor: spy on every part.
+    const parts = (): z.ZodTypeAny[] => [modelled, ...Object.values(modelled.shape), modelled.shape.tags.element, modelled.shape.note.unwrap()]
+    const spies = () => parts().flatMap((part) => [vi.spyOn(part, 'parse'), vi.spyOn(part, 'safeParse')])
+
+    it('builds the output of a valid body itself, without a zod parse', () => {
+      const check = compileResponseCheck(modelled)
+      const calls = spies()
+      expect(check(body)).toEqual({ id: good.id, name: 'a', state: 'running', count: 1, tags: ['x'], note: null })
+      for (const spy of calls) expect(spy).not.toHaveBeenCalled()
+    })
+
+    it('hands an invalid body to zod, whose error it throws', () => {
+      const check = compileResponseCheck(modelled)
+      const calls = spies()
+      expect(() => check({ ...body, count: 1.5 })).toThrow(z.ZodError)
+      expect(calls.some((spy) => spy.mock.calls.length > 0)).toBe(true)
+    })
   })
 
   it('refuses a strict object with an extra key, as zod does', () => {
