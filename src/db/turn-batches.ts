@@ -14,7 +14,7 @@ export interface Waiter<T> {
   reject: (err: unknown) => void
 }
 
-export class TurnBatches<W extends Waiter<never>> {
+export class TurnBatches<W extends Pick<Waiter<unknown>, 'reject'>> {
   private waiting: W[] = []
   private running = false
 
