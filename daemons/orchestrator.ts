@@ -177,7 +177,7 @@ export interface PaymentActivationDeps {
  * Starts the payment event consumer (durable `main-app-payment` on `payment.*`); close the
  * returned subscription before the database. `nodeplane up` calls this with its in-process bus.
  */
-export function startPaymentActivation(settings: { IDEMPOTENCY_KEY_TTL: number }, deps: PaymentActivationDeps): Promise<BusSubscription> {
+export function startPaymentActivation(settings: { IDEMPOTENCY_KEY_TTL: number; PAYMENT_CONSUMER_CONCURRENCY: number }, deps: PaymentActivationDeps): Promise<BusSubscription> {
   return startPaymentConsumer({
     bus: deps.bus,
     db: deps.db,
@@ -185,6 +185,7 @@ export function startPaymentActivation(settings: { IDEMPOTENCY_KEY_TTL: number }
     chains: deps.chains,
     payments: deps.payments,
     idempotencyTtlMs: settings.IDEMPOTENCY_KEY_TTL,
+    concurrency: settings.PAYMENT_CONSUMER_CONCURRENCY,
     ...(deps.now ? { now: deps.now } : {}),
   })
 }

@@ -377,6 +377,15 @@ export const paymentClientEnv = {
   PAYMENT_CALL_TIMEOUT: duration('30s'),
 }
 
+/** The control plane's consumer of payment events (orchestrator, `up`). */
+export const paymentConsumerEnv = {
+  /**
+   * payment events handled at once by one orchestrator (each waits on the payment service's
+   * confirmation, then on its own transaction); activations of one customer still run one at a time.
+   */
+  PAYMENT_CONSUMER_CONCURRENCY: z.coerce.number().int().min(1).max(256).default(8),
+}
+
 /** Uptime (docs/uptime.md): the hourly rollup worker, run by the health-evaluator. */
 export const uptimeEnv = {
   /** How often the worker turns the state log into hourly buckets (spec: every 5 minutes). */
@@ -580,6 +589,7 @@ export const orchestratorEnv = z.object({
   PAYMENT_GRPC_PORT: portsEnv.PAYMENT_GRPC_PORT,
   ...paymentTlsEnv,
   ...paymentClientEnv,
+  ...paymentConsumerEnv,
   // The `ssh` provider reaches the host fleet.
   ...hostsEnv,
 })
@@ -637,6 +647,7 @@ export const upEnv = z.object({
   ...paymentTlsEnv,
   ...paymentServiceOnlyEnv,
   ...paymentClientEnv,
+  ...paymentConsumerEnv,
   ...subscriptionLifecycleEnv,
   ...healthEvaluationEnv,
   ...uptimeEnv,

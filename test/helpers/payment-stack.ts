@@ -13,6 +13,7 @@ import os from 'node:os'
 import path from 'node:path'
 import { staticChainSource, type ChainSource } from '../../src/config/chain-source.js'
 import { defaultConfigDir, loadChainCatalogue } from '../../src/config/chains.js'
+import { paymentConsumerEnv } from '../../src/config/env.js'
 import type { Db } from '../../src/db/knex.js'
 import type { BusSubscription, EventBus } from '../../src/events/bus.js'
 import { OutboxRelay } from '../../src/events/relay.js'
@@ -31,6 +32,8 @@ import { createTestDatabase, type Dialect, type TestDatabase } from './db.js'
 export const DAY_MS = 86_400_000
 export const HOUR_MS = 3_600_000
 export const IDEMPOTENCY_KEY_TTL = 7 * DAY_MS
+/** The orchestrator's default. */
+export const PAYMENT_CONSUMER_CONCURRENCY = paymentConsumerEnv.PAYMENT_CONSUMER_CONCURRENCY.parse(undefined)
 export const GRACE_PERIOD_MS = 24 * HOUR_MS
 
 /** Wall time plus an offset: `advance` moves it for every part of the stack at once. */
@@ -229,7 +232,7 @@ export async function startPaymentStack(options: PaymentStackOptions): Promise<P
       worker,
       consumer: undefined,
       async startConsumer() {
-        stack.consumer = await startPaymentActivation({ IDEMPOTENCY_KEY_TTL }, { bus: consumerBus, db: cp.db, logger, chains, now, payments: client })
+        stack.consumer = await startPaymentActivation({ IDEMPOTENCY_KEY_TTL, PAYMENT_CONSUMER_CONCURRENCY }, { bus: consumerBus, db: cp.db, logger, chains, now, payments: client })
         return stack.consumer
       },
       async stopConsumer() {

@@ -18,13 +18,16 @@ import { openEventBus } from '../../../src/events/open-bus.js'
 import { createLogger } from '../../../src/log.js'
 import { PaymentClient } from '../../../src/payments/client.js'
 import type { PaymentEvent } from '../../../src/payments/events.js'
+import type { WirePayment } from '../../../src/payments/grpc.js'
 import { startPaymentConsumer } from '../../../src/subscriptions/activation.js'
+import { startPaymentActivation } from '../../../daemons/orchestrator.js'
 import { DIALECTS } from '../../helpers/db.js'
 import { startNats, type NatsServer } from '../../helpers/nats.js'
 import { freePort, waitFor } from '../../helpers/ports.js'
-import { count, IDEMPOTENCY_KEY_TTL, payBody, PAY_ITEM, startPaymentStack, type PaymentStack } from '../../helpers/payment-stack.js'
+import { count, IDEMPOTENCY_KEY_TTL, payBody, PAYMENT_CONSUMER_CONCURRENCY, PAY_ITEM, startPaymentStack, type PaymentStack } from '../../helpers/payment-stack.js'
 
 const logger = createLogger({ level: 'silent' })
+type PayItem = { chain_profile_id: string; node_type: string; duration: string }
 
 describe.each(DIALECTS)('payment.completed is confirmed with the payment service (%s)', (dialect) => {
   let nats: NatsServer
@@ -56,14 +59,14 @@ describe.each(DIALECTS)('payment.completed is confirmed with the payment service
   const status = async (id: string) => ((await stack.db('subscriptions').where({ id }).first('status')) as { status: string }).status
 
   /** A subscription waiting for payment (200: the user's unpaid one for the same item, left by a forgery above). */
-  async function pendingSubscription(): Promise<string> {
-    const created = await call('POST', '/api/v1/subscriptions', { ...PAY_ITEM })
+  async function pendingSubscription(item: PayItem = PAY_ITEM): Promise<string> {
+    const created = await call('POST', '/api/v1/subscriptions', { ...item })
     expect([200, 201]).toContain(created.status)
     return (created.body as { id: string }).id
   }
 
-  async function pay(subscriptionId: string): Promise<string> {
-    const paid = await call('POST', '/api/v1/payments', payBody([subscriptionId], crypto.randomUUID()))
+  async function pay(subscriptionId: string, item: PayItem = PAY_ITEM): Promise<string> {
+    const paid = await call('POST', '/api/v1/payments', { ...payBody([subscriptionId], crypto.randomUUID()), items: [{ ...item }] })
     expect(paid.status, JSON.stringify(paid.body)).toBe(201)
     return (paid.body as { id: string }).id
   }
@@ -148,5 +151,47 @@ describe.each(DIALECTS)('payment.completed is confirmed with the payment service
     await stack.startConsumer()
     await waitFor(async () => (await status(subscriptionId)) === 'active', 'the redelivered completion to activate once confirmed')
     expect(await count(stack.db, 'nodes', { subscription_id: subscriptionId })).toBe(1)
+  })
+
+  it('activates other payments while one waits on its confirmation (the orchestrator handles payment events side by side)', async () => {
+    expect(PAYMENT_CONSUMER_CONCURRENCY).toBeGreaterThan(1)
+    await stack.stopConsumer()
+    // The payment service answers this one payment's GetPayment only when the test lets it.
+    let heldPaymentId: string | undefined
+    let release: () => void = () => undefined
+    const released = new Promise<void>((resolve) => (release = resolve))
+    let heldAsked = false
+    const slowForOne = {
+      async getPayment(paymentId: string, customerId: string | null): Promise<WirePayment> {
+        if (paymentId === heldPaymentId) {
+          heldAsked = true
+          await released
+        }
+        return stack.client.getPayment(paymentId, customerId)
+      },
+    }
+    const consumer = await startPaymentActivation(
+      { IDEMPOTENCY_KEY_TTL, PAYMENT_CONSUMER_CONCURRENCY },
+      { bus: controlBus, db: stack.db, logger, chains: stack.chains, now: stack.clock.now, payments: slowForOne },
+    )
+    try {
+      // Another duration: an equal pending subscription would be the same one (rule 1).
+      const otherItem = { ...PAY_ITEM, duration: '1m' }
+      const first = await pendingSubscription()
+      const second = await pendingSubscription(otherItem)
+      heldPaymentId = await pay(first)
+      await waitFor(async () => heldAsked, 'the first completion to ask for its confirmation')
+      await pay(second, otherItem)
+      await waitFor(async () => (await status(second)) === 'active', 'the second payment to activate while the first waits')
+      expect(await status(first)).toBe('pending_payment')
+      release()
+      await waitFor(async () => (await status(first)) === 'active', 'the first payment to activate once confirmed')
+      expect(await count(stack.db, 'nodes', { subscription_id: first })).toBe(1)
+      expect(await count(stack.db, 'nodes', { subscription_id: second })).toBe(1)
+    } finally {
+      release()
+      await consumer.close()
+      await stack.startConsumer()
+    }
   })
 })

@@ -1,6 +1,6 @@
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
-import { apiServerEnv, loadConfig, nodeAgentEnv, upEnv } from '../../../src/config/env.js'
+import { apiServerEnv, loadConfig, nodeAgentEnv, orchestratorEnv, upEnv } from '../../../src/config/env.js'
 import { parseDuration } from '../../../src/config/duration.js'
 import { ConfigError } from '../../../src/errors.js'
 
@@ -27,6 +27,14 @@ describe('loadConfig', () => {
     }
     expect(error).toBeInstanceOf(ConfigError)
     expect((error as ConfigError).problems.join('\n')).toMatch(/AGENT_GATEWAY_URL.*must be host:port, or several separated by commas/)
+  })
+
+  it('handles 8 payment events at once by default, and refuses a concurrency outside 1-256 by name', () => {
+    expect(loadConfig(orchestratorEnv, {}).PAYMENT_CONSUMER_CONCURRENCY).toBe(8)
+    expect(loadConfig(upEnv, { PAYMENT_CONSUMER_CONCURRENCY: '32' }).PAYMENT_CONSUMER_CONCURRENCY).toBe(32)
+    for (const bad of ['0', '257', 'many', '2.5']) {
+      expect(() => loadConfig(orchestratorEnv, { PAYMENT_CONSUMER_CONCURRENCY: bad })).toThrow(new RegExp(`PAYMENT_CONSUMER_CONCURRENCY="${bad.replace('.', '\\.')}"`))
+    }
   })
 
   it('puts the default databases inside NODEPLANE_DATA_DIR', () => {
