@@ -12,8 +12,12 @@ export interface BenchDaemon {
   stop(): Promise<void>
 }
 
-/** `nodeArgs`: options for node itself, e.g. `--cpu-prof` to profile the daemon under a benchmark's load. */
-export async function startBenchDaemon(name: string, env: Record<string, string>, port: number, nodeArgs: string[] = []): Promise<BenchDaemon> {
+/**
+ * `ready`: the port whose /readyz must answer 200, or a probe for a daemon without HTTP (the
+ * orchestrator). `nodeArgs`: options for node itself, e.g. `--cpu-prof` to profile the daemon
+ * under a benchmark's load.
+ */
+export async function startBenchDaemon(name: string, env: Record<string, string>, ready: number | (() => Promise<boolean>), nodeArgs: string[] = []): Promise<BenchDaemon> {
   const child = spawn(process.execPath, [...nodeArgs, BIN, 'daemon', name], { env: { ...process.env, ...env }, cwd: os.tmpdir(), stdio: ['ignore', 'ignore', 'pipe'] })
   let stderr = ''
   child.stderr!.on('data', (chunk: Buffer) => (stderr = (stderr + chunk.toString('utf8')).slice(-4000)))
@@ -26,7 +30,8 @@ export async function startBenchDaemon(name: string, env: Record<string, string>
     await waitFor(
       async () => {
         if (child.exitCode !== null) throw new Error(`${name} exited ${child.exitCode}: ${stderr}`)
-        return (await fetch(`http://127.0.0.1:${port}/readyz`).catch(() => undefined))?.ok === true
+        if (typeof ready === 'function') return ready()
+        return (await fetch(`http://127.0.0.1:${ready}/readyz`).catch(() => undefined))?.ok === true
       },
       `the ${name} to be ready`,
       30_000,

@@ -183,10 +183,10 @@ export class BurstTrace {
 }
 
 /** Linux's USER_HZ: /proc reports CPU times in hundredths of a second. */
-const MS_PER_TICK = 10
+export const MS_PER_TICK = 10
 
 /** utime + stime of a process, in ticks (0 when it is gone or off Linux). */
-function processTicks(pid: number): number {
+export function processTicks(pid: number): number {
   try {
     const fields = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.split(' ') ?? []
     return Number(fields[11] ?? 0) + Number(fields[12] ?? 0)

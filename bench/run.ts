@@ -13,6 +13,7 @@ import { benchEvents } from './events.js'
 import { benchHealth } from './health.js'
 import { benchHeartbeats } from './heartbeats.js'
 import { benchPayments } from './payments.js'
+import { benchPaymentsDaemons } from './payments-daemons.js'
 import { benchRecovery } from './recovery.js'
 import { benchRollouts } from './rollouts.js'
 import { benchRpcGateway } from './rpc-gateway.js'
@@ -30,6 +31,7 @@ const BENCHES: Record<string, Bench> = {
   workflows: benchWorkflows,
   heartbeats: benchHeartbeats,
   payments: benchPayments,
+  'payments-daemons': benchPaymentsDaemons,
   uptime: benchUptime,
   health: benchHealth,
   rollouts: benchRollouts,
