@@ -51,6 +51,20 @@ describe('SSH pool', () => {
     expect(after.stdout).not.toBe(before)
   })
 
+  it('after a command timed out on a host that stopped answering, the next command opens a new connection', async () => {
+    // The sshd process serving the pooled connection (the parent of our shell) freezes: the
+    // kernel still acknowledges packets, nothing answers them, as on a hung host.
+    const sessionPid = Number((await pool.exec(target, 'echo $PPID')).stdout.trim())
+    process.kill(sessionPid, 'SIGSTOP')
+    try {
+      await expect(pool.exec(target, 'true', { timeoutMs: 300 })).rejects.toThrow(SshTimeoutError)
+      // The listener still accepts: a new connection works, the frozen one must not be reused.
+      expect(await pool.exec(target, 'echo back', { timeoutMs: 5_000 })).toMatchObject({ code: 0, stdout: 'back\n' })
+    } finally {
+      process.kill(sessionPid, 'SIGCONT')
+    }
+  })
+
   it('refuses a host presenting another key than the pinned one, naming both', async () => {
     const wrong = `SHA256:${'C'.repeat(43)}`
     const err = await pool.connect({ ...target, id: 'h2', hostKeyFingerprint: wrong }).catch((e: unknown) => e)
