@@ -403,13 +403,20 @@ async function benchDialect(ctx: Parameters<Bench>[0], s: DialectSetup): Promise
     // GetPayment from this process, on payments the orchestrator confirmed above: the confirmation's round trip alone.
     for (let i = 0; i < 20; i++) await client.getPayment(singles[i % singles.length]!.p.paymentId, null)
     const rpc: number[] = []
-    for (const x of singles) {
+    const rpcCalls = Math.max(200, 2 * s.latencyRuns)
+    const serverTicksAt = processTicks(paymentService.child.pid as number)
+    const clientCpuAt = process.cpuUsage()
+    for (let i = 0; i < rpcCalls; i++) {
       const t0 = performance.now()
-      await client.getPayment(x.p.paymentId, null)
+      await client.getPayment(singles[i % singles.length]!.p.paymentId, null)
       rpc.push(performance.now() - t0)
     }
+    const clientCpu = process.cpuUsage(clientCpuAt)
+    const serverMs = (processTicks(paymentService.child.pid as number) - serverTicksAt) * MS_PER_TICK
     rpc.sort((a, b) => a - b)
-    ctx.log(`${dialect} GetPayment over mTLS gRPC from another process, one at a time: p50 ${percentile(rpc, 0.5).toFixed(2)} ms, p99 ${percentile(rpc, 0.99).toFixed(2)} ms`)
+    ctx.log(
+      `${dialect} GetPayment over mTLS gRPC from another process, one at a time (${rpcCalls} calls): p50 ${percentile(rpc, 0.5).toFixed(2)} ms, p99 ${percentile(rpc, 0.99).toFixed(2)} ms; CPU per call: payment-service ${(serverMs / rpcCalls).toFixed(2)} ms, the calling process ${((clientCpu.user + clientCpu.system) / 1000 / rpcCalls).toFixed(2)} ms`,
+    )
 
     // The burst.
     const prepared: Prepared[] = []
@@ -422,7 +429,10 @@ async function benchDialect(ctx: Parameters<Bench>[0], s: DialectSetup): Promise
     const machineAt = machineTicks()
     const posting = poster.post({ deliveries, inFlight: BURST_IN_FLIGHT })
     let lastSeenAt = 0
+    // CPU of the daemons and the machine at every poll: to read the tail after the last webhook.
+    const samples: Array<{ at: number; orchestrator: number; paymentService: number; machine: [number, number] }> = []
     for (;;) {
+      samples.push({ at: clock(), orchestrator: processTicks(pids.orchestrator), paymentService: processTicks(pids['payment-service']), machine: machineTicks() })
       if ((await provisionRuns(controlPlane.db)) - runsBefore >= s.burst) {
         lastSeenAt = clock()
         break
@@ -450,6 +460,18 @@ async function benchDialect(ctx: Parameters<Bench>[0], s: DialectSetup): Promise
         dialect === 'postgres' ? `, Postgres backends of the payment service ${perPayment(backendCpu.get('nodeplane-payment-service') ?? 0)}, of the orchestrator ${perPayment(backendCpu.get('nodeplane-orchestrator') ?? 0)}` : ''
       }; the machine ${(((machine[0] - machineAt[0]) / Math.max(1, machine[1] - machineAt[1])) * 100).toFixed(0)}% busy`,
     )
+    // The tail: once every webhook was answered, the orchestrator alone works off its backlog.
+    const from = samples.find((x) => x.at >= lastAnsweredAt)
+    const to = samples.at(-1)
+    if (from && to && to.at > from.at) {
+      const rows = (await controlPlane.db('subscriptions').whereIn('payment_id', prepared.map((p) => p.paymentId)).select('activated_at')) as Array<{ activated_at: unknown }>
+      const tailed = rows.filter((r) => epochMs(r.activated_at) >= lastAnsweredAt).length
+      const tailMs = to.at - from.at
+      const share = (ticks: number): string => `${(((ticks * MS_PER_TICK) / tailMs) * 100).toFixed(0)}%`
+      ctx.log(
+        `${dialect} burst tail, after the last webhook answered: ${tailed} activations in ${tailMs.toFixed(0)} ms; the orchestrator ${share(to.orchestrator - from.orchestrator)} of a core, the payment service ${share(to.paymentService - from.paymentService)}, the machine ${(((to.machine[0] - from.machine[0]) / Math.max(1, to.machine[1] - from.machine[1])) * 100).toFixed(0)}% busy`,
+      )
+    }
     const burstStages = await stageTimes(
       controlPlane,
       payments,
