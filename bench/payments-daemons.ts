@@ -252,6 +252,11 @@ interface DialectSetup {
 
 async function benchDialect(ctx: Parameters<Bench>[0], s: DialectSetup): Promise<BenchFigure[]> {
   const { dialect } = s
+  // NODEPLANE_BENCH_PROFILE_DIR=<dir>: each daemon writes a CPU profile of its whole run there.
+  const profileArgs = (name: string): string[] => {
+    const dir = process.env.NODEPLANE_BENCH_PROFILE_DIR
+    return dir ? ['--cpu-prof', `--cpu-prof-dir=${dir}`, `--cpu-prof-name=${name}-${dialect}.cpuprofile`] : []
+  }
   const controlPlane = await benchDatabase(dialect, ctx.postgresUrl, 'control-plane')
   const payments = await benchDatabase(dialect, ctx.postgresUrl, 'payments')
   const daemons: BenchDaemon[] = []
@@ -281,6 +286,7 @@ async function benchDialect(ctx: Parameters<Bench>[0], s: DialectSetup): Promise
         CARD_PROVIDER_API_URL: s.fake.url,
       },
       ports.http,
+      profileArgs('payment-service'),
     )
     daemons.push(paymentService)
     const orchestrator = await startBenchDaemon(
@@ -301,6 +307,7 @@ async function benchDialect(ctx: Parameters<Bench>[0], s: DialectSetup): Promise
       },
       // No HTTP: ready once its payment consumer pulls (the consumer is the last thing it starts).
       async () => ((await s.jsm.consumers.info('PAYMENTS', PAYMENT_CONSUMER_DURABLE).catch(() => undefined))?.num_waiting ?? 0) > 0,
+      profileArgs('orchestrator'),
     )
     daemons.push(orchestrator)
     poster = startPoster(`http://127.0.0.1:${ports.http}/webhooks/card-provider`)
