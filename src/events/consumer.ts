@@ -109,7 +109,10 @@ export function createEventHandler<T>(options: ConsumerOptions<T>): (message: Bu
     const key = `${durable}:${envelope.idempotencyKey}`
     if (options.confirm) {
       try {
-        if (await isProcessed(db, key, now())) {
+        // A redelivery may be of an event already processed: skipped before asking anyone. A first
+        // delivery almost never is (the bus drops a republished id within its duplicate window),
+        // so it saves the read; the transaction's key still refuses one that was.
+        if (message.deliveryCount > 1 && (await isProcessed(db, key, now()))) {
           log.info('event already processed; acknowledged and skipped')
           return settle('duplicate')
         }

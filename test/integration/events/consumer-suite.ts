@@ -135,6 +135,37 @@ export function defineConsumerSuite(label: string, factory: FixtureFactory): voi
       expect(await effects()).toEqual(['p1'])
     })
 
+    it('with a confirmation step, confirms a first delivery and skips a redelivery of a processed event without confirming it again', async () => {
+      const confirmed: string[] = []
+      subscription = await runConsumer<PaymentCompleted>({
+        bus: losingFirstAck(fx.bus),
+        db: t.db,
+        logger: silentLogger,
+        durable,
+        subject,
+        ttlMs,
+        retryDelayMs: () => 20,
+        decode: (payload) => paymentCompleted.parse(payload),
+        confirm: async (event) => {
+          confirmed.push(event.payment_id)
+          return event
+        },
+        handle: async (trx, event, envelope) => {
+          await trx('test_effects').insert({ payment_id: event.payment_id, delivery: envelope.deliveryCount })
+        },
+        onOutcome: (outcome, info) => seen.push({ outcome, messageId: info.messageId, deliveryCount: info.deliveryCount }),
+      })
+      const id = await emit('p1')
+      await waitFor(async () => count('duplicate') === 1, 'the redelivery to be skipped')
+      await settled()
+      expect(seen.map((s) => [s.outcome, s.messageId, s.deliveryCount])).toEqual([
+        ['processed', id, 1],
+        ['duplicate', id, 2],
+      ])
+      expect(confirmed).toEqual(['p1'])
+      expect(await effects()).toEqual(['p1'])
+    })
+
     it('acknowledges malformed messages instead of retrying them', async () => {
       await consume()
       const enc = new TextEncoder()
