@@ -133,6 +133,11 @@ export async function findPaymentByProviderReference(db: Queryable, provider: st
   return loadPayment(db, (await db('payments').where({ provider, provider_reference: reference }).first()) as Row | undefined)
 }
 
+/** Locks the payment row with this provider reference for the rest of the transaction (Postgres). */
+export async function findPaymentByProviderReferenceForUpdate(trx: Queryable, provider: string, reference: string): Promise<PaymentRecord | undefined> {
+  return loadPayment(trx, (await lockRow(trx, trx('payments').where({ provider, provider_reference: reference }).first())) as Row | undefined)
+}
+
 export async function findPaymentByMemo(db: Queryable, memo: string): Promise<PaymentRecord | undefined> {
   return loadPayment(db, (await db('payments').where({ crypto_memo: memo.toLowerCase() }).first()) as Row | undefined)
 }
@@ -343,7 +348,12 @@ export async function transitionPayment(trx: Queryable, transition: PaymentTrans
 export async function completePayment(trx: Queryable, paymentId: string, context: AuditContext, now: Date, details: Record<string, unknown> = {}, cryptoTx?: { txHash: string; blockNumber: number }): Promise<PaymentRecord> {
   const current = await findPaymentForUpdate(trx, paymentId)
   if (!current) throw new NotFoundError(`payment ${paymentId} not found`)
-  return transitionPayment(trx, { paymentId, to: 'completed', ...(current.status === 'pending' ? { via: 'processing' as const } : {}), context, details, now, ...(cryptoTx ? { cryptoTx } : {}) }, current)
+  return completeLockedPayment(trx, current, context, now, details, cryptoTx)
+}
+
+/** As completePayment, for a caller that has locked the payment in `trx` (findPaymentForUpdate) already. */
+export function completeLockedPayment(trx: Queryable, locked: PaymentRecord, context: AuditContext, now: Date, details: Record<string, unknown> = {}, cryptoTx?: { txHash: string; blockNumber: number }): Promise<PaymentRecord> {
+  return transitionPayment(trx, { paymentId: locked.id, to: 'completed', ...(locked.status === 'pending' ? { via: 'processing' as const } : {}), context, details, now, ...(cryptoTx ? { cryptoTx } : {}) }, locked)
 }
 
 /** Payment audit trail, oldest first. */

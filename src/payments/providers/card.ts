@@ -18,9 +18,8 @@ import type { Logger } from '../../log.js'
 import { redactProviderError, type Redaction } from '../provider-errors.js'
 import { canTransitionPayment, type PaymentStatus } from '../states.js'
 import {
-  completePayment,
-  findPayment,
-  findPaymentByProviderReference,
+  completeLockedPayment,
+  findPaymentByProviderReferenceForUpdate,
   findPaymentForUpdate,
   recordPaymentEvent,
   transitionPayment,
@@ -294,32 +293,36 @@ export class CardProvider implements PaymentProvider {
 
     const context: AuditContext = { actor: ACTOR, requestId: request.requestId, ip: request.ip }
     const eventLog = log.child({ event_id: eventId, event_type: type, session_id: session.data.id })
-    const payment = await this.paymentFor(session.data)
-    if (!payment) {
-      // Another integration on the same processor account, or a payment deleted since.
-      eventLog.info('card webhook for no payment of ours; ignored')
-      return { status: 200, outcome: 'unknown_payment' }
-    }
-
+    let paymentId: string | undefined
     try {
-      const outcome = await this.options.db.transaction((trx) =>
-        this.apply(trx, { eventId, type: type as CardWebhookEvent, session: session.data, paymentId: payment.id, context, log: eventLog, details: { event_id: eventId, event_type: type, session_id: session.data.id } }),
-      )
-      eventLog.info({ payment_id: payment.id, outcome }, 'card webhook processed')
-      return { status: 200, outcome, paymentId: payment.id }
+      // The payment is found and locked in the transaction that moves it: a second delivery of
+      // the same event waits on the lock, then finds the event recorded.
+      const outcome = await this.options.db.transaction(async (trx) => {
+        const payment = await this.lockedPaymentFor(trx, session.data)
+        if (!payment) return undefined
+        paymentId = payment.id
+        return this.apply(trx, { eventId, type: type as CardWebhookEvent, session: session.data, payment, context, log: eventLog, details: { event_id: eventId, event_type: type, session_id: session.data.id } })
+      })
+      if (outcome === undefined || paymentId === undefined) {
+        // Another integration on the same processor account, or a payment deleted since.
+        eventLog.info('card webhook for no payment of ours; ignored')
+        return { status: 200, outcome: 'unknown_payment' }
+      }
+      if (outcome === 'duplicate') eventLog.info({ payment_id: paymentId }, 'card webhook event seen before: not processed again')
+      else eventLog.info({ payment_id: paymentId, outcome }, 'card webhook processed')
+      return { status: 200, outcome, paymentId }
     } catch (err) {
-      // Another delivery of the same event committed first (its row blocked ours until then).
-      if (!isUniqueViolation(err)) throw err
-      eventLog.info({ payment_id: payment.id }, 'card webhook event seen before: not processed again')
-      return { status: 200, outcome: 'duplicate', paymentId: payment.id }
+      // Another delivery of the same event committed its row first.
+      if (!isUniqueViolation(err) || paymentId === undefined) throw err
+      eventLog.info({ payment_id: paymentId }, 'card webhook event seen before: not processed again')
+      return { status: 200, outcome: 'duplicate', paymentId }
     }
   }
 
-  /** By our id on the session (set at creation, so found even before the reference is stored), else by the session id. */
-  private async paymentFor(session: SessionFields): Promise<PaymentRecord | undefined> {
+  /** By our id on the session (set at creation, so found even before the reference is stored), else by the session id; locked. */
+  private async lockedPaymentFor(trx: Queryable, session: SessionFields): Promise<PaymentRecord | undefined> {
     const ours = session.client_reference_id ?? session.metadata?.payment_id
-    const payment =
-      ours && isUuid(ours) ? await findPayment(this.options.db, ours.toLowerCase()) : await findPaymentByProviderReference(this.options.db, this.name, session.id)
+    const payment = ours && isUuid(ours) ? await findPaymentForUpdate(trx, ours.toLowerCase()) : await findPaymentByProviderReferenceForUpdate(trx, this.name, session.id)
     return payment?.provider === this.name ? payment : undefined
   }
 
@@ -335,7 +338,10 @@ export class CardProvider implements PaymentProvider {
     if (!type) return 'unchanged'
     const log = this.log.child({ payment_id: payment.id, session_id: session.id })
     const details = { source: 'reconciliation', session_id: session.id, session_status: session.status ?? null, payment_status: session.payment_status }
-    const outcome = await this.options.db.transaction((trx) => this.apply(trx, { type, session, paymentId: payment.id, context, log, details }))
+    const outcome = await this.options.db.transaction(async (trx) => {
+      const locked = await findPaymentForUpdate(trx, payment.id)
+      return locked ? this.apply(trx, { type, session, payment: locked, context, log, details }) : 'unchanged'
+    })
     if (outcome === 'completed' || outcome === 'processing' || outcome === 'failed' || outcome === 'canceled') {
       log.info({ outcome }, 'card payment reconciled with the processor (its webhook did not arrive)')
       return outcome
@@ -351,18 +357,20 @@ export class CardProvider implements PaymentProvider {
    */
   private async apply(
     trx: Queryable,
-    input: { eventId?: string; type: CardWebhookEvent; session: SessionFields; paymentId: string; context: AuditContext; log: Logger; details: Record<string, unknown> },
+    input: { eventId?: string; type: CardWebhookEvent; session: SessionFields; payment: PaymentRecord; context: AuditContext; log: Logger; details: Record<string, unknown> },
   ): Promise<CardWebhookOutcome> {
-    const { eventId, type, session, paymentId, context, log, details } = input
+    const { eventId, type, session, payment, context, log, details } = input
     const now = this.options.now()
     if (eventId !== undefined) {
-      const seen = await trx('provider_events').where({ provider: this.name, event_id: eventId }).first('event_id')
-      if (seen) return 'duplicate'
-      // Inserted first: a concurrent delivery of the same event waits on this row, then fails as a duplicate.
-      await trx('provider_events').insert({ provider: this.name, event_id: eventId, event_type: type, payment_id: paymentId, processed_at: now })
+      // One statement: an event recorded before inserts nothing.
+      const recorded = await trx('provider_events')
+        .insert({ provider: this.name, event_id: eventId, event_type: type, payment_id: payment.id, processed_at: now })
+        .onConflict(['provider', 'event_id'])
+        .ignore()
+        .returning('event_id')
+      if (recorded.length === 0) return 'duplicate'
     }
 
-    const payment = (await findPaymentForUpdate(trx, paymentId)) as PaymentRecord
     const ignore = async (reason: string, outcome: CardWebhookOutcome): Promise<CardWebhookOutcome> => {
       if (eventId !== undefined) await recordPaymentEvent(trx, payment.id, 'webhook.ignored', context, { ...details, status: payment.status, reason }, now)
       return outcome
@@ -382,7 +390,7 @@ export class CardProvider implements PaymentProvider {
     if (plan.outcome === 'amount_mismatch') log.error({ payment_id: payment.id, reason: plan.failureReason }, 'card payment amount does not match; payment failed')
 
     if (plan.steps.at(-1) === 'completed') {
-      await completePayment(trx, payment.id, context, now, details)
+      await completeLockedPayment(trx, payment, context, now, details)
       return plan.outcome
     }
     let locked = payment
