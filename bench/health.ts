@@ -19,6 +19,7 @@
  *    figure gives moves/s against a bare single-row update transaction and what a whole-fleet
  *    outage would take at that rate.
  */
+import { recordGatewayPresence } from '../src/agent-gateway/gateway-presence.js'
 import { staticChainSource } from '../src/config/chain-source.js'
 import { defaultConfigDir, loadChainCatalogue } from '../src/config/chains.js'
 import { toJson } from '../src/db/dialect.js'
@@ -61,6 +62,9 @@ export const benchHealth: Bench = async (ctx) => {
       const start = Date.now()
       ctx.log(`${dialect}: creating ${fleet} nodes with agent reports`)
       await seed(db, fleet, new Date(start))
+      // An agent-gateway receiving all along: without one, missed heartbeats are not counted
+      // (docs/health.md) and no node would ever move down.
+      await recordGatewayPresence(db, 'bench-agent-gateway', new Date(start - 3_600_000), new Date(start + 86_400_000))
       let clock = start
       const next = () => new Date((clock += INTERVAL_MS))
       const scan = () => db('nodes').select('id', 'state', 'last_heartbeat', 'consecutive_failures', 'heartbeat_checked_at')
@@ -133,6 +137,9 @@ export const benchHealth: Bench = async (ctx) => {
       const outageStarted = performance.now()
       const outage = await evaluateHeartbeats(db, { now: outageNow, heartbeatTimeoutMs: SETTINGS.heartbeatTimeoutMs, intervalMs: INTERVAL_MS, logger })
       const outageMs = performance.now() - outageStarted
+      // A figure of nothing moved would measure nothing: fail the run instead.
+      if (outage.moves.length !== healthyIds.length) throw new Error(`the outage moved ${outage.moves.length} of ${healthyIds.length} silent nodes down`)
+      if (hb.busiest.changes === 0) throw new Error('no round of the heartbeat evaluation moved a silent node down')
       const movesPerSecond = (outage.moves.length * 1000) / outageMs
       const probe = healthyIds[0]
       const bareRate = await throughput(
