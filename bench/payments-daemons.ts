@@ -31,7 +31,7 @@ import os from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { promisify } from 'node:util'
-import { AckPolicy, DeliverPolicy, connect, type JetStreamManager } from 'nats'
+import { connect, type JetStreamManager } from 'nats'
 import { createUser } from '../src/auth/users.js'
 import { staticChainSource } from '../src/config/chain-source.js'
 import { defaultConfigDir, loadChainCatalogue } from '../src/config/chains.js'
@@ -48,6 +48,7 @@ import { freePort, waitFor } from '../test/helpers/ports.js'
 import { startBenchDaemon, type BenchDaemon } from './daemon.js'
 import { benchDatabase, type BenchDatabase, type Dialect } from './databases.js'
 import { figure, type Bench, type BenchFigure } from './lib.js'
+import { bareJetStream, percentile } from './jetstream-baseline.js'
 import { MS_PER_TICK, processTicks } from './payments-trace.js'
 
 /** What bench/webhook-poster.ts is asked and answers. */
@@ -72,10 +73,6 @@ const DAEMON_APPS = ['nodeplane-payment-service', 'nodeplane-orchestrator'] as c
 const run = promisify(execFile)
 const clock = (): number => performance.timeOrigin + performance.now()
 
-function percentile(sorted: number[], p: number): number {
-  return sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))] ?? 0
-}
-
 function median(values: number[]): number {
   return percentile([...values].sort((a, b) => a - b), 0.5)
 }
@@ -99,54 +96,6 @@ interface Prepared {
   subscriptionId: string
   paymentId: string
   session: FakeSession
-}
-
-/** The bare JetStream baseline of bench/payments.ts: publish (PubAck awaited) -> pull consumer, on the EVENTS stream. */
-async function bareJetStream(natsUrl: string, latencyRuns: number, burst: number): Promise<{ p50: number; p99: number; rate: number }> {
-  const logger = createLogger({ level: 'silent' })
-  const run = crypto.randomBytes(4).toString('hex')
-  const nc = await connect({ servers: natsUrl, name: 'bench-payments-daemons-baseline' })
-  const setupBus = await connectNatsBus({ url: natsUrl, logger, name: 'bench-payments-daemons-setup' }) // makes the streams
-  const js = nc.jetstream()
-  const jsm = await nc.jetstreamManager()
-  const subject = `events.bench.${run}.rtt`
-  const durable = `bench-daemons-rtt-${run}`
-  await jsm.consumers.add('EVENTS', { durable_name: durable, filter_subject: subject, ack_policy: AckPolicy.Explicit, deliver_policy: DeliverPolicy.New })
-  const received = new Map<string, () => void>()
-  const messages = await (await js.consumers.get('EVENTS', durable)).consume({ max_messages: 64 })
-  const pump = (async () => {
-    for await (const m of messages) {
-      m.ack()
-      received.get(m.headers?.get('Nats-Msg-Id') ?? '')?.()
-    }
-  })()
-  try {
-    const roundTrip = async (): Promise<void> => {
-      const id = crypto.randomUUID()
-      const arrived = new Promise<void>((resolve) => received.set(id, resolve))
-      await js.publish(subject, new TextEncoder().encode(JSON.stringify({ id, at: Date.now() })), { msgID: id })
-      await arrived
-      received.delete(id)
-    }
-    for (let i = 0; i < 20; i++) await roundTrip()
-    const latencies: number[] = []
-    for (let i = 0; i < latencyRuns; i++) {
-      const t0 = performance.now()
-      await roundTrip()
-      latencies.push(performance.now() - t0)
-    }
-    latencies.sort((a, b) => a - b)
-    const started = performance.now()
-    await Promise.all(Array.from({ length: burst }, () => roundTrip()))
-    const rate = burst / ((performance.now() - started) / 1000)
-    return { p50: percentile(latencies, 0.5), p99: percentile(latencies, 0.99), rate }
-  } finally {
-    messages.stop()
-    await pump
-    await jsm.consumers.delete('EVENTS', durable).catch(() => undefined)
-    await nc.close()
-    await setupBus.close()
-  }
 }
 
 /** The poster process; `post` resolves with one answer per delivery, in order. */
@@ -192,7 +141,7 @@ export const benchPaymentsDaemons: Bench = async (ctx) => {
   const burst = Math.max(50, Math.round(300 * ctx.scale))
   const catalogue = staticChainSource(await loadChainCatalogue(defaultConfigDir()))
   const figures: BenchFigure[] = []
-  const bare = await bareJetStream(ctx.natsUrl, latencyRuns, burst)
+  const bare = await bareJetStream(ctx.natsUrl, latencyRuns, burst, 'bench-payments-daemons')
   ctx.log(`bare JetStream round trip: p50 ${bare.p50.toFixed(2)} ms, p99 ${bare.p99.toFixed(2)} ms, burst ${bare.rate.toFixed(0)}/s`)
 
   const root = fs.mkdtempSync(path.join(os.tmpdir(), 'nodeplane-bench-payments-daemons-'))

@@ -14,7 +14,7 @@
  *   of a burst of bare messages.
  */
 import crypto from 'node:crypto'
-import { AckPolicy, DeliverPolicy, connect } from 'nats'
+import { connect } from 'nats'
 import { createLogger } from '../src/log.js'
 import { staticChainSource } from '../src/config/chain-source.js'
 import { defaultConfigDir, loadChainCatalogue } from '../src/config/chains.js'
@@ -27,11 +27,8 @@ import { createSubscription } from '../src/subscriptions/subscriptions.js'
 import { createUser } from '../src/auth/users.js'
 import { benchDatabase, type Dialect } from './databases.js'
 import { figure, type Bench, type BenchFigure } from './lib.js'
+import { bareJetStream, percentile } from './jetstream-baseline.js'
 import { BurstTrace } from './payments-trace.js'
-
-function percentile(sorted: number[], p: number): number {
-  return sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))] ?? 0
-}
 
 export const benchPayments: Bench = async (ctx) => {
   const latencyRuns = Math.max(30, Math.round(200 * ctx.scale))
@@ -42,40 +39,11 @@ export const benchPayments: Bench = async (ctx) => {
   const figures: BenchFigure[] = []
 
   // Baseline: bare JetStream publish -> pull consumer round trips on the EVENTS stream.
-  const nc = await connect({ servers: ctx.natsUrl, name: 'bench-payments-baseline' })
-  const setupBus = await connectNatsBus({ url: ctx.natsUrl, logger, name: 'bench-payments-setup' }) // makes the streams
-  const js = nc.jetstream()
+  const bare = await bareJetStream(ctx.natsUrl, latencyRuns, burst, 'bench-payments')
+  const bareRate = bare.rate
+  const nc = await connect({ servers: ctx.natsUrl, name: 'bench-payments-admin' })
   const jsm = await nc.jetstreamManager()
-  const subject = `events.bench.${run}.rtt`
-  await jsm.consumers.add('EVENTS', { durable_name: `bench-rtt-${run}`, filter_subject: subject, ack_policy: AckPolicy.Explicit, deliver_policy: DeliverPolicy.New })
-  const consumer = await js.consumers.get('EVENTS', `bench-rtt-${run}`)
-  const received = new Map<string, () => void>()
-  const messages = await consumer.consume({ max_messages: 64 })
-  const pump = (async () => {
-    for await (const m of messages) {
-      m.ack()
-      received.get(m.headers?.get('Nats-Msg-Id') ?? '')?.()
-    }
-  })()
-  const roundTrip = async (): Promise<void> => {
-    const id = crypto.randomUUID()
-    const arrived = new Promise<void>((resolve) => received.set(id, resolve))
-    await js.publish(subject, new TextEncoder().encode(JSON.stringify({ id, at: Date.now() })), { msgID: id })
-    await arrived
-    received.delete(id)
-  }
-  for (let i = 0; i < 20; i++) await roundTrip()
-  const bareLatencies: number[] = []
-  for (let i = 0; i < latencyRuns; i++) {
-    const t0 = performance.now()
-    await roundTrip()
-    bareLatencies.push(performance.now() - t0)
-  }
-  bareLatencies.sort((a, b) => a - b)
-  const bareStarted = performance.now()
-  await Promise.all(Array.from({ length: burst }, () => roundTrip()))
-  const bareRate = burst / ((performance.now() - bareStarted) / 1000)
-  ctx.log(`bare JetStream round trip: p50 ${percentile(bareLatencies, 0.5).toFixed(2)} ms, p99 ${percentile(bareLatencies, 0.99).toFixed(2)} ms, burst ${bareRate.toFixed(0)}/s`)
+  ctx.log(`bare JetStream round trip: p50 ${bare.p50.toFixed(2)} ms, p99 ${bare.p99.toFixed(2)} ms, burst ${bareRate.toFixed(0)}/s`)
 
   try {
     for (const dialect of ['sqlite', 'postgres'] as Dialect[]) {
@@ -183,11 +151,11 @@ export const benchPayments: Bench = async (ctx) => {
         if (runs !== expected) throw new Error(`${runs} provision runs started, expected ${expected}`)
         const p50 = percentile(latencies, 0.5)
         const p99 = percentile(latencies, 0.99)
-        const bareP50 = percentile(bareLatencies, 0.5)
+        const bareP50 = bare.p50
         ctx.log(`${dialect}: completion -> provisioning started p50 ${p50.toFixed(1)} ms, p99 ${p99.toFixed(1)} ms; burst of ${burst}: ${rate.toFixed(0)} payments/s`)
         figures.push(
           figure({
-            name: `payment completed -> provision workflow started, one at a time (${dialect}); p50 ${p50.toFixed(1)} ms, p99 ${p99.toFixed(1)} ms (bare p50 ${bareP50.toFixed(2)} ms, p99 ${percentile(bareLatencies, 0.99).toFixed(2)} ms)`,
+            name: `payment completed -> provision workflow started, one at a time (${dialect}); p50 ${p50.toFixed(1)} ms, p99 ${p99.toFixed(1)} ms (bare p50 ${bareP50.toFixed(2)} ms, p99 ${bare.p99.toFixed(2)} ms)`,
             baseline: 'bare JetStream publish -> consume round trip, p50 (ratio = bare p50 / ours)',
             unit: 'inverse ms',
             value: 1 / p50,
@@ -214,10 +182,7 @@ export const benchPayments: Bench = async (ctx) => {
       }
     }
   } finally {
-    messages.stop()
-    await pump
     await nc.close()
-    await setupBus.close()
   }
   return figures
 }
