@@ -85,6 +85,7 @@ export function defineConsumerSuite(label: string, factory: FixtureFactory): voi
       overrides: {
         bus?: EventBus
         decode?: (payload: Record<string, unknown>) => PaymentCompleted
+        confirm?: (event: PaymentCompleted) => Promise<PaymentCompleted>
         handle?: (trx: Parameters<Parameters<typeof runConsumer<PaymentCompleted>>[0]['handle']>[0], event: PaymentCompleted, delivery: number) => Promise<void>
       } = {},
     ): Promise<void> {
@@ -97,6 +98,7 @@ export function defineConsumerSuite(label: string, factory: FixtureFactory): voi
         ttlMs,
         retryDelayMs: () => 20,
         decode: overrides.decode ?? ((payload) => paymentCompleted.parse(payload)),
+        ...(overrides.confirm ? { confirm: overrides.confirm } : {}),
         handle: async (trx, event, envelope) => {
           await trx('test_effects').insert({ payment_id: event.payment_id, delivery: envelope.deliveryCount })
           await overrides.handle?.(trx, event, envelope.deliveryCount)
@@ -137,23 +139,12 @@ export function defineConsumerSuite(label: string, factory: FixtureFactory): voi
 
     it('with a confirmation step, confirms a first delivery and skips a redelivery of a processed event without confirming it again', async () => {
       const confirmed: string[] = []
-      subscription = await runConsumer<PaymentCompleted>({
+      await consume({
         bus: losingFirstAck(fx.bus),
-        db: t.db,
-        logger: silentLogger,
-        durable,
-        subject,
-        ttlMs,
-        retryDelayMs: () => 20,
-        decode: (payload) => paymentCompleted.parse(payload),
         confirm: async (event) => {
           confirmed.push(event.payment_id)
           return event
         },
-        handle: async (trx, event, envelope) => {
-          await trx('test_effects').insert({ payment_id: event.payment_id, delivery: envelope.deliveryCount })
-        },
-        onOutcome: (outcome, info) => seen.push({ outcome, messageId: info.messageId, deliveryCount: info.deliveryCount }),
       })
       const id = await emit('p1')
       await waitFor(async () => count('duplicate') === 1, 'the redelivery to be skipped')
