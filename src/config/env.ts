@@ -381,7 +381,7 @@ export const paymentClientEnv = {
 export const paymentConsumerEnv = {
   /**
    * payment events handled at once by one orchestrator (each waits on the payment service's
-   * confirmation, then on its own transaction); activations of one customer still run one at a time.
+   * confirmation, then on its own transaction); two deliveries of one payment still wait for each other.
    */
   PAYMENT_CONSUMER_CONCURRENCY: z.coerce.number().int().min(1).max(256).default(8),
 }

@@ -23,9 +23,9 @@
  *
  * Exactly once (docs/subscriptions.md): the idempotency key commits with these writes; a
  * redelivery after its lifetime, or the same payment under another message id, still changes
- * nothing, because activation only moves pending_payment rows (version-locked), the fallback
- * runs only when nothing is linked (after it ran, its subscriptions are), and activations of
- * one customer are serialized by a lock on the user row.
+ * nothing, because activation only moves pending_payment rows (version-locked, and the linked
+ * rows locked), and the fallback runs only when nothing is linked (after it ran, its
+ * subscriptions are) under a lock on the user row, which serializes it per customer.
  */
 import type { ChainSource } from '../config/chain-source.js'
 import { getProfile, isDuration, resolvePlacement, type SubscriptionDuration } from '../config/chains.js'
@@ -198,12 +198,17 @@ async function updateMirror(trx: Queryable, event: PaymentEvent, status: 'comple
 /** payment.completed: activation path (1), else (2). */
 export async function activatePayment(trx: Tx, event: PaymentEvent, deps: PaymentEventDeps, now: Date): Promise<ActivationResult> {
   const log = deps.logger.child({ payment_id: event.payment_id, customer_id: event.customer_id })
-  // Serializes activations per customer (Postgres; SQLite has one writer): two deliveries of one
-  // payment under different message ids would otherwise both find nothing linked and both run
-  // the fallback. Row locks on the linked subscriptions alone cannot cover "none linked yet".
-  await lockRow(trx, trx('users').where({ id: event.customer_id.toLowerCase() }).first('id'))
   await updateMirror(trx, event, 'completed', now)
-  const linked = await linkedSubscriptions(trx, event)
+  // The linked rows are locked (Postgres; SQLite has one writer): a second delivery of the
+  // payment waits here, then finds them active and skips them.
+  let linked = await linkedSubscriptions(trx, event)
+  if (linked.length === 0) {
+    // Row locks cannot cover "none linked yet": two deliveries under different message ids would
+    // both run the fallback. The customer's row serializes them; the second then finds the
+    // subscriptions the first created, linked.
+    await lockRow(trx, trx('users').where({ id: event.customer_id.toLowerCase() }).first('id'))
+    linked = await linkedSubscriptions(trx, event)
+  }
   const result = linked.length > 0 ? await activateLinked(trx, event, linked, now, log) : await createFromLineItems(trx, event, deps, now, log)
   if (result.path === 'fallback' && result.activated.length === 0) {
     log.error({ items: event.items.length }, 'payment completed but no subscription could be activated or created')
