@@ -145,10 +145,36 @@ async function cleanLeftovers(): Promise<void> {
   }
 }
 
-async function usedSubnets(): Promise<Set<number>> {
-  const used = new Set<number>()
-  for (const match of (await ip('-o', '-4', 'addr', 'show')).matchAll(/inet 10\.213\.(\d+)\./g)) used.add(Number(match[1]))
+/** How many addresses of each 10.213.X.0/24 the root namespace holds. */
+async function subnetsInUse(): Promise<Map<number, number>> {
+  const used = new Map<number, number>()
+  for (const match of (await ip('-o', '-4', 'addr', 'show')).matchAll(/inet 10\.213\.(\d+)\./g)) used.set(Number(match[1]), (used.get(Number(match[1])) ?? 0) + 1)
   return used
+}
+
+/**
+ * Creates the veth pair and gives the root end a free 10.213.X.1/24; returns X. Test processes
+ * running side by side (the fleet journeys) can pick the same X between looking and adding: the
+ * same /24 on two links routes to one of them and the other host is unreachable. So the choice is
+ * checked after the address is added, and every process that sees its X twice tries another.
+ */
+async function claimSubnet(rootLink: string, hostLink: string, namespace: string): Promise<number> {
+  for (let attempt = 0; attempt < 20; attempt += 1) {
+    const used = await subnetsInUse()
+    const free = Array.from({ length: 254 }, (_, i) => i + 1).filter((x) => !used.has(x))
+    const octet = free[crypto.randomInt(free.length)]
+    if (octet === undefined) break
+    await ip('link', 'add', rootLink, 'type', 'veth', 'peer', 'name', hostLink)
+    await ip('addr', 'add', `${SUBNET}.${octet}.1/24`, 'dev', rootLink)
+    if ((await subnetsInUse()).get(octet) === 1) {
+      await ip('link', 'set', hostLink, 'netns', namespace)
+      return octet
+    }
+    // Deleting one end of a veth pair deletes both.
+    await ip('link', 'delete', rootLink)
+    await new Promise((resolve) => setTimeout(resolve, crypto.randomInt(10, 100)))
+  }
+  throw new Error(`no free ${SUBNET}.X.0/24 for a test host`)
 }
 
 function installExitHook(): void {
@@ -211,23 +237,19 @@ export async function startNetnsHost(): Promise<NetnsHost> {
   // Interface names are at most 15 characters.
   const rootLink = `np${tag}r`
   const hostLink = `np${tag}h`
-  const used = await usedSubnets()
-  let octet = 0
-  for (let tries = 0; tries < 50 && (octet === 0 || used.has(octet)); tries += 1) octet = 1 + crypto.randomInt(254)
-  if (used.has(octet)) throw new Error(`no free ${SUBNET}.X.0/24 for a test host`)
-  const gatewayAddress = `${SUBNET}.${octet}.1`
-  const address = `${SUBNET}.${octet}.2`
   const port = 22
 
+  let gatewayAddress = ''
+  let address = ''
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), `nodeplane-netns-${tag}-`))
   let sshd: ChildProcess | undefined
   const stderr: string[] = []
   live.add(namespace)
   try {
     await ip('netns', 'add', namespace)
-    await ip('link', 'add', rootLink, 'type', 'veth', 'peer', 'name', hostLink)
-    await ip('link', 'set', hostLink, 'netns', namespace)
-    await ip('addr', 'add', `${gatewayAddress}/24`, 'dev', rootLink)
+    const octet = await claimSubnet(rootLink, hostLink, namespace)
+    gatewayAddress = `${SUBNET}.${octet}.1`
+    address = `${SUBNET}.${octet}.2`
     await ip('link', 'set', rootLink, 'up')
     await ip('-n', namespace, 'addr', 'add', `${address}/24`, 'dev', hostLink)
     await ip('-n', namespace, 'link', 'set', hostLink, 'up')

@@ -55,4 +55,17 @@ describe('netns test hosts', () => {
     expect(fs.existsSync(dir)).toBe(false)
     expect(fs.existsSync(`/etc/netns/${namespace}`)).toBe(false)
   })
+
+  it('gives hosts started at the same moment subnets of their own, each reached on its own sshd', async () => {
+    // Started together, as the fleet journeys' hosts are in two processes: each looks for a free
+    // subnet before any has added its address.
+    const hosts = await Promise.all(Array.from({ length: 6 }, () => startNetnsHost()))
+    try {
+      expect(new Set(hosts.map((h) => h.gatewayAddress.split('.')[2])).size).toBe(hosts.length)
+      const seen = await Promise.all(hosts.map((h) => sshRun(h, 'true')))
+      expect(seen.map((r) => r.fingerprint)).toEqual(hosts.map((h) => h.hostKeyFingerprint))
+    } finally {
+      await Promise.all(hosts.map((h) => h.stop()))
+    }
+  })
 })
