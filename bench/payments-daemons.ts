@@ -32,24 +32,20 @@ import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { promisify } from 'node:util'
 import { connect, type JetStreamManager } from 'nats'
-import { createUser } from '../src/auth/users.js'
 import { staticChainSource } from '../src/config/chain-source.js'
 import { defaultConfigDir, loadChainCatalogue } from '../src/config/chains.js'
 import type { Db } from '../src/db/knex.js'
-import { connectNatsBus } from '../src/events/nats-bus.js'
-import { createLogger } from '../src/log.js'
 import { PaymentClient } from '../src/payments/client.js'
-import { insertPayment } from '../src/payments/store.js'
 import { createLocalMasterKey } from '../src/secrets/master-key.js'
 import { PAYMENT_CONSUMER_DURABLE } from '../src/subscriptions/activation.js'
-import { createSubscription } from '../src/subscriptions/subscriptions.js'
 import { FakeCardProcessor, signedDelivery, type FakeSession } from '../test/helpers/fake-card-processor.js'
-import { freePort, waitFor } from '../test/helpers/ports.js'
+import { freePort } from '../test/helpers/ports.js'
 import { startBenchDaemon, type BenchDaemon } from './daemon.js'
 import { benchDatabase, type BenchDatabase, type Dialect } from './databases.js'
 import { figure, type Bench, type BenchFigure } from './lib.js'
 import { bareJetStream, percentile } from './jetstream-baseline.js'
 import { MS_PER_TICK, processTicks } from './payments-trace.js'
+import { insertPendingPayment } from './pending-payment.js'
 
 /** What bench/webhook-poster.ts is asked and answers. */
 export interface WebhookPostRequest {
@@ -269,37 +265,9 @@ async function benchDialect(ctx: Parameters<Bench>[0], s: DialectSetup): Promise
     })
 
     const prepare = async (): Promise<Prepared> => {
-      const now = new Date()
-      const user = await createUser(controlPlane.db, { email: `bench-${crypto.randomUUID()}@example.test` })
-      const { subscription } = await createSubscription(controlPlane.db, { userId: user.id, chainProfileId: 'devnet', nodeType: 'full', duration: '1m' }, { catalogue: s.catalogue.current() })
-      const paymentId = crypto.randomUUID()
       const sessionId = `cs_test_bench_${crypto.randomBytes(16).toString('hex')}`
-      await payments.db.transaction(async (trx) => {
-        await trx('customers').insert({ id: user.id, email: user.email, created_at: now, updated_at: now })
-        await insertPayment(
-          trx,
-          {
-            id: paymentId,
-            customerId: user.id,
-            method: 'card',
-            provider: 'card',
-            amountMinor: AMOUNT_MINOR,
-            currency: 'USD',
-            idempotencyKey: paymentId,
-            subscriptionIds: [subscription.id],
-            returnUrl: 'https://example.test/r',
-            cancelUrl: 'https://example.test/c',
-            expiresAt: new Date(now.getTime() + 1_800_000),
-            items: [{ chain_profile_id: 'devnet', node_type: 'full', duration: '1m', unit_price_minor: AMOUNT_MINOR }],
-          },
-          { actor: 'bench' },
-          now,
-        )
-        // As InitiatePayment leaves it once the processor made the session.
-        await trx('payments').where({ id: paymentId }).update({ provider_reference: sessionId, checkout_url: `https://checkout.example.test/c/pay/${sessionId}` })
-      })
-      await controlPlane.db('subscriptions').where({ id: subscription.id }).update({ payment_id: paymentId })
-      const created = Math.floor(now.getTime() / 1000)
+      const { subscriptionId, paymentId } = await insertPendingPayment(controlPlane.db, payments.db, s.catalogue.current(), { provider: 'card', amountMinor: AMOUNT_MINOR, providerReference: sessionId })
+      const created = Math.floor(Date.now() / 1000)
       const session: FakeSession = {
         id: sessionId,
         object: 'checkout.session',
@@ -319,7 +287,7 @@ async function benchDialect(ctx: Parameters<Bench>[0], s: DialectSetup): Promise
         success_url: 'https://example.test/r',
         url: null,
       }
-      return { subscriptionId: subscription.id, paymentId, session }
+      return { subscriptionId, paymentId, session }
     }
     const deliveryOf = (p: Prepared) => {
       const d = signedDelivery(p.session, 'checkout.session.completed', { secret: s.webhookSecret, timestamp: Math.floor(Date.now() / 1000) })

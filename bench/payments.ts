@@ -21,14 +21,13 @@ import { defaultConfigDir, loadChainCatalogue } from '../src/config/chains.js'
 import { connectNatsBus } from '../src/events/nats-bus.js'
 import { runConsumer } from '../src/events/consumer.js'
 import { OutboxRelay } from '../src/events/relay.js'
-import { completePayment, insertPayment } from '../src/payments/store.js'
+import { completePayment } from '../src/payments/store.js'
 import { paymentConsumerOptions } from '../src/subscriptions/activation.js'
-import { createSubscription } from '../src/subscriptions/subscriptions.js'
-import { createUser } from '../src/auth/users.js'
 import { benchDatabase, type Dialect } from './databases.js'
 import { figure, type Bench, type BenchFigure } from './lib.js'
 import { bareJetStream, percentile } from './jetstream-baseline.js'
 import { BurstTrace } from './payments-trace.js'
+import { insertPendingPayment } from './pending-payment.js'
 
 export const benchPayments: Bench = async (ctx) => {
   const latencyRuns = Math.max(30, Math.round(200 * ctx.scale))
@@ -83,36 +82,8 @@ export const benchPayments: Bench = async (ctx) => {
       relay.start()
       try {
         /** A user with a pending subscription and a pending payment linked to it. */
-        const prepare = async (): Promise<string> => {
-          const now = new Date()
-          const user = await createUser(controlPlane.db, { email: `bench-${crypto.randomUUID()}@example.test` })
-          const { subscription: sub } = await createSubscription(controlPlane.db, { userId: user.id, chainProfileId: 'devnet', nodeType: 'full', duration: '1m' }, { catalogue: catalogue.current() })
-          const paymentId = crypto.randomUUID()
-          await payments.db.transaction(async (trx) => {
-            await trx('customers').insert({ id: user.id, email: user.email, created_at: now, updated_at: now })
-            await insertPayment(
-              trx,
-              {
-                id: paymentId,
-                customerId: user.id,
-                method: 'card',
-                provider: 'test',
-                amountMinor: 1500,
-                currency: 'USD',
-                idempotencyKey: paymentId,
-                subscriptionIds: [sub.id],
-                returnUrl: 'https://example.test/r',
-                cancelUrl: 'https://example.test/c',
-                expiresAt: new Date(now.getTime() + 1_800_000),
-                items: [{ chain_profile_id: 'devnet', node_type: 'full', duration: '1m', unit_price_minor: 1500 }],
-              },
-              { actor: 'bench' },
-              now,
-            )
-          })
-          await controlPlane.db('subscriptions').where({ id: sub.id }).update({ payment_id: paymentId })
-          return paymentId
-        }
+        const prepare = async (): Promise<string> =>
+          (await insertPendingPayment(controlPlane.db, payments.db, catalogue.current(), { provider: 'test', amountMinor: 1500 })).paymentId
         /** Completes the payment; resolves with the time of its commit. */
         const complete = async (paymentId: string): Promise<number> => {
           await payments.db.transaction((trx) => completePayment(trx, paymentId, { actor: 'bench' }, new Date()))

@@ -18,7 +18,7 @@ import type { Logger } from '../log.js'
 import { providerFailure, redactProviderError, rpcUrlRedactions, type Redaction } from './provider-errors.js'
 import { formatTokenAmount } from './pricing.js'
 import type { CryptoCurrency } from './states.js'
-import { completePayment, findPaymentByMemo, findPaymentForUpdate, recordPaymentEvent, transitionPayment, type AuditContext, type PaymentRecord } from './store.js'
+import { completeLockedPayment, findPaymentByMemo, findPaymentForUpdate, recordPaymentEvent, transitionPayment, type AuditContext, type PaymentRecord } from './store.js'
 
 export const CRYPTO_PROVIDER_NAME = 'crypto'
 
@@ -416,7 +416,7 @@ export class CryptoWatcher {
     switch (transfer.outcome) {
       case 'matched': {
         if (transfer.amountBaseUnits > owed) details.overpaid_base_units = (transfer.amountBaseUnits - owed).toString()
-        await completePayment(trx, payment.id, CONTEXT, now, details, cryptoTx)
+        await completeLockedPayment(trx, payment, CONTEXT, now, details, cryptoTx)
         this.log.info({ ...fields, overpaid_base_units: details.overpaid_base_units }, 'crypto payment completed')
         return
       }
